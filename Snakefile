@@ -1,0 +1,38 @@
+# mlrepro: MLPerf Training as one DAG.
+#   environment -> data -> runs (+ telemetry) -> compliance -> package -> score -> report
+# `snakemake --cores all` runs the embedded default; `--config audit=PATH ruleset=X` audits a package.
+from pathlib import Path
+
+from snakemake.exceptions import WorkflowError
+
+from mlrepro import config as mlconfig
+
+configfile: Path(workflow.basedir) / "config" / "config.yaml"
+
+try:
+    config, BENCHMARKS = mlconfig.load(config, source="config/config.yaml and --config")
+except mlconfig.ConfigError as error:
+    raise WorkflowError(str(error)) from None
+
+
+if config.get("audit"):
+
+    include: "rules/audit.smk"
+
+else:
+
+    include: "rules/common.smk"
+
+    rule all:
+        input:
+            REPORT,
+
+
+    include: "rules/environment.smk"
+    include: "rules/data.smk"
+    include: "rules/runs.smk"
+    include: "rules/compliance.smk"
+    include: "rules/package.smk"
+    include: "rules/score.smk"
+    include: "rules/report.smk"
+    include: "rules/containers.smk"

@@ -1,0 +1,7 @@
+"""mlrepro: a containerized reproducibility pipeline for MLPerf Training."""
+
+from pathlib import Path
+
+__version__ = "0.1.0"
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent

@@ -1,0 +1,146 @@
+"""The pipeline's configuration: validated against config/schema.yaml and each benchmark's own schema.
+
+Every problem is reported before any job starts, with the path of the offending key.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import platform
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+from mlrepro import PROJECT_ROOT, rulesets
+from mlrepro.workload import implemented_benchmarks, workflow_dir
+
+SCHEMA = PROJECT_ROOT / "config" / "schema.yaml"
+
+
+class ConfigError(ValueError):
+    pass
+
+
+def _load_yaml(path: Path) -> Any:
+    with path.open() as f:
+        return yaml.safe_load(f)
+
+
+def _path(parts: Iterable[Any]) -> str:
+    return ".".join(str(p) for p in parts) or "(top level)"
+
+
+def _validate(instance: Any, schema: dict[str, Any], prefix: list[str], source: str) -> None:
+    validator = jsonschema.Draft202012Validator(schema)
+    errors = sorted(validator.iter_errors(instance), key=lambda e: list(map(str, e.absolute_path)))
+    if errors:
+        lines = [f"  {_path([*prefix, *e.absolute_path])}: {e.message}" for e in errors]
+        raise ConfigError(f"invalid configuration ({source}):\n" + "\n".join(lines))
+
+
+def _fill_defaults(instance: dict[str, Any], schema: dict[str, Any]) -> None:
+    for key, sub in schema.get("properties", {}).items():
+        if key not in instance and "default" in sub:
+            instance[key] = copy.deepcopy(sub["default"])
+        if isinstance(instance.get(key), dict) and sub.get("type") == "object":
+            _fill_defaults(instance[key], sub)
+
+
+def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    merged = dict(copy.deepcopy(base))
+    for key, value in override.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+            merged[key] = deep_merge(merged[key], value)
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged
+
+
+def system_name(configured: str) -> str:
+    if configured != "auto":
+        return configured
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", platform.node() or "localhost").strip("-") or "localhost"
+
+
+def run_seed(base: int, benchmark: str, index: int) -> int:
+    """A distinct, reproducible seed per run (the rules from v4.1 on forbid repeated seeds)."""
+    digest = hashlib.sha256(f"{base}/{benchmark}/{index}".encode()).digest()
+    return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
+
+
+def config_hash(obj: Any) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    name: str
+    params: dict[str, Any]  # defaults merged with the config's overrides
+    runs: int
+    required_runs: int
+
+    @property
+    def data_params(self) -> dict[str, Any]:
+        return {"data": self.params["data"]}
+
+    @property
+    def image(self) -> str:
+        return str(self.params["image"])
+
+
+def load(raw: Mapping[str, Any], source: str = "config") -> tuple[dict[str, Any], dict[str, Benchmark]]:
+    """Validate ``raw`` (Snakemake's ``config``); return it with defaults filled, and the benchmarks."""
+    config = copy.deepcopy(dict(raw))
+    schema = _load_yaml(SCHEMA)
+    _validate(config, schema, [], source)
+    _fill_defaults(config, schema)
+    if config.get("audit"):
+        return config, {}
+
+    usage, ruleset = config["usage"], config["ruleset"]
+    if ruleset not in rulesets.known_rulesets(usage):
+        raise ConfigError(f"invalid configuration ({source}):\n  ruleset: unknown ruleset {ruleset!r} for "
+                          f"{usage}; mlperf_logging knows {', '.join(rulesets.known_rulesets(usage))}")
+    implemented = implemented_benchmarks()
+    allowed = rulesets.allowed_benchmarks(ruleset, usage)
+    benchmarks: dict[str, Benchmark] = {}
+    problems = []
+    for name, overrides in config["benchmarks"].items():
+        key = f"benchmarks.{name}"
+        if name not in implemented:
+            problems.append(f"  {key}: no implementation of {name!r} (workflows/ has: {', '.join(implemented)})")
+            continue
+        if name not in allowed:
+            problems.append(f"  {key}: ruleset {usage} {ruleset} has no benchmark {name!r} "
+                            f"(it has: {', '.join(allowed)})")
+            continue
+        params = deep_merge(_load_yaml(workflow_dir(name) / "defaults.yaml"), overrides or {})
+        try:
+            _validate(params, _load_yaml(workflow_dir(name) / "params.schema.yaml"), ["benchmarks", name], source)
+        except ConfigError as e:
+            problems.extend(str(e).splitlines()[1:])
+            continue
+        required = rulesets.required_runs(name, usage)
+        runs = int(params.get("runs", required))
+        if runs != required and not config["allow_fewer_runs"]:
+            problems.append(f"  {key}.runs: {runs} runs, but {usage} {ruleset} requires exactly {required}; "
+                            "set allow_fewer_runs: true for a result that is marked not submittable")
+            continue
+        if runs > required:
+            problems.append(f"  {key}.runs: {runs} runs, more than the {required} a submission holds")
+            continue
+        benchmarks[name] = Benchmark(name, params, runs, required)
+    if problems:
+        raise ConfigError(f"invalid configuration ({source}):\n" + "\n".join(problems))
+    return config, benchmarks
+
+
+def submittable(benchmarks: Mapping[str, Benchmark]) -> bool:
+    return all(b.runs == b.required_runs for b in benchmarks.values())

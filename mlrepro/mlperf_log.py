@@ -1,0 +1,48 @@
+"""One run's MLPerf log, written with ``mlperf_logging.mllog`` to a file that appears only when complete."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from mlperf_logging.mllog import constants as _c
+from mlperf_logging.mllog.mllog import MLLogger
+
+from mlrepro import PROJECT_ROOT
+
+
+class RunLog:
+    """An MLLogger bound to its own file handler (never the shared default logger).
+
+    ``mllog.config(filename=...)`` adds a handler to one process-wide logger on every call, so two
+    runs in one process would write into each other's files; a logger per run avoids that.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.partial = path.with_name(f".{path.name}.part")
+        self.partial.parent.mkdir(parents=True, exist_ok=True)
+        self._logger = logging.getLogger(f"mlrepro.mllog.{os.getpid()}.{path}")
+        self._logger.propagate = False
+        self._logger.setLevel(logging.INFO)
+        self._handler = logging.FileHandler(self.partial, mode="w", encoding="utf-8")
+        self._logger.addHandler(self._handler)
+        self.ml = MLLogger(logger=self._logger, default_stack_offset=2, root_dir=str(PROJECT_ROOT))
+        self.c = _c
+
+    def event(self, key: str, value: Any = None, **metadata: Any) -> None:
+        self.ml.event(key=key, value=value, metadata=metadata or None)
+
+    def start(self, key: str, value: Any = None, **metadata: Any) -> None:
+        self.ml.start(key=key, value=value, metadata=metadata or None)
+
+    def end(self, key: str, value: Any = None, **metadata: Any) -> None:
+        self.ml.end(key=key, value=value, metadata=metadata or None)
+
+    def commit(self) -> None:
+        """Close the file and move it into place: only a finished run has a result file."""
+        self._handler.close()
+        self._logger.removeHandler(self._handler)
+        os.replace(self.partial, self.path)

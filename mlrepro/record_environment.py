@@ -1,0 +1,32 @@
+"""Record the software environment the runs use (through their engine) and the host they run on."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from mlrepro import atomic, environment, system_desc
+from mlrepro.config import system_name
+from mlrepro.engines import get_engine
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog="python -m mlrepro.record_environment", description=__doc__)
+    p.add_argument("--engine", default="native")
+    p.add_argument("--image-ref", default=None)
+    p.add_argument("--submission", required=True, help="JSON: org, system, division, status, threads, device")
+    p.add_argument("--out", type=Path, required=True)
+    args = p.parse_args(argv)
+    sub = json.loads(args.submission)
+    record = {
+        "engine": get_engine(args.engine).describe(args.image_ref),
+        "host": environment.host(),
+        "system_desc": system_desc.describe(sub["org"], sub["division"], sub["status"],
+                                            system_name(sub["system"]), sub["threads"], sub["device"]),
+    }
+    atomic.write_json(args.out, record)
+
+
+if __name__ == "__main__":
+    main()

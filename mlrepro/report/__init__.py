@@ -1,0 +1,1 @@
+"""Rendering reports from the Jinja2 templates in ``report_templates/``."""

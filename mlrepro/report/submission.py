@@ -1,0 +1,122 @@
+"""The submission report: everything a submitter or reviewer needs on one offline HTML page."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from markupsafe import Markup
+
+from mlrepro import PROJECT_ROOT, data, rulesets
+from mlrepro.report import svg
+from mlrepro.report.render import render
+from mlrepro.report.telemetry import telemetry_chart
+
+
+def git_commit() -> str:
+    def git(*args: str) -> str:
+        out = subprocess.run(["git", "-C", str(PROJECT_ROOT), *args], capture_output=True, text=True, check=False)
+        return out.stdout.strip() if out.returncode == 0 else ""
+
+    commit = git("rev-parse", "HEAD") or "unknown (not a git checkout)"
+    return commit + (" (with uncommitted changes)" if git("status", "--porcelain", "--untracked-files=no") else "")
+
+
+def _metric_points(metrics: list[dict[str, Any]]) -> dict[str, list[tuple[float, float]]]:
+    """metric name -> (epoch, value); a dict metric (maskrcnn) gives one curve per key."""
+    curves: dict[str, list[tuple[float, float]]] = {}
+    for m in metrics:
+        values = m["value"] if isinstance(m["value"], dict) else {"": m["value"]}
+        for key, value in values.items():
+            curves.setdefault(key, []).append((m["epoch"], value))
+    return curves
+
+
+def convergence_charts(benchmark: str, runs: list[dict[str, Any]], target: Any) -> list[Markup]:
+    per_key: dict[str, dict[str, list[tuple[float, float]]]] = {}
+    for run in runs:
+        for key, points in _metric_points(run.get("metrics", [])).items():
+            per_key.setdefault(key, {})[f"run {run['index']} (seed {run['seed']})"] = points
+    charts = []
+    for key, series in per_key.items():
+        goal = target[key] if isinstance(target, dict) else target
+        label = f"eval_accuracy {key}".strip()
+        charts.append(svg.line_chart(series, title=f"{benchmark}: {label} per epoch", x_label="epoch",
+                                     y_label=label, hlines=[(goal, f"target {goal}")]))
+    return charts
+
+
+def _timings(info: Path) -> list[dict[str, Any]]:
+    rows = []
+    for tsv in sorted((info / "benchmarks").glob("*.tsv")):
+        with tsv.open() as f:
+            for row in csv.DictReader(f, delimiter="\t"):
+                rows.append({"job": tsv.stem, "seconds": float(row["s"]), "max_rss_mb": row.get("max_rss", "-")})
+    return rows
+
+
+def build_context(outdir: Path, system: str, config: dict[str, Any], config_hash: str,
+                  benchmarks: dict[str, Any], submittable: bool) -> dict[str, Any]:
+    scores = json.loads((outdir / "scores.json").read_text())
+    package = json.loads((outdir / "package_check.json").read_text())
+    env = json.loads((outdir / "pipeline_info" / "environment.json").read_text())
+    desc = env["system_desc"]
+    accelerators = int(desc["number_of_nodes"]) * int(desc["accelerators_per_node"])
+    sections, summary = [], []
+    for name in sorted(benchmarks, key=lambda b: rulesets.SEED_ORDER.index(b) if b in rulesets.SEED_ORDER else 99):
+        spec = benchmarks[name]
+        runs = []
+        for i in range(spec["runs"]):
+            run_dir = outdir / "runs" / name / str(i)
+            run = json.loads((run_dir / "run.json").read_text())
+            verdict = json.loads((outdir / "compliance" / name / f"{i}.json").read_text())
+            runs.append({**run, "index": i, "compliance": verdict, "telemetry_chart": telemetry_chart(run_dir, run)})
+        score = scores[name]
+        minutes = score["minutes"]
+        status = "valid" if minutes is not None else f"invalid: {score['reason']}"
+        if not submittable:
+            status += " (not submittable: fewer runs than the ruleset requires)"
+        summary.append({
+            "benchmark": name, "title": rulesets.TITLES.get(name, name), "minutes": minutes,
+            "accelerators": accelerators,
+            "accelerator_minutes": minutes * accelerators if minutes is not None and accelerators else None,
+            "status": status, "valid": minutes is not None and submittable,
+            "runs": spec["runs"], "required_runs": spec["required_runs"],
+        })
+        manifest = outdir / "data" / name / data.MANIFEST
+        sections.append({
+            "name": name, "title": rulesets.TITLES.get(name, name), "score": score, "runs": runs,
+            "target": spec["params"]["target"], "params": spec["params"],
+            "charts": convergence_charts(name, runs, spec["params"]["target"]),
+            "manifest": data.read_manifest(manifest.parent),
+        })
+    return {
+        "system": system, "org": config["org"], "division": config["division"], "ruleset": config["ruleset"],
+        "usage": config["usage"], "engine": config["engine"], "submittable": submittable,
+        "summary": summary, "sections": sections, "package": package, "environment": env,
+        "system_desc": desc, "config": config, "config_hash": config_hash, "commit": git_commit(),
+        "timings": _timings(outdir / "pipeline_info"), "cpu_only": accelerators == 0,
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog="python -m mlrepro.report.submission", description=__doc__)
+    p.add_argument("--outdir", type=Path, required=True)
+    p.add_argument("--system", required=True)
+    p.add_argument("--config", required=True)
+    p.add_argument("--config-hash", required=True)
+    p.add_argument("--benchmarks", required=True)
+    p.add_argument("--not-submittable", action="store_true")
+    p.add_argument("--out", type=Path, required=True)
+    args = p.parse_args(argv)
+    context = build_context(args.outdir, args.system, json.loads(args.config), args.config_hash,
+                            json.loads(args.benchmarks), not args.not_submittable)
+    render("submission.html.j2", args.out, **context)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,94 @@
+"""One run of one benchmark, as one Snakemake job: the sampler beside it, training in its engine.
+
+The training process (``python -m mlrepro.train``) runs through the configured engine; the telemetry
+sampler is a separate process on the host that watches this driver and stops with it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from mlrepro import atomic
+from mlrepro.engines import Mount, get_engine
+from mlrepro.logs import run_window
+
+
+class RunFailed(RuntimeError):
+    pass
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog="python -m mlrepro.run_job", description=__doc__)
+    p.add_argument("--benchmark", required=True)
+    p.add_argument("--data-dir", type=Path, required=True)
+    p.add_argument("--params", required=True)
+    p.add_argument("--seed", type=int, required=True)
+    p.add_argument("--run-dir", type=Path, required=True)
+    p.add_argument("--submission", required=True)
+    p.add_argument("--engine", default="native")
+    p.add_argument("--image-ref", default=None, help="the container image to run (container engines)")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--drop-caches", action="store_true")
+    p.add_argument("--telemetry-hz", type=float, default=0.0, help="0 disables the sampler")
+    args = p.parse_args(argv)
+
+    run_dir: Path = args.run_dir.resolve()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    result, summary, log = run_dir / "result.txt", run_dir / "run.json", run_dir / "train.log"
+    log.unlink(missing_ok=True)
+    engine = get_engine(args.engine)
+    train_argv = [
+        "python", "-m", "mlrepro.train",
+        "--benchmark", args.benchmark,
+        "--data-dir", str(args.data_dir.resolve()),
+        "--params", args.params,
+        "--seed", str(args.seed),
+        "--result", str(result),
+        "--summary", str(run_dir / ".run.json.part"),
+        "--submission", args.submission,
+        "--device", args.device,
+        "--threads", str(args.threads),
+        *(["--drop-caches"] if args.drop_caches else []),
+    ]
+    sampler = None
+    if args.telemetry_hz > 0:
+        from mlrepro.telemetry import start_sampler
+
+        sampler = start_sampler(run_dir / "telemetry", hz=args.telemetry_hz, watch_pid=None)
+    try:
+        code = engine.run(
+            train_argv,
+            image=args.image_ref,
+            mounts=[Mount(args.data_dir.resolve(), read_only=True), Mount(run_dir, read_only=False)],
+            gpus=args.device != "cpu",
+            env={"OMP_NUM_THREADS": str(args.threads), "PYTHONHASHSEED": "0"},
+            log=log,
+        )
+    finally:
+        if sampler is not None:
+            sampler.stop()
+    if code != 0:
+        tail = "".join(log.read_text(errors="replace").splitlines(keepends=True)[-15:])
+        raise RunFailed(f"{args.benchmark} run in {run_dir}: training exited with status {code} "
+                        f"(engine {args.engine}); its log is kept at {log}. Last lines:\n{tail}")
+    record = json.loads((run_dir / ".run.json.part").read_text())
+    (run_dir / ".run.json.part").unlink()
+    start_ms, stop_ms = run_window(result)
+    record["run_start_ms"], record["run_stop_ms"] = start_ms, stop_ms
+    record["engine"], record["image"] = args.engine, args.image_ref
+    if sampler is not None:
+        from mlrepro.telemetry import summarize
+
+        record["telemetry"] = summarize(run_dir / "telemetry", start_ms, stop_ms)
+    atomic.write_json(summary, record)
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except RunFailed as e:
+        sys.exit(f"error: {e}")

@@ -1,0 +1,77 @@
+"""MLPerf Training scoring: the olympic mean of a benchmark's runs.
+
+The rules (training_policies, "Benchmark Results"): sort the N times to train, drop the fastest
+and the slowest (unet3d: four of each) and average the rest. A run that did not converge counts
+as a dropped slowest run; more such runs than may be dropped invalidate the benchmark. This is the
+arithmetic of ``mlperf_logging.result_summarizer._compute_olympic_average``, kept here so that
+scoring does not depend on the summarizer's crashes (KeyError on dlrm/minigo for rulesets 1.x/2.x).
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from mlrepro import atomic, logs
+
+
+def max_dropped(benchmark: str) -> int:
+    return 4 if benchmark == "unet3d" else 1
+
+
+@dataclass(frozen=True)
+class Score:
+    benchmark: str
+    minutes: float | None  # None when the benchmark is invalid or has too few runs
+    converged: int
+    failed: int
+    reason: str  # empty when valid
+
+
+def olympic_mean(benchmark: str, minutes: Sequence[float | None], scaling_factor: float = 1.0) -> Score:
+    """Score ``minutes`` (one entry per run; None for a run that failed or did not converge)."""
+    drop = max_dropped(benchmark)
+    ok = sorted(m for m in minutes if m is not None)
+    failed = len(minutes) - len(ok)
+    if failed > drop:
+        return Score(benchmark, None, len(ok), failed,
+                     f"{failed} runs failed or did not converge; at most {drop} may be dropped")
+    countable = ok[drop : len(ok) - (drop - failed)]
+    if not countable:
+        return Score(benchmark, None, len(ok), failed, f"too few runs ({len(minutes)}) to drop {drop} of each end")
+    return Score(benchmark, sum(countable) * 1.0 / len(countable) * scaling_factor, len(ok), failed, "")
+
+
+def run_minutes(result: Path) -> tuple[float | None, str | None]:
+    """(time to train in minutes, run_stop status) of one result file; minutes is None unless it converged."""
+    start, stop = logs.run_window(result)
+    status = logs.run_status(result)
+    return ((stop - start) / 60 / 1000 if status == "success" else None), status
+
+
+def score_files(benchmark: str, results: Sequence[Path]) -> dict[str, Any]:
+    runs = []
+    for i, path in enumerate(results):
+        minutes, status = run_minutes(path)
+        runs.append({"index": i, "file": str(path), "minutes": minutes, "status": status})
+    score = olympic_mean(benchmark, [r["minutes"] for r in runs])
+    return {**asdict(score), "runs": runs}
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog="python -m mlrepro.score", description=__doc__)
+    p.add_argument("--results", type=Path, nargs="+", required=True, help="BENCHMARK=FILE, in run order")
+    p.add_argument("--out", type=Path, required=True)
+    args = p.parse_args(argv)
+    by_benchmark: dict[str, list[Path]] = {}
+    for item in args.results:
+        benchmark, _, file = str(item).partition("=")
+        by_benchmark.setdefault(benchmark, []).append(Path(file))
+    atomic.write_json(args.out, {b: score_files(b, files) for b, files in by_benchmark.items()})
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,77 @@
+"""The contract between the shared training loop and one benchmark's mini implementation.
+
+Each ``workflows/<benchmark>/model.py`` is a self-contained file (model, data generator, training
+step, evaluation) that exposes:
+
+- ``generate_data(out_dir: Path, params: dict, seed: int) -> None``: write the dataset, deterministic
+  in ``params`` and ``seed``; files only, any format.
+- ``Workload``: a class following the :class:`Workload` protocol below.
+
+The loop in :mod:`mlrepro.train` owns the MLPerf log, the clock, seeding and stopping.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:  # the pipeline's own processes must not pay for importing torch
+    import torch
+
+from mlrepro import PROJECT_ROOT
+
+Metric = float | dict[str, float]
+
+
+class Workload(Protocol):
+    # MLPerf hyperparameter keys and values logged once before run_start
+    # (global_batch_size, opt_name, opt_base_learning_rate, ...).
+    hyperparameters: dict[str, Any]
+    train_samples: int
+    eval_samples: int
+    # True when a larger metric is better (accuracy, AUC, Dice); False for WER.
+    higher_is_better: bool
+
+    def __init__(self, data_dir: Path, params: dict[str, Any], device: torch.device) -> None: ...
+
+    def initialized_tensors(self) -> list[str]:
+        """Names logged as ``weights_initialization`` events (the closed rules' lists where they exist)."""
+        ...
+
+    def train_epoch(self, epoch: int) -> None: ...
+
+    def evaluate(self, epoch: int) -> Metric:
+        """The quality metric on held-out data; a dict for multi-metric benchmarks (maskrcnn)."""
+        ...
+
+
+def workflow_dir(benchmark: str) -> Path:
+    return PROJECT_ROOT / "workflows" / benchmark
+
+
+def implemented_benchmarks() -> list[str]:
+    return sorted(p.parent.name for p in (PROJECT_ROOT / "workflows").glob("*/model.py"))
+
+
+def load_module(benchmark: str) -> ModuleType:
+    path = workflow_dir(benchmark) / "model.py"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no implementation of benchmark {benchmark!r}")
+    name = f"mlrepro_workflow_{benchmark}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def reached(value: Metric, target: Metric, higher_is_better: bool) -> bool:
+    if isinstance(value, dict):
+        assert isinstance(target, dict), "a dict metric needs a dict target"
+        return all(reached(value[k], t, higher_is_better) for k, t in target.items())
+    assert not isinstance(target, dict)
+    return value >= target if higher_is_better else value <= target

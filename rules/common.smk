@@ -1,0 +1,41 @@
+# Paths and helpers every stage shares.
+import json
+import shlex
+import sys
+from pathlib import Path
+
+from mlrepro import rulesets
+from mlrepro.config import config_hash, run_seed, submittable, system_name
+
+# The interpreter running snakemake runs every stage too (a venv need not be activated).
+PY = shlex.quote(sys.executable)
+OUT = Path(config["outdir"])
+INFO = OUT / "pipeline_info"
+REPORT = OUT / "report.html"
+SYSTEM = system_name(config["system"])
+SUBMITTABLE = submittable(BENCHMARKS)
+CONFIG_HASH = config_hash(config)
+
+
+def run_indices(benchmark):
+    return range(BENCHMARKS[benchmark].runs)
+
+
+def all_runs(pattern):
+    """``pattern`` formatted for every (benchmark, run) of the config, in seed-document order."""
+    return [str(pattern).format(benchmark=b, run=i) for b in ordered_benchmarks() for i in run_indices(b)]
+
+
+def ordered_benchmarks():
+    order = {b: i for i, b in enumerate(rulesets.SEED_ORDER)}
+    return sorted(BENCHMARKS, key=lambda b: order.get(b, len(order)))
+
+
+def submission_json():
+    return json.dumps({"org": config["org"], "platform": SYSTEM, "division": config["division"],
+                       "status": config["status"]})
+
+
+wildcard_constraints:
+    benchmark="|".join(BENCHMARKS) or "none",
+    run=r"\d+",

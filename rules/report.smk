@@ -1,0 +1,24 @@
+# Stage 7: one self-contained HTML report.
+rule report:
+    input:
+        scores=OUT / "scores.json",
+        package=OUT / "package_check.json",
+        environment=INFO / "environment.json",
+        runs=all_runs(OUT / "runs" / "{benchmark}" / "{run}" / "run.json"),
+        verdicts=all_runs(OUT / "compliance" / "{benchmark}" / "{run}.json"),
+        manifests=expand(OUT / "data" / "{benchmark}" / _data.MANIFEST, benchmark=ordered_benchmarks()),
+    output:
+        REPORT,
+    params:
+        config=json.dumps(config, sort_keys=True, default=str),
+        config_hash=CONFIG_HASH,
+        system=SYSTEM,
+        submittable_flag="" if SUBMITTABLE else "--not-submittable",
+        benchmarks=json.dumps({b: {"params": BENCHMARKS[b].params, "runs": BENCHMARKS[b].runs,
+                                   "required_runs": BENCHMARKS[b].required_runs} for b in ordered_benchmarks()}),
+    log:
+        INFO / "logs" / "report.log",
+    shell:
+        "{PY} -m mlrepro.report.submission --outdir {OUT:q} --system {params.system} "
+        "--config {params.config:q} --config-hash {params.config_hash} "
+        "--benchmarks {params.benchmarks:q} {params.submittable_flag} --out {output:q} 2> {log}"

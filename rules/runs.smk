@@ -1,0 +1,49 @@
+# Stage 3: N runs per benchmark, each its own job with its own seed, the telemetry sampler beside it.
+import shlex
+
+
+
+def image_record(wildcards):
+    """Container engines run the benchmark's built image; native runs need none."""
+    if config["engine"] == "native":
+        return []
+    return [OUT / "containers" / f"{BENCHMARKS[wildcards.benchmark].image}.json"]
+
+
+rule run:
+    input:
+        manifest=OUT / "data" / "{benchmark}" / _data.MANIFEST,
+        image=image_record,
+    output:
+        result=OUT / "runs" / "{benchmark}" / "{run}" / "result.txt",
+        summary=OUT / "runs" / "{benchmark}" / "{run}" / "run.json",
+    params:
+        data=lambda w: OUT / "data" / w.benchmark,
+        run_dir=lambda w: OUT / "runs" / w.benchmark / w.run,
+        spec=lambda w: json.dumps(BENCHMARKS[w.benchmark].params, sort_keys=True),
+        seed=lambda w: run_seed(config["seed"], w.benchmark, int(w.run)),
+        submission=submission_json(),
+        engine=config["engine"],
+        image_ref=lambda w, input: image_ref_option(input.image),
+        device=config["device"],
+        drop_caches="--drop-caches" if config["drop_caches"] else "",
+        hz=config["telemetry"]["hz"] if config["telemetry"]["enabled"] else 0,
+    threads: config["threads_per_run"]
+    log:
+        INFO / "logs" / "run_{benchmark}_{run}.log",
+    benchmark:
+        INFO / "benchmarks" / "run_{benchmark}_{run}.tsv"
+    shell:
+        "{PY} -m mlrepro.run_job --benchmark {wildcards.benchmark} --data-dir {params.data:q} "
+        "--params {params.spec:q} --seed {params.seed} --run-dir {params.run_dir:q} "
+        "--submission {params.submission:q} --engine {params.engine} {params.image_ref} "
+        "--device {params.device} --threads {threads} {params.drop_caches} "
+        "--telemetry-hz {params.hz} > {log} 2>&1"
+
+
+def image_ref_option(records):
+    if not records:
+        return ""
+    from mlrepro.containers import image_ref
+
+    return "--image-ref " + shlex.quote(image_ref(Path(records[0]), locked=config.get("images") == "locked"))

@@ -1,0 +1,13 @@
+# Stage 6: the olympic mean per benchmark, as MLPerf scores it.
+rule score:
+    input:
+        results=all_runs(OUT / "runs" / "{benchmark}" / "{run}" / "result.txt"),
+        verdicts=all_runs(OUT / "compliance" / "{benchmark}" / "{run}.json"),
+    output:
+        OUT / "scores.json",
+    params:
+        results=" ".join(all_runs("{benchmark}=" + str(OUT / "runs" / "{benchmark}" / "{run}" / "result.txt"))),
+    log:
+        INFO / "logs" / "score.log",
+    shell:
+        "{PY} -m mlrepro.score --results {params.results} --out {output:q} 2> {log}"
