@@ -112,7 +112,13 @@ def load(raw: Mapping[str, Any], source: str = "config") -> tuple[dict[str, Any]
     allowed = rulesets.allowed_benchmarks(ruleset, usage)
     benchmarks: dict[str, Benchmark] = {}
     problems = []
+    unknown = [name for name in config["only"] if name not in config["benchmarks"]]
+    if unknown:
+        raise ConfigError(f"invalid configuration ({source}):\n  only: {', '.join(unknown)} not among the "
+                          f"configured benchmarks ({', '.join(config['benchmarks'])})")
     for name, overrides in config["benchmarks"].items():
+        if config["only"] and name not in config["only"]:
+            continue
         key = f"benchmarks.{name}"
         if name not in implemented:
             problems.append(f"  {key}: no implementation of {name!r} (workflows/ has: {', '.join(implemented)})")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -58,7 +59,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.telemetry_hz > 0:
         from mlrepro.telemetry import start_sampler
 
-        sampler = start_sampler(run_dir / "telemetry", hz=args.telemetry_hz, watch_pid=None)
+        sampler = start_sampler(run_dir / "telemetry", hz=args.telemetry_hz, watch_pid=os.getpid())
     try:
         code = engine.run(
             train_argv,

@@ -14,7 +14,7 @@ from markupsafe import Markup
 from mlrepro import PROJECT_ROOT, data, rulesets
 from mlrepro.report import svg
 from mlrepro.report.render import render
-from mlrepro.report.telemetry import telemetry_chart
+from mlrepro.report.telemetry import telemetry_charts, warnings
 
 
 def git_commit() -> str:
@@ -74,7 +74,9 @@ def build_context(outdir: Path, system: str, config: dict[str, Any], config_hash
             run_dir = outdir / "runs" / name / str(i)
             run = json.loads((run_dir / "run.json").read_text())
             verdict = json.loads((outdir / "compliance" / name / f"{i}.json").read_text())
-            runs.append({**run, "index": i, "compliance": verdict, "telemetry_chart": telemetry_chart(run_dir, run)})
+            runs.append({**run, "index": i, "compliance": verdict, "telemetry_charts": telemetry_charts(run_dir, run),
+                         "telemetry_warnings": warnings(run.get("telemetry")),
+                         "energy_j": (run.get("telemetry") or {}).get("accelerator_energy_j")})
         score = scores[name]
         minutes = score["minutes"]
         status = "valid" if minutes is not None else f"invalid: {score['reason']}"
@@ -88,7 +90,14 @@ def build_context(outdir: Path, system: str, config: dict[str, Any], config_hash
             "runs": spec["runs"], "required_runs": spec["required_runs"],
         })
         manifest = outdir / "data" / name / data.MANIFEST
+        scored = [r["energy_j"] for r in runs if r["status"] == "success"]
+        warned: dict[str, list[int]] = {}
+        for r in runs:
+            for w in r["telemetry_warnings"]:
+                warned.setdefault(w, []).append(r["index"])
         sections.append({
+            "telemetry_warnings": warned,
+            "energy_per_run_j": sum(scored) / len(scored) if scored and None not in scored else None,
             "name": name, "title": rulesets.TITLES.get(name, name), "score": score, "runs": runs,
             "target": spec["params"]["target"], "params": spec["params"],
             "charts": convergence_charts(name, runs, spec["params"]["target"]),

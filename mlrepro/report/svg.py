@@ -35,13 +35,14 @@ def line_chart(
     y_label: str,
     hlines: Sequence[tuple[float, str]] = (),
     vlines: Sequence[tuple[float, str]] = (),
-    width: int = 520,
+    width: int = 640,
     height: int = 300,
     markers: bool = True,
 ) -> Markup:
     """A chart of ``series`` (label -> points) with optional horizontal/vertical reference lines."""
     points = [p for pts in series.values() for p in pts if p[1] is not None and math.isfinite(p[1])]
-    left, right, top, bottom = 56, 12, 26, 40
+    legend = 1 < len(series) <= 12
+    left, right, top, bottom = 56, 12 + (170 if legend else 0), 26, 40
     pw, ph = width - left - right, height - top - bottom
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
              f'viewBox="0 0 {width} {height}" role="img" aria-label="{escape(title)}">',
@@ -93,10 +94,10 @@ def line_chart(
         if markers and len(good) <= 60:
             parts.extend(f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="2.5" fill="{color}">'
                          f'<title>{escape(label)}: {_fmt(x)}, {_fmt(y)}</title></circle>' for x, y in good)
-    if 1 < len(series) <= 12:
+    if legend:
         for i, label in enumerate(series):
-            y = top + 12 + i * 13
-            parts.append(f'<rect x="{left + 6}" y="{y - 8}" width="10" height="3" fill="{PALETTE[i % len(PALETTE)]}"/>'
-                         f'<text x="{left + 20}" y="{y}" font-size="10">{escape(label)}</text>')
+            x, y = left + pw + 10, top + 8 + i * 14
+            parts.append(f'<rect x="{x}" y="{y - 5}" width="12" height="3" fill="{PALETTE[i % len(PALETTE)]}"/>'
+                         f'<text x="{x + 16}" y="{y}" font-size="10">{escape(label)}</text>')
     parts.append("</svg>")
     return Markup("".join(parts))

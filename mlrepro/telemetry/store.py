@@ -1,0 +1,144 @@
+"""The sampler's files, written so that a killed sampler never leaves one that looks complete.
+
+Samples go out every few seconds as small Parquet chunks under ``.samples.chunks/`` (each written
+under a temporary name and renamed); only a clean stop merges them into ``samples.parquet``. The
+sidecar says ``"status": "complete"`` only after that merge, so a sampler killed mid-run leaves
+chunks (still readable, marked partial) and a sidecar that says it was still running.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from mlrepro import atomic
+from mlrepro.telemetry.backend import GPU_FIELDS
+from mlrepro.telemetry.host import HOST_FIELDS
+
+SAMPLES = "samples.parquet"
+CHUNKS = ".samples.chunks"
+SIDECAR = "telemetry.json"
+EVENTS = "events.jsonl"
+SUMMARY = "summary.json"
+LOG = "sampler.log"
+
+HOST_DEVICE = "host"
+_FLOAT = {
+    "power_instant_mw", "power_average_mw", "util_gpu_pct", "util_mem_pct", "host_cpu_pct", "proc_cpu_pct"
+}
+SCHEMA = pa.schema(
+    [
+        pa.field("time_ms", pa.int64(), nullable=False),  # time.time_ns() // 1e6: mllog's clock
+        pa.field("tick", pa.int64(), nullable=False),  # deadline index; gaps are overruns
+        pa.field("device", pa.string(), nullable=False),  # "host" or a GPU UUID
+        *(pa.field(f, pa.float64() if f in _FLOAT else pa.int64()) for f in (*GPU_FIELDS, *HOST_FIELDS)),
+    ]
+)
+_INT_COLUMNS = [f.name for f in SCHEMA if f.type == pa.int64()]
+
+
+def _coerce(row: dict[str, Any]) -> dict[str, Any]:
+    # a replayed or odd driver value may be a float in an integer column
+    for k in _INT_COLUMNS:
+        v = row.get(k)
+        if v is not None and not isinstance(v, int):
+            row[k] = int(v)
+    return row
+
+
+class SampleStore:
+    def __init__(self, out_dir: Path, flush_every_s: float = 5.0) -> None:
+        self.out_dir = out_dir
+        self.chunk_dir = out_dir / CHUNKS
+        self.chunk_dir.mkdir(parents=True, exist_ok=True)
+        self.flush_every_s = flush_every_s
+        self.rows: list[dict[str, Any]] = []
+        self.chunks = 0
+        self.total_rows = 0
+        self._last_flush = time.monotonic()
+
+    def add(self, row: dict[str, Any]) -> None:
+        self.rows.append(_coerce(row))
+        if time.monotonic() - self._last_flush >= self.flush_every_s:
+            self.flush()
+
+    def flush(self) -> None:
+        self._last_flush = time.monotonic()
+        if not self.rows:
+            return
+        table = pa.Table.from_pylist(self.rows, schema=SCHEMA)
+        with atomic.atomic_path(self.chunk_dir / f"{self.chunks:06d}.parquet") as tmp:
+            pq.write_table(table, tmp)
+        self.chunks += 1
+        self.total_rows += len(self.rows)
+        self.rows = []
+
+    def finalize(self) -> int:
+        """Merge the chunks into samples.parquet; return the number of rows."""
+        self.flush()
+        table = read_chunks(self.chunk_dir)
+        with atomic.atomic_path(self.out_dir / SAMPLES) as tmp:
+            pq.write_table(table, tmp)
+        shutil.rmtree(self.chunk_dir, ignore_errors=True)
+        return table.num_rows
+
+
+def read_chunks(chunk_dir: Path) -> pa.Table:
+    files = sorted(chunk_dir.glob("*.parquet")) if chunk_dir.is_dir() else []
+    tables = [pq.read_table(f, schema=SCHEMA) for f in files]
+    return pa.concat_tables(tables) if tables else SCHEMA.empty_table()
+
+
+def read_samples(out_dir: Path) -> tuple[pa.Table, bool]:
+    """All samples and whether they come from a cleanly finished sampler."""
+    if (out_dir / SAMPLES).is_file():
+        return pq.read_table(out_dir / SAMPLES, schema=SCHEMA), True
+    return read_chunks(out_dir / CHUNKS), False
+
+
+class EventLog:
+    """Rare events (XID errors, lost GPUs, sampler errors) appended as JSON lines as they happen."""
+
+    def __init__(self, out_dir: Path) -> None:
+        self._lock = threading.Lock()
+        self._f = (out_dir / EVENTS).open("a", encoding="utf-8")
+
+    def add(self, **event: Any) -> None:
+        with self._lock:
+            self._f.write(json.dumps(event, sort_keys=True, default=str) + "\n")
+            self._f.flush()
+
+    def close(self) -> None:
+        with self._lock:
+            self._f.close()
+
+
+def read_events(out_dir: Path) -> list[dict[str, Any]]:
+    path = out_dir / EVENTS
+    if not path.is_file():
+        return []
+    events = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            events.append(json.loads(line))
+        except json.JSONDecodeError:  # the last line of a killed sampler may be cut short
+            continue
+    return events
+
+
+def read_sidecar(out_dir: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads((out_dir / SIDECAR).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def write_sidecar(out_dir: Path, sidecar: dict[str, Any]) -> None:
+    atomic.write_json(out_dir / SIDECAR, sidecar)

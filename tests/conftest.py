@@ -1,0 +1,72 @@
+"""Shared fixtures: the repository, a Snakemake runner and a writer of MLPerf logs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SNAKEMAKE = [sys.executable, "-m", "snakemake"]
+
+
+@pytest.fixture
+def repo() -> Path:
+    return REPO
+
+
+def snakemake(workdir: Path, *args: str, check: bool = True, timeout: int = 900) -> subprocess.CompletedProcess[str]:
+    """Run the repository's real Snakefile with ``workdir`` as its working directory."""
+    proc = subprocess.run(
+        [*SNAKEMAKE, "--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir), "--cores", "2", *args],
+        cwd=REPO, capture_output=True, text=True, timeout=timeout, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        check=False,
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(f"snakemake {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout[-4000:]}"
+                             f"\n{proc.stderr[-8000:]}")
+    return proc
+
+
+def write_mllog(path: Path, benchmark: str, run_start_ms: int, minutes: float, status: str = "success",
+                seed: int = 1, extra: list[dict[str, Any]] | None = None, division: str = "open") -> Path:
+    """A result file the open-division compliance checker accepts, with a chosen time to train."""
+    stop = run_start_ms + round(minutes * 60_000)
+    accuracy: Any = {"BBOX": 0.5, "SEGM": 0.4} if benchmark == "maskrcnn" else 0.5
+    events = [
+        ("POINT_IN_TIME", "cache_clear", True, {}, run_start_ms - 5000),
+        ("INTERVAL_START", "init_start", None, {}, run_start_ms - 4000),
+        ("POINT_IN_TIME", "submission_benchmark", benchmark, {}, run_start_ms - 3900),
+        ("POINT_IN_TIME", "submission_org", "testorg", {}, run_start_ms - 3900),
+        ("POINT_IN_TIME", "submission_platform", "testsystem", {}, run_start_ms - 3900),
+        ("POINT_IN_TIME", "submission_division", division, {}, run_start_ms - 3900),
+        ("POINT_IN_TIME", "submission_status", "research", {}, run_start_ms - 3900),
+        ("POINT_IN_TIME", "seed", seed, {}, run_start_ms - 3900),
+        ("POINT_IN_TIME", "train_samples", 100, {}, run_start_ms - 3000),
+        ("POINT_IN_TIME", "eval_samples", 10, {}, run_start_ms - 3000),
+        ("INTERVAL_END", "init_stop", None, {}, run_start_ms - 1),
+        ("INTERVAL_START", "run_start", None, {}, run_start_ms),
+        ("INTERVAL_START", "epoch_start", None, {"epoch_num": 1}, run_start_ms + 1),
+        ("INTERVAL_END", "epoch_stop", None, {"epoch_num": 1}, stop - 3),
+        ("INTERVAL_START", "eval_start", None, {"epoch_num": 1}, stop - 2),
+        ("POINT_IN_TIME", "eval_accuracy", accuracy, {"epoch_num": 1}, stop - 1),
+        ("INTERVAL_END", "eval_stop", None, {"epoch_num": 1}, stop - 1),
+        ("INTERVAL_END", "run_stop", None, {"status": status}, stop),
+    ]
+    lines = [{"namespace": "", "time_ms": t, "event_type": et, "key": k, "value": v,
+              "metadata": {"file": "test.py", "lineno": 1, **md}} for et, k, v, md, t in events]
+    lines.extend(extra or [])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(f":::MLLOG {json.dumps(line)}\n" for line in lines))
+    return path
+
+
+@pytest.fixture
+def mllog() -> Callable[..., Path]:
+    return write_mllog
