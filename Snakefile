@@ -28,6 +28,7 @@ else:
             REPORT,
 
 
+    include: "rules/containers.smk"
     include: "rules/environment.smk"
     include: "rules/data.smk"
     include: "rules/runs.smk"
@@ -35,4 +36,3 @@ else:
     include: "rules/package.smk"
     include: "rules/score.smk"
     include: "rules/report.smk"
-    include: "rules/containers.smk"

@@ -12,13 +12,42 @@ import os
 import sys
 from pathlib import Path
 
-from mlrepro import atomic
-from mlrepro.engines import Mount, get_engine
+from mlrepro import atomic, environment
+from mlrepro.engines import Engine, Mount, get_engine
 from mlrepro.logs import run_window
 
 
 class RunFailed(RuntimeError):
     pass
+
+
+def wants_gpus(device: str) -> bool:
+    """GPU device requests only for GPU jobs: "auto" asks for them only where NVML sees a GPU."""
+    if device == "cpu":
+        return False
+    return device.startswith("cuda") or bool(environment.gpus()["devices"])
+
+
+def _image_identity(record_path: Path, ref: str | None) -> dict[str, object]:
+    record = json.loads(record_path.read_text())
+    return {"name": record["image"], "ref": ref, "tag": record.get("tag"), "id": record.get("id"),
+            "repo_digests": record.get("repo_digests", []), "file": record.get("file")}
+
+
+def _run(engine: Engine, argv: list[str], image: str | None, args: argparse.Namespace, run_dir: Path,
+         log: Path) -> int:
+    try:
+        return engine.run(
+            argv,
+            image=image,
+            mounts=[Mount(args.data_dir.resolve(), read_only=True), Mount(run_dir, read_only=False)],
+            gpus=wants_gpus(args.device),
+            env={"OMP_NUM_THREADS": str(args.threads), "PYTHONHASHSEED": "0"},
+            log=log,
+        )
+    except Exception as e:  # the engine's own errors (API, missing image) as one clear message
+        raise RunFailed(f"{args.benchmark} run in {run_dir}: engine {args.engine} could not run it "
+                        f"(image {image}): {type(e).__name__}: {e}") from e
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -30,7 +59,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--run-dir", type=Path, required=True)
     p.add_argument("--submission", required=True)
     p.add_argument("--engine", default="native")
-    p.add_argument("--image-ref", default=None, help="the container image to run (container engines)")
+    p.add_argument("--engine-socket", default=None, help="Docker API URL (docker/podman engines)")
+    p.add_argument("--image-record", type=Path, default=None, help="the image's build record (container engines)")
+    p.add_argument("--locked", action="store_true", help="run the locked image id; refuse a mismatch")
     p.add_argument("--device", default="auto")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--drop-caches", action="store_true")
@@ -41,7 +72,12 @@ def main(argv: list[str] | None = None) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
     result, summary, log = run_dir / "result.txt", run_dir / "run.json", run_dir / "train.log"
     log.unlink(missing_ok=True)
-    engine = get_engine(args.engine)
+    engine = get_engine(args.engine, socket=args.engine_socket)
+    image = None
+    if args.image_record:
+        from mlrepro.containers.lock import image_ref  # the Docker SDK only where a container runs
+
+        image = image_ref(args.image_record, locked=args.locked)
     train_argv = [
         "python", "-m", "mlrepro.train",
         "--benchmark", args.benchmark,
@@ -61,14 +97,7 @@ def main(argv: list[str] | None = None) -> None:
 
         sampler = start_sampler(run_dir / "telemetry", hz=args.telemetry_hz, watch_pid=os.getpid())
     try:
-        code = engine.run(
-            train_argv,
-            image=args.image_ref,
-            mounts=[Mount(args.data_dir.resolve(), read_only=True), Mount(run_dir, read_only=False)],
-            gpus=args.device != "cpu",
-            env={"OMP_NUM_THREADS": str(args.threads), "PYTHONHASHSEED": "0"},
-            log=log,
-        )
+        code = _run(engine, train_argv, image, args, run_dir, log)
     finally:
         if sampler is not None:
             sampler.stop()
@@ -80,7 +109,8 @@ def main(argv: list[str] | None = None) -> None:
     (run_dir / ".run.json.part").unlink()
     start_ms, stop_ms = run_window(result)
     record["run_start_ms"], record["run_stop_ms"] = start_ms, stop_ms
-    record["engine"], record["image"] = args.engine, args.image_ref
+    record["engine"] = args.engine
+    record["image"] = _image_identity(args.image_record, image) if args.image_record else None
     if sampler is not None:
         from mlrepro.telemetry import summarize
 

@@ -6,6 +6,8 @@ rule report:
         environment=INFO / "environment.json",
         runs=all_runs(OUT / "runs" / "{benchmark}" / "{run}" / "run.json"),
         verdicts=all_runs(OUT / "compliance" / "{benchmark}" / "{run}.json"),
+        # the default DAG with a container engine locks the image ids it ran
+        lock=[] if config["engine"] == "native" or config["images"] == "locked" else [IMAGES_LOCK],
         manifests=expand(OUT / "data" / "{benchmark}" / _data.MANIFEST, benchmark=ordered_benchmarks()),
     output:
         REPORT,

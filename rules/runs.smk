@@ -1,5 +1,4 @@
 # Stage 3: N runs per benchmark, each its own job with its own seed, the telemetry sampler beside it.
-import shlex
 
 
 
@@ -24,7 +23,9 @@ rule run:
         seed=lambda w: run_seed(config["seed"], w.benchmark, int(w.run)),
         submission=submission_json(),
         engine=config["engine"],
-        image_ref=lambda w, input: image_ref_option(input.image),
+        image=lambda w, input: f"--image-record {shlex.quote(input.image[0])}" if input.image else "",
+        locked="--locked" if config["images"] == "locked" else "",
+        socket=f"--engine-socket {shlex.quote(config['engine_socket'])}" if config["engine_socket"] else "",
         device=config["device"],
         drop_caches="--drop-caches" if config["drop_caches"] else "",
         hz=config["telemetry"]["hz"] if config["telemetry"]["enabled"] else 0,
@@ -36,14 +37,6 @@ rule run:
     shell:
         "{PY} -m mlrepro.run_job --benchmark {wildcards.benchmark} --data-dir {params.data:q} "
         "--params {params.spec:q} --seed {params.seed} --run-dir {params.run_dir:q} "
-        "--submission {params.submission:q} --engine {params.engine} {params.image_ref} "
+        "--submission {params.submission:q} --engine {params.engine} {params.socket} {params.image} {params.locked} "
         "--device {params.device} --threads {threads} {params.drop_caches} "
         "--telemetry-hz {params.hz} > {log} 2>&1"
-
-
-def image_ref_option(records):
-    if not records:
-        return ""
-    from mlrepro.containers import image_ref
-
-    return "--image-ref " + shlex.quote(image_ref(Path(records[0]), locked=config.get("images") == "locked"))

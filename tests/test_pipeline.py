@@ -84,6 +84,8 @@ def test_corrupted_data_is_detected_and_rebuilt(submission: Path) -> None:
     assert "eval.npz" in out.stderr and "regenerating" in out.stderr
     assert data.verify(folder) == []
     assert victim.read_bytes() == original
+    # the rebuilt dataset is byte-identical, so no run is repeated
+    assert "Nothing to be done" in out.stdout + out.stderr
 
 
 def _two_benchmark_config(tmp_path: Path, **resnet: object) -> Path:

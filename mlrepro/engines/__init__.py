@@ -43,20 +43,25 @@ class Engine(Protocol):
         ...
 
 
-ENGINES: dict[str, Callable[[], Engine]] = {}
+# Factories take keyword options (socket=..., for the Docker API engines) and ignore those they do not use.
+ENGINES: dict[str, Callable[..., Engine]] = {}
 
 
-def register(name: str) -> Callable[[Callable[[], Engine]], Callable[[], Engine]]:
-    def deco(factory: Callable[[], Engine]) -> Callable[[], Engine]:
+def register(name: str) -> Callable[[Callable[..., Engine]], Callable[..., Engine]]:
+    def deco(factory: Callable[..., Engine]) -> Callable[..., Engine]:
         ENGINES[name] = factory
         return factory
 
     return deco
 
 
-def get_engine(name: str) -> Engine:
-    from mlrepro.engines import native  # noqa: F401  (registers itself)
+def get_engine(name: str, **options: Any) -> Engine:
+    """The engine ``name``; EngineUnavailable (one line: the tool and how to install it) when its tool is missing.
+
+    ``options``: ``socket`` (the Docker API URL of the docker/podman engines; None: their default).
+    """
+    from mlrepro.engines import apptainer, docker_api, enroot, native  # noqa: F401  (register themselves)
 
     if name not in ENGINES:
         raise EngineUnavailable(f"engine {name!r} is not available; known engines: {', '.join(sorted(ENGINES))}")
-    return ENGINES[name]()
+    return ENGINES[name](**options)

@@ -36,5 +36,5 @@ class NativeEngine:
 
 
 @register("native")
-def _factory() -> NativeEngine:
+def _factory(**_options: Any) -> NativeEngine:
     return NativeEngine()

@@ -1,0 +1,97 @@
+"""The docker and podman engines: one implementation over the Docker Engine API (the ``docker`` SDK).
+
+Podman's service answers the same API, so the engines differ only in their default socket and in
+how a GPU is requested: Docker takes a DeviceRequest (the NVIDIA container toolkit), Podman a CDI
+device name (``nvidia.com/gpu=all``, after ``nvidia-ctk cdi generate``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from mlrepro.engines import Mount, register
+
+DESCRIBE = ("import json, mlrepro.environment as e, platform; "
+            "print('MLREPRO_ENV ' + json.dumps({**e.python_environment(), 'os': platform.platform()}))")
+
+
+class DockerApiEngine:
+    def __init__(self, name: str, socket: str | None = None) -> None:
+        from mlrepro.containers.client import connect
+
+        self.name = name
+        self.socket = socket
+        self.client = connect(name, socket)  # fails here, in one line, when the engine is not there
+
+    def _gpu_options(self) -> dict[str, Any]:
+        import docker.types
+
+        if self.name == "podman":
+            return {"devices": ["nvidia.com/gpu=all"], "ipc_mode": "host"}
+        return {"device_requests": [docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])],
+                "ipc_mode": "host"}
+
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        image: str | None,
+        mounts: Sequence[Mount],
+        gpus: bool,
+        env: dict[str, str],
+        log: Path,
+    ) -> int:
+        """Run argv in a fresh container; its output goes to ``log`` as it comes, and is kept on failure."""
+        if not image:
+            raise ValueError(f"engine {self.name} needs an image")
+        volumes = {str(m.path): {"bind": str(m.path), "mode": "ro" if m.read_only else "rw"} for m in mounts}
+        for m in mounts:
+            if not m.read_only:
+                m.path.mkdir(parents=True, exist_ok=True)  # else the engine creates it, owned by root
+        options: dict[str, Any] = self._gpu_options() if gpus else {}
+        if os.getuid() != 0:
+            # Results on the host belong to whoever ran the pipeline, not to the container's root.
+            options["user"] = f"{os.getuid()}:{os.getgid()}"
+            env = {"HOME": "/tmp", **env}
+        container = self.client.containers.create(
+            image, list(argv), name=f"mlrepro-{uuid.uuid4().hex[:12]}", environment=env, volumes=volumes,
+            network_mode="none",  # a run computes on mounted data; it must not fetch anything
+            labels={"mlrepro": "run"}, **options)
+        log.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            container.start()
+            with log.open("ab") as out:
+                for chunk in container.logs(stream=True, follow=True, stdout=True, stderr=True):
+                    out.write(chunk)
+                    out.flush()
+            return int(container.wait().get("StatusCode", 1))
+        finally:
+            container.remove(force=True)
+
+    def describe(self, image: str | None) -> dict[str, Any]:
+        """The image's identity plus the Python environment and ``pip freeze`` seen inside it."""
+        from mlrepro.containers.build import inspect_image
+
+        if not image:
+            raise ValueError(f"engine {self.name} needs an image")
+        out = self.client.containers.run(image, ["python", "-c", DESCRIBE], network_mode="none", remove=True,
+                                         stdout=True, stderr=False)
+        line = next(x for x in out.decode().splitlines() if x.startswith("MLREPRO_ENV "))
+        version = self.client.version()
+        return {"engine": self.name, "engine_version": version.get("Version"),
+                "image": inspect_image(self.client, image), **json.loads(line.removeprefix("MLREPRO_ENV "))}
+
+
+@register("docker")
+def _docker(socket: str | None = None, **_: Any) -> DockerApiEngine:
+    return DockerApiEngine("docker", socket)
+
+
+@register("podman")
+def _podman(socket: str | None = None, **_: Any) -> DockerApiEngine:
+    return DockerApiEngine("podman", socket)

@@ -1,0 +1,75 @@
+"""The enroot engine: the Slurm/pyxis path, running the built image imported as a .sqsh file.
+
+``srun --container-image=<file>.sqsh`` (pyxis) runs the same file; this engine runs it directly
+with ``enroot create``/``start`` so a job needs no pyxis. GPUs are exposed by enroot's NVIDIA hook,
+which follows NVIDIA_VISIBLE_DEVICES: "void" keeps them out of CPU jobs.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from mlrepro.engines import Mount, register
+from mlrepro.engines._tools import require_tool
+from mlrepro.engines.docker_api import DESCRIBE
+
+INSTALL = "https://github.com/NVIDIA/enroot/blob/master/doc/installation.md (enroot and enroot+caps .deb packages)"
+
+
+class EnrootEngine:
+    name = "enroot"
+
+    def __init__(self, **_: Any) -> None:
+        self.tool = require_tool("enroot", INSTALL)
+
+    def _start(self, sqsh: str, argv: Sequence[str], mounts: Sequence[Mount], gpus: bool,
+               env: dict[str, str], out: Any) -> int:
+        name = f"mlrepro-{uuid.uuid4().hex[:12]}"
+        subprocess.run([self.tool, "create", "--name", name, sqsh], check=True, stdout=subprocess.DEVNULL)
+        try:
+            cmd = [self.tool, "start"]
+            for m in mounts:
+                cmd += ["--mount", f"{m.path}:{m.path}:none,bind,{'ro' if m.read_only else 'rw'}"]
+            for k, v in {"NVIDIA_VISIBLE_DEVICES": "all" if gpus else "void", **env}.items():
+                cmd += ["--env", f"{k}={v}"]
+            return subprocess.run([*cmd, name, *argv], stdout=out, stderr=subprocess.STDOUT,
+                                  check=False).returncode
+        finally:
+            subprocess.run([self.tool, "remove", "--force", name], check=False, stdout=subprocess.DEVNULL)
+
+    def run(self, argv: Sequence[str], *, image: str | None, mounts: Sequence[Mount], gpus: bool,
+            env: dict[str, str], log: Path) -> int:
+        if not image or not image.endswith(".sqsh"):
+            raise ValueError(f"enroot runs a .sqsh file, got {image!r}")
+        with log.open("ab") as out:
+            return self._start(image, argv, mounts, gpus, env, out)
+
+    def describe(self, image: str | None) -> dict[str, Any]:
+        import tempfile
+
+        from mlrepro.containers.context import sha256_file
+
+        assert image
+        with tempfile.TemporaryFile() as out:
+            self._start(image, ["python", "-c", DESCRIBE], [], False, {}, out)
+            out.seek(0)
+            line = next(x for x in out.read().decode().splitlines() if x.startswith("MLREPRO_ENV "))
+        version = subprocess.run([self.tool, "version"], capture_output=True, text=True, check=False).stdout
+        return {"engine": self.name, "engine_version": version.strip(),
+                "image": {"file": image, "sha256": f"sha256:{sha256_file(Path(image))}"},
+                **json.loads(line.removeprefix("MLREPRO_ENV "))}
+
+    def convert(self, builder: str, image_id: str, out: Path) -> None:
+        """A .sqsh from the image in the local Docker or Podman store (enroot reads both directly)."""
+        scheme = "podman" if builder == "podman" else "dockerd"
+        subprocess.run([self.tool, "import", "--output", str(out), f"{scheme}://{image_id}"], check=True)
+
+
+@register("enroot")
+def _factory(**options: Any) -> EnrootEngine:
+    return EnrootEngine(**options)
