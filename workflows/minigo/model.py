@@ -1,0 +1,512 @@
+"""Mini MiniGo: AlphaGo-Zero-style reinforcement learning of Go on a small board, trained to a win rate.
+
+MLPerf's MiniGo trains a residual policy/value network on 9x9 Go from nothing but the rules: each
+generation the current network plays games against itself, choosing every move by Monte-Carlo tree
+search (MCTS) guided by the network; the positions, the search's visit counts and the final results
+become the next training examples; the network trains on a sliding window of recent examples and
+the loop repeats until the network beats a fixed target model in at least half of its games.
+
+This mini workload keeps every one of those parts, scaled down so that a run takes seconds:
+
+- Go rules on a ``board_size`` board (5x5 by default): captures, suicide forbidden, simple ko,
+  passing (two passes end the game), a move cap, area (Tromp-Taylor) scoring with komi. Players
+  choose among the "sensible" moves: legal, not filling their own single-point eye, pass only when
+  nothing else is left (MiniGo similarly forbids play inside one's own pass-alive areas).
+- A small residual tower with a policy head (one logit per point plus pass) and a tanh value head,
+  as in AlphaGo Zero / MiniGo, with batch norm.
+- PUCT tree search with ``num_readouts`` simulations per move (the reused subtree's visits count),
+  Dirichlet noise at the root of self-play searches, MiniGo's "value init penalty" for unvisited
+  children and no virtual loss: the network evaluations are batched across the ``parallel_games``
+  games played at once instead.
+- Self-play with proportional move choice for the first ``softpick_moves`` moves, then the most
+  visited move; no resignation. Examples (position, visit distribution, result) go into a window of
+  the latest ``window_size`` examples; each generation trains ``steps_per_generation`` SGD steps on
+  batches drawn from the window, each batch under one random symmetry of the board.
+- Evaluation: the network plays ``eval_games`` games against a fixed opponent, half with each
+  colour, from fixed two-move openings. With ``eval_readouts: 0`` (the default) it plays its policy
+  network's most likely sensible move, without search; otherwise it searches. There is no target
+  model to download here, so the opponent is a seeded player that captures whenever it can and
+  otherwise plays a random sensible move. Its seeds and the openings are the "dataset" written by
+  ``generate_data``: fixed across runs. The metric, logged as ``eval_accuracy``, is the win rate.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+BLACK, WHITE, EMPTY = 1, -1, 0
+
+
+# ------------------------------------------------------------------------------------ the rules
+class Position(NamedTuple):
+    board: tuple[int, ...]  # size*size points, row-major: BLACK, WHITE or EMPTY
+    to_play: int = BLACK
+    ko: int = -1  # the point the player to move may not retake at, or -1
+    passes: int = 0  # consecutive passes just played
+    moves: int = 0  # moves played so far (passes included)
+
+
+class IllegalMove(ValueError):
+    pass
+
+
+class Go:
+    """The rules of Go on a ``size`` x ``size`` board. Moves are point indices; ``size*size`` is pass."""
+
+    def __init__(self, size: int, komi: float, max_moves: int) -> None:
+        self.size, self.komi, self.max_moves = size, komi, max_moves
+        self.points = size * size
+        self.pass_move = self.points
+        self.neighbours: list[tuple[int, ...]] = []
+        for p in range(self.points):
+            r, c = divmod(p, size)
+            adj = [(r - 1, c), (r + 1, c), (r, c - 1), (r, c + 1)]
+            self.neighbours.append(tuple(i * size + j for i, j in adj if 0 <= i < size and 0 <= j < size))
+
+    def initial(self) -> Position:
+        return Position((EMPTY,) * self.points)
+
+    def group(self, board: tuple[int, ...] | list[int], p: int) -> tuple[set[int], set[int]]:
+        """The stones of the group at ``p`` and their liberties (flood fill)."""
+        colour, stones, libs, todo = board[p], {p}, set(), [p]
+        while todo:
+            q = todo.pop()
+            for r in self.neighbours[q]:
+                if board[r] == EMPTY:
+                    libs.add(r)
+                elif board[r] == colour and r not in stones:
+                    stones.add(r)
+                    todo.append(r)
+        return stones, libs
+
+    def play(self, pos: Position, move: int) -> Position:
+        """The position after ``move``; raises IllegalMove for an occupied point, suicide or a ko retake."""
+        me = pos.to_play
+        if move == self.pass_move:
+            return Position(pos.board, -me, -1, pos.passes + 1, pos.moves + 1)
+        if pos.board[move] != EMPTY:
+            raise IllegalMove(f"point {move} is occupied")
+        if move == pos.ko:
+            raise IllegalMove(f"point {move} retakes a ko")
+        board = list(pos.board)
+        board[move] = me
+        captured: list[int] = []
+        for q in self.neighbours[move]:
+            if board[q] == -me:
+                stones, libs = self.group(board, q)
+                if not libs:
+                    captured.extend(stones)
+                    for s in stones:
+                        board[s] = EMPTY
+        stones, libs = self.group(board, move)
+        if not libs:
+            raise IllegalMove(f"point {move} is suicide")
+        # Simple ko: a single stone that captured a single stone and now has that point as its only
+        # liberty may be captured back at once, which would repeat the position; forbid that retake.
+        ko = captured[0] if len(captured) == 1 and len(stones) == 1 and libs == {captured[0]} else -1
+        return Position(tuple(board), -me, ko, 0, pos.moves + 1)
+
+    def liberties(self, board: tuple[int, ...]) -> dict[int, int]:
+        """For every stone, the number of liberties of its group."""
+        libs_of: dict[int, int] = {}
+        for p in range(self.points):
+            if board[p] != EMPTY and p not in libs_of:
+                stones, libs = self.group(board, p)
+                for s in stones:
+                    libs_of[s] = len(libs)
+        return libs_of
+
+    def legal_moves(self, pos: Position) -> np.ndarray:
+        """A boolean mask over the ``points + 1`` moves (pass is always legal)."""
+        board, me = pos.board, pos.to_play
+        libs_of = self.liberties(board)
+        legal = np.zeros(self.points + 1, dtype=bool)
+        legal[self.pass_move] = True
+        for p in range(self.points):
+            if board[p] != EMPTY or p == pos.ko:
+                continue
+            for q in self.neighbours[p]:
+                # Legal if the new stone touches a liberty, joins a group that keeps another one,
+                # or captures an opponent group in atari.
+                c = board[q]
+                if c == EMPTY or (c == me and libs_of[q] > 1) or (c == -me and libs_of[q] == 1):
+                    legal[p] = True
+                    break
+        return legal
+
+    def sensible_moves(self, pos: Position) -> np.ndarray:
+        """The legal moves less filling one's own eye (a point all of whose neighbours are own stones);
+        pass only when nothing else is left.
+
+        Every player here chooses among these, as Monte-Carlo Go programs' playouts do and as MiniGo
+        forbids play inside one's own pass-alive areas: without it, a tiny network learning from
+        scratch soon discovers that passing early or destroying its own eyes ends games at random.
+        """
+        moves = self.legal_moves(pos)
+        for p in range(self.points):
+            if moves[p] and all(pos.board[q] == pos.to_play for q in self.neighbours[p]):
+                moves[p] = False
+        moves[self.pass_move] = not moves[: self.points].any()
+        return moves
+
+    def capturing_moves(self, pos: Position) -> list[int]:
+        """The points where the player to move captures: next to an opponent group with one liberty."""
+        board, me = pos.board, pos.to_play
+        libs_of = self.liberties(board)
+        return [p for p in range(self.points) if board[p] == EMPTY and p != pos.ko
+                and any(board[q] == -me and libs_of[q] == 1 for q in self.neighbours[p])]
+
+    def is_over(self, pos: Position) -> bool:
+        return pos.passes >= 2 or pos.moves >= self.max_moves
+
+    def score(self, pos: Position) -> float:
+        """Area score, black minus white minus komi: stones plus empty regions that touch one colour."""
+        board = pos.board
+        total = float(sum(board))
+        seen: set[int] = set()
+        for p in range(self.points):
+            if board[p] != EMPTY or p in seen:
+                continue
+            region, borders, todo = {p}, set(), [p]
+            while todo:
+                q = todo.pop()
+                for r in self.neighbours[q]:
+                    if board[r] == EMPTY and r not in region:
+                        region.add(r)
+                        todo.append(r)
+                    elif board[r] != EMPTY:
+                        borders.add(board[r])
+            seen |= region
+            if len(borders) == 1:
+                total += borders.pop() * len(region)
+        return total - self.komi
+
+    def winner(self, pos: Position) -> int:
+        return BLACK if self.score(pos) > 0 else WHITE
+
+    def features(self, pos: Position) -> np.ndarray:
+        """Input planes for the player to move: own stones, the opponent's, ones if black is to play."""
+        b = np.asarray(pos.board, dtype=np.int8).reshape(self.size, self.size)
+        planes = np.empty((3, self.size, self.size), dtype=np.float32)
+        planes[0] = b == pos.to_play
+        planes[1] = b == -pos.to_play
+        planes[2] = pos.to_play == BLACK
+        return planes
+
+
+def opponent_move(go: Go, pos: Position, rng: np.random.Generator, greedy: bool) -> int:
+    """The evaluation opponent: a uniformly random sensible move; a ``greedy`` one captures when it can."""
+    moves = go.sensible_moves(pos)
+    choices = [p for p in range(go.points + 1) if moves[p]]
+    if greedy:
+        choices = [p for p in go.capturing_moves(pos) if moves[p]] or choices
+    return int(choices[rng.integers(len(choices))])
+
+
+# ---------------------------------------------------------------------------------------- data
+def generate_data(out_dir: Path, params: dict[str, Any], seed: int) -> None:
+    """MiniGo has no dataset; write the fixed evaluation setup: openings, colours and opponent seeds."""
+    d = params["data"]
+    go = Go(d["board_size"], d["komi"], d["max_moves"])
+    rng = np.random.default_rng(seed)
+    games = []
+    for i in range(d["eval_games"]):
+        pos, opening = go.initial(), []
+        for _ in range(d["opening_moves"]):
+            move = opponent_move(go, pos, rng, greedy=False)
+            opening.append(move)
+            pos = go.play(pos, move)
+        games.append({
+            "network_colour": BLACK if i % 2 == 0 else WHITE,
+            "opening": opening,
+            "opponent_seed": int(rng.integers(2**31)),
+        })
+    setup = {k: d[k] for k in ("board_size", "komi", "max_moves")} | {"games": games}
+    (out_dir / "eval_games.json").write_text(json.dumps(setup, indent=1) + "\n")
+
+
+# --------------------------------------------------------------------------------------- model
+class ResidualBlock(nn.Module):
+    def __init__(self, ch: int) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(ch, ch, 3, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(ch)
+        self.conv2 = nn.Conv2d(ch, ch, 3, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(ch)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = F.relu(self.bn1(self.conv1(x)))
+        return F.relu(x + self.bn2(self.conv2(out)))
+
+
+class PolicyValueNet(nn.Module):
+    """AlphaGo Zero's network in miniature: a residual tower, a policy head and a value head."""
+
+    def __init__(self, size: int, channels: int, blocks: int, value_width: int) -> None:
+        super().__init__()
+        points = size * size
+        self.stem = nn.Sequential(nn.Conv2d(3, channels, 3, padding=1, bias=False),
+                                  nn.BatchNorm2d(channels), nn.ReLU())
+        self.tower = nn.Sequential(*[ResidualBlock(channels) for _ in range(blocks)])
+        self.policy_conv = nn.Sequential(nn.Conv2d(channels, 2, 1, bias=False), nn.BatchNorm2d(2), nn.ReLU())
+        self.policy_fc = nn.Linear(2 * points, points + 1)
+        self.value_conv = nn.Sequential(nn.Conv2d(channels, 1, 1, bias=False), nn.BatchNorm2d(1), nn.ReLU())
+        self.value_fc = nn.Sequential(nn.Linear(points, value_width), nn.ReLU(), nn.Linear(value_width, 1))
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Policy logits over points + pass, and the value in [-1, 1] for the player to move."""
+        x = self.tower(self.stem(x))
+        policy = self.policy_fc(self.policy_conv(x).flatten(1))
+        value = torch.tanh(self.value_fc(self.value_conv(x).flatten(1))).squeeze(1)
+        return policy, value
+
+
+# ---------------------------------------------------------------------------------------- search
+class Node:
+    """One position in the search tree, with per-move statistics for the player to move there."""
+
+    __slots__ = ("children", "legal", "n", "n_total", "pos", "prior", "terminal", "value", "w")
+
+    def __init__(self, go: Go, pos: Position) -> None:
+        self.pos = pos
+        self.children: dict[int, Node] = {}
+        self.terminal = go.is_over(pos)
+        self.value = 0.0  # the network's (or the final score's) value for the player to move
+        if self.terminal:
+            self.value = 1.0 if go.winner(pos) == pos.to_play else -1.0
+        self.prior: np.ndarray | None = None  # set by expand()
+        self.n_total = 0
+
+    def expand(self, go: Go, logits: np.ndarray, value: float) -> None:
+        self.legal = go.sensible_moves(self.pos)
+        p = np.where(self.legal, np.exp(logits - logits[self.legal].max()), 0.0)
+        self.prior = p / p.sum()
+        self.n = np.zeros(go.points + 1)  # visits per move
+        self.w = np.zeros(go.points + 1)  # summed values per move, for the player to move here
+        self.value = value
+
+    def select(self, c_puct: float, value_init_penalty: float) -> int:
+        """PUCT: argmax of Q + c * P * sqrt(N) / (1 + n); unvisited moves start at Q = V - penalty."""
+        q = np.where(self.n > 0, self.w / np.maximum(self.n, 1), self.value - value_init_penalty)
+        u = c_puct * self.prior * math.sqrt(max(1, self.n_total)) / (1 + self.n)
+        return int(np.argmax(np.where(self.legal, q + u, -np.inf)))
+
+    def child(self, go: Go, move: int) -> Node:
+        """The node after ``move``: the search's subtree when it has one, so that it is reused."""
+        return self.children.get(move) or Node(go, go.play(self.pos, move))
+
+
+class Searcher:
+    """Batched MCTS: searches from many roots at once, evaluating one leaf of each in one network call."""
+
+    def __init__(self, go: Go, net: PolicyValueNet, device: torch.device, p: dict[str, Any]) -> None:
+        self.go, self.net, self.device = go, net, device
+        self.c_puct = p["c_puct"]
+        self.value_init_penalty = p["value_init_penalty"]
+        self.dirichlet_alpha = p["dirichlet_alpha"]
+        self.noise_mix = p["noise_mix"]
+
+    @torch.no_grad()
+    def evaluate(self, nodes: list[Node]) -> None:
+        if not nodes:
+            return
+        x = torch.from_numpy(np.stack([self.go.features(n.pos) for n in nodes])).to(self.device)
+        logits, values = self.net(x)
+        logits_np, values_np = logits.double().cpu().numpy(), values.double().cpu().numpy()
+        for node, lg, v in zip(nodes, logits_np, values_np, strict=True):
+            node.expand(self.go, lg, float(v))
+
+    def search(self, roots: list[Node], readouts: int, rng: np.random.Generator | None) -> None:
+        """Simulate from each (non-terminal) root until it has ``readouts`` visits, reused ones included.
+
+        With ``rng``, Dirichlet noise is mixed into the roots' priors (self-play's exploration).
+        """
+        self.net.eval()
+        self.evaluate([r for r in roots if r.prior is None])
+        if rng is not None:
+            for root in roots:
+                assert root.prior is not None
+                noise = rng.dirichlet([self.dirichlet_alpha] * int(root.legal.sum()))
+                mixed = (1 - self.noise_mix) * root.prior[root.legal] + self.noise_mix * noise
+                root.prior[root.legal] = mixed
+        while todo := [r for r in roots if r.n_total < readouts]:
+            paths: list[list[tuple[Node, int]]] = []
+            leaves: list[Node] = []
+            for root in todo:
+                node, path = root, []
+                while True:  # descend until a new node or the end of the game
+                    move = node.select(self.c_puct, self.value_init_penalty)
+                    path.append((node, move))
+                    child = node.children.get(move)
+                    if child is None:
+                        child = node.children[move] = Node(self.go, self.go.play(node.pos, move))
+                        if not child.terminal:
+                            leaves.append(child)
+                        break
+                    if child.terminal:
+                        break
+                    node = child
+                path.append((child, -1))
+                paths.append(path)
+            self.evaluate(leaves)
+            for path in paths:  # back up the leaf's value, flipping sides at every ply
+                value = path[-1][0].value
+                for node, move in reversed(path[:-1]):
+                    value = -value
+                    node.n[move] += 1
+                    node.w[move] += value
+                    node.n_total += 1
+
+
+# -------------------------------------------------------------------------------- the workload
+SYMMETRIES = [(k, flip) for k in range(4) for flip in (False, True)]
+
+
+def apply_symmetry(x: torch.Tensor, pi: torch.Tensor, size: int, sym: tuple[int, bool]):
+    """Rotate/flip board planes (B, C, size, size) and board policies (B, size*size + 1) alike."""
+    k, flip = sym
+    board_pi = pi[:, :-1].reshape(-1, 1, size, size)
+    if flip:
+        x, board_pi = x.flip(-1), board_pi.flip(-1)
+    x, board_pi = torch.rot90(x, k, (-2, -1)), torch.rot90(board_pi, k, (-2, -1))
+    return x, torch.cat([board_pi.flatten(1), pi[:, -1:]], 1)
+
+
+class Workload:
+    higher_is_better = True
+
+    def __init__(self, data_dir: Path, params: dict[str, Any], device: torch.device) -> None:
+        self.device = device
+        self.p = params
+        setup = json.loads((data_dir / "eval_games.json").read_text())
+        self.go = Go(setup["board_size"], setup["komi"], setup["max_moves"])
+        self.eval_games: list[dict[str, Any]] = setup["games"]
+        self.net = PolicyValueNet(self.go.size, params["channels"], params["blocks"],
+                                  params["value_width"]).to(device)
+        self.searcher = Searcher(self.go, self.net, device, params)
+        self.batch = params["batch_size"]
+        self.opt = torch.optim.SGD(self.net.parameters(), lr=params["lr_rates"][0],
+                                   momentum=params["momentum"], weight_decay=params["weight_decay"])
+        self.steps = 0
+        # The replay window: the latest ``window_size`` (features, visit distribution, result) examples.
+        self.window: list[tuple[np.ndarray, np.ndarray, float]] = []
+        games = params["parallel_games"]
+        self.hyperparameters = {
+            "global_batch_size": self.batch,
+            "train_batch_size": self.batch,
+            "opt_name": "sgd",
+            "opt_base_learning_rate": params["lr_rates"][0],
+            "lr_rates": params["lr_rates"],
+            "lr_boundaries": params["lr_boundaries"],
+            "opt_weight_decay": params["weight_decay"],
+            "sgd_opt_momentum": params["momentum"],
+            "num_readouts": params["num_readouts"],
+            "value_init_penalty": params["value_init_penalty"],
+            "dirichlet_alpha": params["dirichlet_alpha"],
+            "noise_mix": params["noise_mix"],
+            "holdout_pct": 0.0,  # every self-play example is used for training
+            "disable_resign_pct": 1.0,  # no game ever resigns...
+            "min_resign_threshold": -1.0,  # ...as no value is below -1
+            "max_resign_threshold": -1.0,
+            "parallel_games": games,
+            "virtual_losses": 1,  # one leaf per search per batch: batching is across games
+            "min_selfplay_games_per_generation": games,
+            "actual_selfplay_games_per_generation": games,
+            "window_size": params["window_size"],
+            "board_size": self.go.size,
+            "komi": self.go.komi,
+        }
+        self.train_samples = params["steps_per_generation"] * self.batch  # examples trained per generation
+        self.eval_samples = len(self.eval_games)  # games played per evaluation
+
+    def initialized_tensors(self) -> list[str]:
+        return [name for name, _ in self.net.named_parameters()]
+
+    def _rng(self, epoch: int, stream: int) -> np.random.Generator:
+        return np.random.default_rng([torch.initial_seed() % 2**32, epoch, stream])
+
+    # -- self-play: one generation of games, every move chosen by tree search -------------------
+    def self_play(self, epoch: int) -> list[tuple[np.ndarray, np.ndarray, float]]:
+        go, rng = self.go, self._rng(epoch, 0)
+        nodes = [Node(go, go.initial()) for _ in range(self.p["parallel_games"])]
+        history: list[list[tuple[np.ndarray, np.ndarray, int]]] = [[] for _ in nodes]
+        active = list(range(len(nodes)))
+        while active:
+            self.searcher.search([nodes[g] for g in active], self.p["num_readouts"], rng)
+            for g in active:
+                root = nodes[g]
+                pi = root.n / root.n_total
+                history[g].append((go.features(root.pos), pi.astype(np.float32), root.pos.to_play))
+                if root.pos.moves < self.p["softpick_moves"]:
+                    move = int(rng.choice(len(pi), p=pi))
+                else:
+                    move = int(np.argmax(root.n))
+                nodes[g] = root.child(go, move)
+            active = [g for g in active if not nodes[g].terminal]
+        examples = []
+        for node, game in zip(nodes, history, strict=True):
+            winner = go.winner(node.pos)
+            examples += [(x, pi, 1.0 if colour == winner else -1.0) for x, pi, colour in game]
+        return examples
+
+    def lr(self) -> float:
+        return self.p["lr_rates"][sum(self.steps >= b for b in self.p["lr_boundaries"])]
+
+    def train_epoch(self, epoch: int) -> None:
+        self.window = (self.window + self.self_play(epoch))[-self.p["window_size"]:]
+        x_all = torch.from_numpy(np.stack([e[0] for e in self.window])).to(self.device)
+        pi_all = torch.from_numpy(np.stack([e[1] for e in self.window])).to(self.device)
+        z_all = torch.tensor([e[2] for e in self.window], dtype=torch.float32, device=self.device)
+        gen = torch.Generator().manual_seed(torch.initial_seed() * 1000 + epoch)
+        self.net.train()
+        for _ in range(self.p["steps_per_generation"]):
+            idx = torch.randint(len(self.window), (self.batch,), generator=gen).to(self.device)
+            sym = SYMMETRIES[int(torch.randint(len(SYMMETRIES), (1,), generator=gen))]
+            x, pi = apply_symmetry(x_all[idx], pi_all[idx], self.go.size, sym)
+            logits, value = self.net(x)
+            loss = -(pi * F.log_softmax(logits, 1)).sum(1).mean() + F.mse_loss(value, z_all[idx])
+            for group in self.opt.param_groups:
+                group["lr"] = self.lr()
+            self.opt.zero_grad(set_to_none=True)
+            loss.backward()
+            self.opt.step()
+            self.steps += 1
+
+    # -- evaluation: the network, searching, against the fixed opponent --------------------------
+    def evaluate(self, epoch: int) -> float:
+        go = self.go
+        nodes, colours, rngs = [], [], []
+        for game in self.eval_games:
+            pos = go.initial()
+            for move in game["opening"]:
+                pos = go.play(pos, move)
+            nodes.append(Node(go, pos))
+            colours.append(game["network_colour"])
+            rngs.append(np.random.default_rng(game["opponent_seed"]))
+        active = list(range(len(nodes)))
+        while active:
+            ours = [g for g in active if nodes[g].pos.to_play == colours[g]]
+            readouts = self.p["eval_readouts"]
+            if readouts > 0:
+                self.searcher.search([nodes[g] for g in ours], readouts, None)
+            else:  # the policy network alone: its most likely sensible move
+                self.net.eval()
+                self.searcher.evaluate([nodes[g] for g in ours if nodes[g].prior is None])
+            for g in active:
+                node = nodes[g]
+                if g in ours:
+                    move = int(np.argmax(node.n if readouts > 0 else node.prior))
+                else:
+                    move = opponent_move(go, node.pos, rngs[g], self.p["greedy_opponent"])
+                nodes[g] = node.child(go, move)
+            active = [g for g in active if not nodes[g].terminal]
+        wins = sum(go.winner(node.pos) == c for node, c in zip(nodes, colours, strict=True))
+        return wins / len(nodes)
