@@ -101,9 +101,9 @@ def test_changed_hyperparameter_reruns_only_its_benchmark(tmp_path: Path) -> Non
     assert "Not submittable" in html
     dry = snakemake(tmp_path, "--configfile", str(_two_benchmark_config(tmp_path, lr=0.05)), "--dry-run")
     text = dry.stdout + dry.stderr
-    assert "results/runs/resnet/0/result.txt" in text
-    assert "results/runs/dlrm/" not in text
-    assert "rule data" not in text and "rule environment" not in text
+    assert "output: results/runs/resnet/0/result.txt" in text
+    assert "output: results/runs/dlrm/" not in text and "output: results/compliance/dlrm/" not in text
+    assert "rule data:" not in text and "rule environment:" not in text
 
 
 def test_invalid_config_is_rejected_before_any_job(tmp_path: Path) -> None:
