@@ -19,6 +19,12 @@ if config.get("audit"):
 
     include: "rules/audit.smk"
 
+    # An included file cannot set the default target: name it here.
+    rule audit:
+        default_target: True
+        input:
+            rules.audit_all.input,
+
 else:
 
     include: "rules/common.smk"

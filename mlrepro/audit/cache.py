@@ -1,0 +1,32 @@
+"""Verdicts cached by file content: a re-run re-checks only the files whose bytes changed."""
+
+from __future__ import annotations
+
+import json
+from importlib.metadata import version
+from pathlib import Path
+
+from mlrepro import atomic
+from mlrepro.audit.runfile import FileCheck
+
+# Bump when FileCheck's content or the way it is computed changes: old entries then miss.
+SCHEMA = 1
+
+
+class Cache:
+    """One JSON file per (content hash, usage, ruleset, mlperf_logging version, schema)."""
+
+    def __init__(self, root: Path, usage: str, ruleset: str) -> None:
+        self.root = root / f"{usage}_{ruleset}" / f"mlperf_logging-{version('mlperf-logging')}-s{SCHEMA}"
+
+    def _path(self, sha256: str) -> Path:
+        return self.root / sha256[:2] / f"{sha256}.json"
+
+    def get(self, sha256: str) -> FileCheck | None:
+        try:
+            return FileCheck.from_dict(json.loads(self._path(sha256).read_text(encoding="utf-8")))
+        except (OSError, ValueError, TypeError):  # absent or unreadable: check the file again
+            return None
+
+    def put(self, rec: FileCheck) -> None:
+        atomic.write_text(self._path(rec.sha256), json.dumps(rec.to_dict()))

@@ -1,0 +1,124 @@
+"""The official compliance engine of ``mlperf_logging``, run on a file parsed once, made faster.
+
+Verdicts and messages must equal ``python -m mlperf_logging.compliance_checker``. The engine's
+rules, checker class and per-line parser are the official ones; three costs of the official run
+are removed without changing its results:
+
+* the rule YAML files are parsed once per process instead of once per config per log file
+  (``yaml.load`` in pure Python is most of the official checker's time);
+* the CHECK/PRE/POST snippets are compiled once instead of at every ``eval``/``exec``;
+* a log is split into ``:::MLLOG`` lines with ``str.rsplit`` instead of ``re.sub(".*TOKEN")``,
+  whose backtracking is quadratic in the line length. For lines read in text mode (no ``\\n``
+  inside a line) both keep exactly the text after the last token.
+
+The first two are installed into the engine module by :func:`install_fast_paths`, only in the
+audit's worker processes, so a process comparing against the untouched official tools (the tests)
+never runs the patched engine by accident.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import io
+from types import ModuleType
+from typing import Any
+
+import yaml
+from mlperf_logging.compliance_checker import mlp_compliance, mlp_parser
+
+# A parse failure: (stripped line, error text), as mlp_parser returns it.
+ParseError = tuple[str, str]
+
+
+@functools.cache
+def parser_module(ruleset: str) -> ModuleType:
+    """The per-ruleset parser module that ``mlp_parser.parse_file`` dispatches to."""
+    try:
+        return importlib.import_module(f"{mlp_parser.__name__}.ruleset_{ruleset.replace('.', '')}")
+    except ModuleNotFoundError:
+        raise ValueError(f"mlperf_logging has no log parser for ruleset {ruleset!r}") from None
+
+
+def log_lines(data: bytes, ruleset: str) -> list[str]:
+    """The ``:::MLLOG`` lines of a log as the official parser sees them (stripped, token first).
+
+    Decoding is latin-1 and newlines universal, as ``open(filename, encoding='latin-1')`` does.
+    """
+    token: str = parser_module(ruleset).TOKEN
+    text = io.TextIOWrapper(io.BytesIO(data), encoding="latin-1")
+    return [(token + line.rsplit(token, 1)[1]).strip() for line in text if token in line]
+
+
+def parse(lines: list[str], ruleset: str) -> tuple[list[Any], list[ParseError]]:
+    """``parse_generator`` of the ruleset over already stripped lines: (LogLines, failures).
+
+    Like the official parser, only ValueError marks a bad line; anything else (a JSON object
+    without "key", a JSON list) propagates, as it crashes the official checker.
+    """
+    module = parser_module(ruleset)
+    loglines: list[Any] = []
+    failed: list[ParseError] = []
+    for lineno, line in enumerate(lines):
+        try:
+            loglines.append(module.string_to_logline(lineno, line))
+        except ValueError as e:
+            failed.append((line, str(e)))
+    return loglines, failed
+
+
+def config_file(usage: str, ruleset: str) -> str:
+    return f"{usage}_{ruleset}/common.yaml"
+
+
+def run_checker(checker: mlp_compliance.ComplianceChecker, loglines: list[Any], failed: list[ParseError],
+                usage: str, ruleset: str) -> bool:
+    """``ComplianceChecker.check_file`` on parsed lines (without its logging): True when valid."""
+    # A checker that raised mid-way leaves configs queued in this module-level list; the next
+    # file would be checked against them. One process per file (the official CLI) never sees it.
+    mlp_compliance.enqueued_configs.clear()
+    if failed:
+        checker.put_message("Log lines had parsing errors.")
+    checker.check_loglines(loglines, config_file(usage, ruleset))
+    return not checker.has_messages()
+
+
+def messages(checker: mlp_compliance.ComplianceChecker) -> list[str]:
+    """The messages the official checker logs, in its order."""
+    return [*checker.warnings.values(), *checker.overwritable.values(), *checker.not_overwritable]
+
+
+class _CachedYaml:
+    """Stands in for the ``yaml`` module inside mlp_compliance: each rule file is parsed once."""
+
+    BaseLoader = yaml.BaseLoader
+
+    def __init__(self) -> None:
+        self._docs: dict[tuple[str, Any], Any] = {}
+
+    def load(self, stream: Any, Loader: Any) -> Any:
+        key = (stream.name, Loader)
+        if key not in self._docs:
+            self._docs[key] = yaml.load(stream, Loader=Loader)
+        return self._docs[key]
+
+
+@functools.lru_cache(maxsize=4096)
+def _compiled(source: str, mode: str) -> Any:
+    # dont_inherit: the snippet must not pick up this module's __future__ flags.
+    return compile(source, "<string>", mode, dont_inherit=True)
+
+
+def _eval(source: Any, globals_: Any = None, locals_: Any = None) -> Any:
+    return eval(_compiled(source, "eval") if isinstance(source, str) else source, globals_, locals_)
+
+
+def _exec(source: Any, globals_: Any = None, locals_: Any = None) -> None:
+    exec(_compiled(source, "exec") if isinstance(source, str) else source, globals_, locals_)
+
+
+def install_fast_paths() -> None:
+    """Cache rule files and compiled snippets in this process's mlp_compliance (workers only)."""
+    mlp_compliance.yaml = _CachedYaml()  # type: ignore[attr-defined]
+    mlp_compliance.eval = _eval  # type: ignore[attr-defined]
+    mlp_compliance.exec = _exec  # type: ignore[attr-defined]

@@ -1,0 +1,83 @@
+"""The audit's steps as the rules call them: check the files, then summarize the package."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from mlrepro import atomic
+from mlrepro.audit import discover, package, scoring, summary
+from mlrepro.audit.cache import Cache
+from mlrepro.audit.check import check_files
+from mlrepro.audit.runfile import FileCheck
+
+
+def check(root: Path, out: Path, cache_dir: Path, usage: str, ruleset: str, jobs: int) -> dict[str, Any]:
+    """Audit every result file under ``root``; write ``out`` (path -> record, plus what was re-checked)."""
+    files = discover.result_files(discover.find_orgs(root))
+    run = check_files(files, Cache(cache_dir, usage, ruleset), usage, ruleset, jobs)
+    doc = {"usage": usage, "ruleset": ruleset, "root": str(root), "checked": sorted(run.checked),
+           "unreadable": run.unreadable, "files": {p: run.records[p].to_dict() for p in files if p in run.records}}
+    atomic.write_json(out, doc)
+    return doc
+
+
+def _file_entry(path: Path, rec: FileCheck | None, unreadable: str) -> dict[str, Any]:
+    if rec is None:
+        return {"name": path.name, "path": str(path), "valid": False, "crash": "", "minutes": None, "scored": False,
+                "status": "", "epochs": None, "bs": None, "messages": [], "notes": [f"cannot be read: {unreadable}"]}
+    return {"name": path.name, "path": str(path), "valid": rec.valid, "crash": rec.crash, "minutes": rec.minutes,
+            "scored": rec.scored_minutes is not None, "status": rec.status,
+            "epochs": None if rec.rcp_not_converged else rec.rcp_epochs, "bs": rec.rcp_bs,
+            "messages": rec.messages, "notes": rec.notes}
+
+
+def summarize(root: Path, checks: dict[str, Any], usage: str, ruleset: str) -> dict[str, Any]:
+    """Package verdicts, scores and the summary rows of every organisation under ``root``."""
+    records = {p: FileCheck.from_dict(d) for p, d in checks["files"].items()}
+    orgs_out = []
+    rows = []
+    for org in discover.find_orgs(root):
+        try:
+            verdict = package.check_package(org, records, usage, ruleset)
+        except Exception as e:  # a case no check foresaw: one organisation's verdict, not the audit's end
+            verdict = package.PackageVerdict()
+            verdict.error(f"The package check failed on unexpected input: {type(e).__name__}: {e}")
+        org_out: dict[str, Any] = {"name": org.name, "package": asdict(verdict), "systems": []}
+        for system in org.systems:
+            desc = scoring.load_system_desc(org, system)
+            division = (desc.desc or {}).get("division", "")
+            benchmarks = []
+            for bdir in system.benchmarks:
+                try:
+                    score = scoring.score_benchmark(bdir, records, division, usage, ruleset)
+                except Exception as e:  # as above, for one benchmark folder
+                    score = scoring.BenchmarkScore(scoring.benchmark_alias(bdir.name), bdir.name, False, None,
+                                                   len(bdir.result_files), 0,
+                                                   f"scoring failed: {type(e).__name__}: {e}",
+                                                   1.0, None)
+                b = asdict(score)
+                b["rcp"] = None if score.rcp is None else {**asdict(score.rcp), "label": score.rcp.summary_label}
+                b["files"] = [_file_entry(f, records.get(str(f)), checks["unreadable"].get(str(f), ""))
+                              for f in bdir.result_files]
+                benchmarks.append(b)
+            sys_out = {"folder": system.name, "desc": desc.desc, "specs": desc.specs, "desc_problem": desc.problem,
+                       "benchmarks": benchmarks}
+            org_out["systems"].append(sys_out)
+            rows.append(summary.row(org_out, sys_out, usage, ruleset))
+        orgs_out.append(org_out)
+    rows.sort(key=summary.sort_key)
+    return {"usage": usage, "ruleset": ruleset, "root": str(root), "orgs": orgs_out, "rows": rows,
+            "seed_tables": summary.seed_tables(rows, usage, ruleset)}
+
+
+def write_summary(audit: dict[str, Any], out_dir: Path) -> None:
+    summary.write(audit["rows"], audit["usage"], audit["ruleset"], str(out_dir / "summary.csv"),
+                  str(out_dir / "summary.json"))
+    atomic.write_json(out_dir / "audit.json", audit)
+
+
+def load_json(path: Path) -> Any:
+    return json.loads(path.read_text(encoding="utf-8"))

@@ -1,0 +1,180 @@
+"""Everything the audit needs from one result file, from a single read and parse.
+
+The compliance verdict comes from the official engine (``engine``); time to train follows
+``result_summarizer._query_run_start_stop``; epochs/samples to converge, batch size and convergence
+follow ``rcp_checker.read_submission_file``; seed records follow ``SeedChecker._get_seed_records``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import traceback
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+from mlperf_logging.compliance_checker import mlp_compliance
+
+from mlrepro.audit import engine
+
+# The audit's own notes quote log lines; a hostile line could be megabytes long.
+MAX_MESSAGE = 2_000
+# read_submission_file's families of benchmarks whose convergence point is a sample count.
+_UNSET = object()
+_SAMPLES_BENCHMARKS = {"llama2_70b_lora", "flux1", "llama31_405b", "llama31_8b", "gpt_oss_20b",
+                       "deepseekv3_671b", "qwen35_397b_grpo", "dlrmv4"}
+
+
+@dataclass
+class FileCheck:
+    """The audit of one result file; content-addressed, so it holds nothing about its path."""
+
+    sha256: str
+    size: int
+    valid: bool  # the official compliance verdict
+    messages: list[str] = field(default_factory=list)  # exactly the official checker's messages
+    crash: str = ""  # the exception the official checker would die of, if any
+    notes: list[str] = field(default_factory=list)  # the audit's own findings (parse errors, ...)
+    parse_errors: int = 0
+    # result_summarizer: the run counts when valid, parsed without errors and timed
+    run_start_ms: float | None = None
+    run_stop_ms: float | None = None
+    minutes: float | None = None
+    status: str = ""  # run_stop metadata.status
+    submission: dict[str, Any] = field(default_factory=dict)  # submission_* values (first of each)
+    # rcp_checker.read_submission_file
+    rcp_not_converged: int = 1
+    rcp_epochs: float = 1e9
+    rcp_bs: Any = -1
+    rcp_benchmark: str | None = None
+    rcp_error: str = ""
+    # SeedChecker._get_seed_records: (file, lineno, seed) or the error it raises
+    seeds: list[list[Any]] = field(default_factory=list)
+    seed_error: str = ""
+
+    @property
+    def scored_minutes(self) -> float | None:
+        """The run's minutes as result_summarizer counts them; None is a dropped run."""
+        return self.minutes if self.valid and not self.parse_errors else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> FileCheck:
+        return cls(**{f.name: d[f.name] for f in fields(cls) if f.name in d})
+
+
+def _cut(text: str) -> str:
+    if len(text) <= MAX_MESSAGE:
+        return text
+    return text[:MAX_MESSAGE] + f"\n[... {len(text) - MAX_MESSAGE} more characters]"
+
+
+def _describe(e: BaseException) -> str:
+    where = traceback.extract_tb(e.__traceback__)[-1] if e.__traceback__ else None
+    at = f" (in {where.name}, {where.filename.rsplit('/', 1)[-1]}:{where.lineno})" if where else ""
+    return f"{type(e).__name__}: {e}{at}"
+
+
+def audit_bytes(data: bytes, usage: str, ruleset: str) -> FileCheck:
+    """Check one result file's bytes. Never raises for bad content: it becomes the verdict."""
+    rec = FileCheck(sha256=hashlib.sha256(data).hexdigest(), size=len(data), valid=False)
+    lines = engine.log_lines(data, ruleset)
+    try:
+        loglines, failed = engine.parse(lines, ruleset)
+    except Exception as e:  # the official parser dies on e.g. a JSON line without "key"
+        rec.crash = _describe(e)
+        rec.notes.append(f"The official compliance checker crashes on this file: {rec.crash}")
+        rec.seed_error = str(e)  # SeedChecker re-parses the file and reports the same exception
+        _rcp_read(rec, lines, ruleset)
+        return rec
+    rec.parse_errors = len(failed)
+    checker = mlp_compliance.make_checker(usage, ruleset, False, False)
+    try:
+        rec.valid = engine.run_checker(checker, loglines, failed, usage, ruleset)
+    except Exception as e:  # e.g. FileNotFoundError for a benchmark the ruleset lacks
+        rec.crash = _describe(e)
+    rec.messages = engine.messages(checker)
+    rec.notes += [_cut(f"Parse error ({err}) in line: {line}") for line, err in failed]
+    if rec.crash:
+        rec.valid = False
+        rec.notes.append(f"The official compliance checker crashes on this file: {rec.crash}")
+    _timing(rec, loglines)
+    for ll in loglines:
+        if ll.key.startswith("submission_") and ll.key not in rec.submission:
+            rec.submission[ll.key] = ll.value.get("value")
+    _rcp_read(rec, lines, ruleset)
+    _seeds(rec, loglines, failed)
+    return rec
+
+
+def _timing(rec: FileCheck, loglines: list[Any]) -> None:
+    # _query_run_start_stop: the last value seen before both keys have appeared
+    start = stop = None
+    for ll in loglines:
+        if ll.key == "run_start":
+            start = ll.timestamp
+        if ll.key == "run_stop":
+            stop = ll.timestamp
+            if not rec.status and isinstance(ll.value.get("metadata"), dict):
+                rec.status = str(ll.value["metadata"].get("status", ""))
+        if start is not None and stop is not None:
+            break
+    if start is None or stop is None:
+        rec.notes.append(f"No {'run_start' if start is None else 'run_stop'} in the log: the run has no time to train.")
+        return
+    rec.run_start_ms, rec.run_stop_ms = float(start), float(stop)
+    rec.minutes = (float(stop) - float(start)) / 60 / 1000
+
+
+def _rcp_read(rec: FileCheck, lines: list[str], ruleset: str) -> None:
+    """rcp_checker.read_submission_file over the same lines (use_train_samples=False)."""
+    token = engine.parser_module(ruleset).TOKEN
+    not_converged, subm_epochs, bs, benchmark = 1, 1e9, -1, None
+    sd_results: dict[Any, dict[Any, Any]] = defaultdict(dict)
+    conv_epoch: Any = _UNSET
+    try:
+        for line in lines:
+            if not line.startswith(token):
+                continue
+            s = line[len(token):]
+            if "global_batch_size" in s:
+                bs = json.loads(s)["value"]
+            if "submission_benchmark" in s:
+                benchmark = json.loads(s)["value"]
+            if benchmark == "stable_diffusion" and ("eval_error" in s or "eval_accuracy" in s):
+                step_unit = "step_num" if ruleset in ["3.1.0"] else "samples_count"
+                j = json.loads(s)
+                sd_results[j["metadata"][step_unit]][j["metadata"]["metric"]] = j["value"]
+            elif benchmark in _SAMPLES_BENCHMARKS and ("eval_error" in s or "eval_accuracy" in s):
+                conv_epoch = json.loads(s)["metadata"]["samples_count"]
+            elif "eval_error" in s or "eval_accuracy" in s:
+                conv_epoch = round(json.loads(s)["metadata"]["epoch_num"], 3)
+            if "run_stop" in s and json.loads(s)["key"] == "run_stop":
+                if json.loads(s)["metadata"]["status"] == "success":
+                    not_converged = 0
+                    if benchmark == "stable_diffusion":
+                        conv_epoch = min(step for step, r in sd_results.items()
+                                         if r["FID"] <= 90.0 and r["CLIP"] >= 0.15)
+                    if conv_epoch is _UNSET:  # the official reader dies of an UnboundLocalError here
+                        raise ValueError("run_stop with status success before any eval_accuracy line")
+                    subm_epochs = conv_epoch
+                else:
+                    not_converged, subm_epochs = 1, 1e9
+    except Exception as e:  # the official RCP checker dies on the same line
+        rec.rcp_error = _describe(e)
+    rec.rcp_not_converged, rec.rcp_epochs, rec.rcp_bs, rec.rcp_benchmark = not_converged, subm_epochs, bs, benchmark
+
+
+def _seeds(rec: FileCheck, loglines: list[Any], failed: list[engine.ParseError]) -> None:
+    if failed:
+        rec.seed_error = "\n".join(["Found parsing errors:"] + [f"{line}\n  ^^  {err}" for line, err in failed]
+                                   + ["", "Log lines had parsing errors."])
+        return
+    try:
+        rec.seeds = [[ll.value["metadata"]["file"], ll.value["metadata"]["lineno"], int(ll.value["value"])]
+                     for ll in loglines if ll.key == "seed"]
+    except Exception as e:
+        rec.seed_error = str(e)

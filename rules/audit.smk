@@ -1,0 +1,68 @@
+# Audit mode: `snakemake --cores all --config audit=PATH ruleset=1.1.0 audit_out=DIR`.
+# PATH is one organisation (<org>/results/...) or a whole round; everything lands under DIR.
+#   audit_check: every result file through the official compliance engine (process pool, cache)
+#   audit_summarize: package verdicts, RCPs and scores per organisation -> summary.csv/.json and
+#                    the HTML report (seed-document tables, scores, verdicts, a page per system)
+import shlex
+import sys
+from pathlib import Path
+
+from snakemake.exceptions import WorkflowError
+
+from mlrepro import rulesets
+from mlrepro.audit import discover
+
+AUDIT_ROOT = Path(config["audit"]).resolve()
+AUDIT_OUT = Path(config.get("audit_out") or "audit")
+AUDIT_USAGE = str(config.get("usage") or "training")
+AUDIT_RULESET = str(config.get("ruleset") or "2.0.0")
+
+if AUDIT_RULESET not in rulesets.known_rulesets(AUDIT_USAGE):
+    raise WorkflowError(f"ruleset={AUDIT_RULESET}: mlperf_logging knows {', '.join(rulesets.known_rulesets(AUDIT_USAGE))}")
+if not AUDIT_ROOT.is_dir():
+    raise WorkflowError(f"audit={config['audit']}: not a folder")
+if AUDIT_OUT.resolve().is_relative_to(AUDIT_ROOT):
+    raise WorkflowError(f"audit_out={AUDIT_OUT} lies inside the audited package {AUDIT_ROOT}; choose another folder")
+
+# Enumerated at parse time, so that a changed, added or removed file re-runs what depends on it;
+# the content-hash cache then re-checks only the files whose bytes changed.
+AUDIT_RESULT_FILES = discover.result_files(discover.find_orgs(AUDIT_ROOT))
+AUDIT_ALL_FILES = discover.input_files(AUDIT_ROOT)
+# The steps run with the interpreter that runs Snakemake (the project's environment).
+AUDIT_CMD = (f"{shlex.quote(sys.executable)} -m mlrepro.audit {{step}} --root {shlex.quote(str(AUDIT_ROOT))} "
+             f"--out {shlex.quote(str(AUDIT_OUT))} --usage {shlex.quote(AUDIT_USAGE)} "
+             f"--ruleset {shlex.quote(AUDIT_RULESET)}")
+
+
+rule audit_all:
+    input:
+        AUDIT_OUT / "report",
+        AUDIT_OUT / "summary.csv",
+        AUDIT_OUT / "summary.json",
+
+
+rule audit_check:
+    input:
+        AUDIT_RESULT_FILES,
+    output:
+        AUDIT_OUT / "checks.json",
+    params:
+        cmd=AUDIT_CMD.format(step="check"),
+    threads: workflow.cores
+    shell:
+        "{params.cmd} --jobs {threads}"
+
+
+rule audit_summarize:
+    input:
+        AUDIT_OUT / "checks.json",
+        AUDIT_ALL_FILES,
+    output:
+        AUDIT_OUT / "summary.csv",
+        AUDIT_OUT / "summary.json",
+        AUDIT_OUT / "audit.json",
+        directory(AUDIT_OUT / "report"),
+    params:
+        cmd=AUDIT_CMD.format(step="summarize"),
+    shell:
+        "{params.cmd}"

@@ -1,0 +1,143 @@
+"""The whole public Training v1.1 round: verdicts and scores against the official tools.
+
+Reads ``../shared/data/mlperf_training_results_v1.1.tar.xz`` beside the repository; skipped when
+absent. The official result_summarizer runs once per organisation (two at a time); a spy on its
+calls of ``mlp_compliance.main`` records the official verdict and messages of every file it checks
+(with the CLI's default ``quiet=False``, which changes no verdict), and the files it never reaches
+go through the official checker directly. One official pass thus gives both comparisons.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import contextlib
+import io
+import logging
+import math
+import multiprocessing
+import os
+import tarfile
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mlrepro.audit import discover, pipeline
+
+ARCHIVE = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "mlperf_training_results_v1.1.tar.xz"
+RULESET = "1.1.0"
+
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(not ARCHIVE.is_file(), reason=f"{ARCHIVE} is absent")]
+
+Verdict = tuple[bool, list[str], str]
+
+
+def _official_org(folder: str) -> tuple[dict[str, Verdict], dict[str, dict[str, Any]], str]:
+    """result_summarizer on one organisation: (verdicts it computed, scores by details_url, crash)."""
+    from mlperf_logging.compliance_checker import mlp_compliance
+    from mlperf_logging.result_summarizer import result_summarizer
+
+    logging.disable(logging.CRITICAL)
+    verdicts: dict[str, Verdict] = {}
+    official_main = mlp_compliance.main
+
+    def spy(filename: str, config_file: str, checker: Any) -> Any:
+        checker.quiet = False
+        try:
+            result = official_main(filename, config_file, checker)
+        except Exception as e:
+            verdicts[filename] = (False, _messages(checker), type(e).__name__)
+            raise
+        verdicts[filename] = (bool(result[0]), _messages(checker), "")
+        return result
+
+    mlp_compliance.main = spy
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            frame = result_summarizer.summarize_results(folder, "training", RULESET)[0]
+    except Exception as e:
+        return verdicts, {}, f"{type(e).__name__}: {e}"
+    finally:
+        mlp_compliance.main = official_main
+    return verdicts, {row["details_url"]: row for row in frame.to_dict("records")}, ""
+
+
+def _messages(checker: Any) -> list[str]:
+    return [*checker.warnings.values(), *checker.overwritable.values(), *checker.not_overwritable]
+
+
+def _official_file(path: str) -> Verdict:
+    from mlperf_logging.compliance_checker import mlp_compliance
+
+    logging.disable(logging.CRITICAL)
+    mlp_compliance.enqueued_configs.clear()
+    checker = mlp_compliance.make_checker("training", RULESET, False, False)
+    try:
+        return bool(mlp_compliance.main(path, f"training_{RULESET}/common.yaml", checker)[0]), _messages(checker), ""
+    except Exception as e:
+        return False, _messages(checker), type(e).__name__
+
+
+def _size(folder: Path) -> int:
+    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
+
+
+def test_whole_round_matches_the_official_tools(tmp_path: Path) -> None:
+    with tarfile.open(ARCHIVE) as tar:
+        tar.extractall(tmp_path / "ours", filter="data")
+        tar.extractall(tmp_path / "official", filter="data")  # the official tools write into it
+    ours_root = tmp_path / "ours"
+
+    started = time.perf_counter()
+    checks = pipeline.check(ours_root, tmp_path / "out" / "checks.json", tmp_path / "out" / ".cache",
+                            "training", RULESET, os.cpu_count() or 2)
+    audit = pipeline.summarize(ours_root, checks, "training", RULESET)
+    ours_s = time.perf_counter() - started
+
+    started = time.perf_counter()
+    orgs = sorted((p for p in (tmp_path / "official").iterdir() if p.is_dir()), key=_size, reverse=True)
+    official: dict[str, Verdict] = {}
+    scores: dict[str, dict[str, dict[str, Any]]] = {}
+    crashes: dict[str, str] = {}
+    with cf.ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn")) as pool:
+        for org, (verdicts, rows, crash) in zip(orgs, pool.map(_official_org, map(str, orgs)), strict=True):
+            official.update(verdicts)
+            scores[org.name] = rows
+            if crash:
+                crashes[org.name] = crash
+        every = discover.result_files(discover.find_orgs(tmp_path / "official"))
+        rest = [f for f in every if f not in official]
+        official.update(zip(rest, pool.map(_official_file, rest, chunksize=8), strict=True))
+    official_s = time.perf_counter() - started
+    print(f"\naudit {ours_s:.1f} s; official summarizer + checker {official_s:.1f} s; "
+          f"summarizer crashed on {crashes or 'no organisation'}")
+
+    # verdicts and messages, every file
+    assert len(official) == len(checks["files"]) == len(every) > 1500
+    prefix = str(tmp_path / "official")
+    mismatched = []
+    for path, (valid, messages, crash) in official.items():
+        rec = checks["files"][str(ours_root) + path[len(prefix):]]
+        # messages quote no path, so they compare as they are
+        if (rec["valid"], rec["messages"], rec["crash"].split(":")[0]) != (valid, messages, crash):
+            mismatched.append(path)
+    assert not mismatched, mismatched[:10]
+
+    # scores, every organisation where the official summarizer completes
+    ours = {r["details_url"]: r for r in audit["rows"]}
+    benchmarks = ("bert", "dlrm", "maskrcnn", "minigo", "resnet", "ssd", "rnnt", "unet3d")
+    compared = 0
+    for org, rows in scores.items():
+        for url, row in rows.items():
+            mine = ours[url]
+            for b in benchmarks:
+                theirs = row[b]
+                if theirs is None or (isinstance(theirs, float) and math.isnan(theirs)):
+                    assert mine[b] is None, (org, url, b)
+                else:
+                    assert mine[b] is not None and abs(mine[b] - theirs) <= 1e-9, (org, url, b, mine[b], theirs)
+                    compared += 1
+    assert compared > 50
+    assert audit["seed_tables"]["closed"]
