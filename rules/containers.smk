@@ -2,7 +2,7 @@
 # their ids, bundle them for auditors. Runs depend on {outdir}/containers/{image}.json (rules/runs.smk).
 #
 # Config: engine, engine_socket, images (build | locked), build_args, image_tag_prefix, images_lock.
-from mlrepro.containers.context import context_files
+from mlrepro.containers.context import context_digest, context_files
 
 CONTAINER_ENGINE = config.get("engine", "native")
 CONTAINER_SOCKET = config.get("engine_socket") or None
@@ -36,6 +36,9 @@ rule container_image:
         build_args=config.get("build_args") or {},
         tag_prefix=config.get("image_tag_prefix", "localhost/mlrepro-"),
         mode=IMAGES_MODE,
+        # The content of the build context, so that an edit rebuilds even where time stamps do not tell
+        # (Snakemake skips an input that is only newer when its checksum is unchanged).
+        context=lambda w: context_digest(w.image, REPO) if IMAGES_MODE != "locked" else "",
     run:
         from mlrepro.containers.jobs import image_record
 
