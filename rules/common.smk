@@ -31,6 +31,18 @@ def ordered_benchmarks():
     return sorted(BENCHMARKS, key=lambda b: order.get(b, len(order)))
 
 
+def engine_options(image_records):
+    """The options that point a stage at its engine and, for container engines, at the image it runs."""
+    options = ["--engine", config["engine"]]
+    if config["engine_socket"]:
+        options += ["--engine-socket", config["engine_socket"]]
+    if image_records:
+        options += ["--image-record", str(image_records[0])]
+    if config["images"] == "locked":
+        options.append("--locked")
+    return shlex.join(options)
+
+
 def submission_json():
     return json.dumps({"org": config["org"], "platform": SYSTEM, "division": config["division"],
                        "status": config["status"]})

@@ -7,15 +7,12 @@ rule environment:
     output:
         INFO / "environment.json",
     params:
-        engine=config["engine"],
-        image=lambda w, input: f"--image-record {shlex.quote(input.image[0])}" if input.image else "",
-        locked="--locked" if config["images"] == "locked" else "",
-        socket=f"--engine-socket {shlex.quote(config['engine_socket'])}" if config["engine_socket"] else "",
+        engine=lambda w, input: engine_options(input.image),
         submission=json.dumps({"org": config["org"], "system": config["system"], "division": config["division"],
                                "status": config["status"], "threads": config["threads_per_run"],
                                "device": config["device"]}),
     log:
         INFO / "logs" / "environment.log",
     shell:
-        "{PY} -m mlrepro.record_environment --engine {params.engine} {params.socket} {params.image} {params.locked} --submission {params.submission:q} "
+        "{PY} -m mlrepro.record_environment {params.engine} --submission {params.submission:q} "
         "--out {output:q} 2> {log}"

@@ -22,10 +22,7 @@ rule run:
         spec=lambda w: json.dumps(BENCHMARKS[w.benchmark].params, sort_keys=True),
         seed=lambda w: run_seed(config["seed"], w.benchmark, int(w.run)),
         submission=submission_json(),
-        engine=config["engine"],
-        image=lambda w, input: f"--image-record {shlex.quote(input.image[0])}" if input.image else "",
-        locked="--locked" if config["images"] == "locked" else "",
-        socket=f"--engine-socket {shlex.quote(config['engine_socket'])}" if config["engine_socket"] else "",
+        engine=lambda w, input: engine_options(input.image),
         device=config["device"],
         drop_caches="--drop-caches" if config["drop_caches"] else "",
         hz=config["telemetry"]["hz"] if config["telemetry"]["enabled"] else 0,
@@ -37,6 +34,6 @@ rule run:
     shell:
         "{PY} -m mlrepro.run_job --benchmark {wildcards.benchmark} --data-dir {params.data:q} "
         "--params {params.spec:q} --seed {params.seed} --run-dir {params.run_dir:q} "
-        "--submission {params.submission:q} --engine {params.engine} {params.socket} {params.image} {params.locked} "
+        "--submission {params.submission:q} {params.engine} "
         "--device {params.device} --threads {threads} {params.drop_caches} "
         "--telemetry-hz {params.hz} > {log} 2>&1"

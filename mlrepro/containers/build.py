@@ -18,8 +18,9 @@ from typing import Any
 
 from mlrepro import PROJECT_ROOT, atomic
 from mlrepro.containers.client import server_name
-from mlrepro.containers.context import base_images, context_digest, context_tar, image_dir, sha256_file
+from mlrepro.containers.context import base_images, context_digest, context_tar, image_dir
 from mlrepro.containers.errors import BaseImageMissing, BuildFailed
+from mlrepro.data import sha256_file
 
 # Docker prints "Step 3/7 : RUN ...", Podman "STEP 3/7: RUN ...".
 _STEP = re.compile(r"^\s*(?:Step|STEP)\s+\d+/\d+\s*:\s*(.*)$")

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from mlrepro import PROJECT_ROOT
+from mlrepro.data import sha256_file
 
 # What the Dockerfiles may COPY: the package, its metadata and the benchmarks' implementations.
 # Only what runs in the container: a benchmark's defaults.yaml reaches it as --params, so editing
@@ -40,14 +41,6 @@ def context_files(image: str, root: Path = PROJECT_ROOT) -> list[Path]:
         files.update(p.relative_to(root) for p in root.glob(pattern)
                      if p.is_file() and "__pycache__" not in p.parts and not p.name.endswith(".egg-info"))
     return sorted(files)
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        while block := f.read(1 << 20):
-            h.update(block)
-    return h.hexdigest()
 
 
 def context_digest(image: str, root: Path = PROJECT_ROOT) -> str:

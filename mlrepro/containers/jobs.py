@@ -12,9 +12,9 @@ from mlrepro import PROJECT_ROOT, atomic
 from mlrepro.containers import bundle
 from mlrepro.containers.build import build_image, read_record
 from mlrepro.containers.client import connect, server_name
-from mlrepro.containers.context import sha256_file
 from mlrepro.containers.errors import ContainerError, ImageMismatch
 from mlrepro.containers.lock import check_locked, check_locked_file, locked_entry, write_lock
+from mlrepro.data import sha256_file
 from mlrepro.engines import EngineUnavailable
 
 # apptainer/enroot run a file made from the image the Docker API built.

@@ -46,7 +46,7 @@ class ApptainerEngine:
                                   stderr=subprocess.STDOUT, check=False).returncode
 
     def describe(self, image: str | None) -> dict[str, Any]:
-        from mlrepro.containers.context import sha256_file
+        from mlrepro.data import sha256_file
 
         assert image
         out = subprocess.run(self._exec(image, ["python", "-c", DESCRIBE], [], False, {}), capture_output=True,

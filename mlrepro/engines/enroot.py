@@ -52,7 +52,7 @@ class EnrootEngine:
     def describe(self, image: str | None) -> dict[str, Any]:
         import tempfile
 
-        from mlrepro.containers.context import sha256_file
+        from mlrepro.data import sha256_file
 
         assert image
         with tempfile.TemporaryFile() as out:
