@@ -10,13 +10,16 @@ The real benchmark trains Mask R-CNN (ResNet-50 + FPN) on COCO and stops at box 
 - region proposal network: a 3x3 conv shared by all levels, objectness and box-delta 1x1 convs,
   anchors matched by IoU (>= 0.7 object, < 0.3 background), a balanced sample of anchors per image
   for the loss, and decode + NMS to turn the best anchors into proposals;
-- RoI heads: RoI Align (bilinear sampling with ``grid_sample``) on the pyramid level that suits
+- RoI heads: RoI Align (torchvision's, ``aligned=True``) on the pyramid level that suits
   each RoI's size; a box head (two fully connected layers, then class scores and class-specific box
   deltas) trained on a 1:3 sample of object and background proposals; a mask head (four 3x3 convs,
   a 2x transposed conv, one mask logit map per class) trained on the object proposals against the
   ground-truth mask cropped to each proposal;
 - evaluation: score threshold, per-class NMS, masks pasted back into the image, and COCO box AP and
   mask AP (mAP@[.5:.95], pycocotools ``bbox`` and ``segm``), the two metrics of the real benchmark.
+
+The box geometry (IoU, NMS, box coding, anchors, matching, RoI Align) is shared with the ssd model:
+``mlrepro.detection``, written to torchvision.ops' semantics.
 """
 
 from __future__ import annotations

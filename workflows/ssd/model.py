@@ -15,6 +15,9 @@ every part of that recipe and shrinks the sizes:
   constant learning rate, as in the reference;
 - evaluation: score threshold, per-class NMS, top detections per image, and COCO mAP@[.5:.95] from
   pycocotools, the metric the real benchmark reports.
+
+The box geometry (IoU, NMS, box coding, anchors, matching, focal loss) is shared with the maskrcnn
+model: ``mlrepro.detection``, written to torchvision.ops' semantics.
 """
 
 from __future__ import annotations
