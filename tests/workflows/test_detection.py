@@ -136,7 +136,8 @@ def _torchvision_ops():
     try:
         from torchvision import ops
     except (ImportError, RuntimeError):  # not installed, or its C++ operators do not load (CUDA build)
-        pytest.skip("torchvision.ops not loadable here (its PyPI wheels need a CUDA build of torch)")
+        pytest.skip("torchvision.ops does not load here: its PyPI wheels need the CUDA build of torch "
+                    "(torch 2.14.1 + torchvision 0.29.1 pass this test)")
     return ops
 
 
@@ -156,3 +157,23 @@ def test_same_as_torchvision_ops() -> None:
     rois = torch.cat((torch.randint(2, (200, 1), generator=g).float(), boxes * 1.3 - 4), dim=1)  # some beyond edges
     assert torch.allclose(D.roi_align(feat, rois, 5, 0.25), ops.roi_align(feat, rois, 5, 0.25, 2, aligned=True),
                           atol=1e-5)
+
+
+def test_same_as_torchvision_box_coder_and_matcher() -> None:
+    _torchvision_ops()
+    from torchvision.models.detection import _utils as det_utils
+
+    g = torch.Generator().manual_seed(1)
+    xy = torch.rand(100, 2, generator=g) * 28
+    ref = torch.cat((xy, xy + 1 + torch.rand(100, 2, generator=g) * 12), dim=1)
+    gt = ref.flip(0) + torch.rand(100, 4, generator=g)
+    for weights in ((1.0, 1.0, 1.0, 1.0), (10.0, 10.0, 5.0, 5.0)):
+        ours, theirs = D.BoxCoder(weights), det_utils.BoxCoder(weights)
+        deltas = ours.encode(ref, gt)
+        assert torch.allclose(deltas, theirs.encode_single(gt, ref), atol=1e-5)
+        assert torch.allclose(ours.decode(ref, deltas), theirs.decode_single(deltas, ref), atol=1e-4)
+    anchors, objects = ref, gt[:5]
+    for high, low, low_quality in ((0.7, 0.3, True), (0.5, 0.4, True), (0.5, 0.5, False)):
+        theirs = det_utils.Matcher(high, low, allow_low_quality_matches=low_quality)(D.box_iou(objects, anchors))
+        ours = D.match(anchors, objects[None], torch.ones(1, 5, dtype=torch.bool), high, low, low_quality)[0]
+        assert ours.tolist() == theirs.tolist()
