@@ -99,9 +99,10 @@ class BoxCoder:
 
 def grid_anchors(image_size: int, strides: list[int], sizes: list[list[float]],
                  ratios: list[float]) -> list[torch.Tensor]:
-    """Per pyramid level, the anchors of ``torchvision.models.detection.AnchorGenerator`` (every size with
-    every ratio, ``ratio`` = height / width at constant area) in (y, x, anchor) order, the order a head's
-    outputs are flattened in; centred on the cells' centres."""
+    """Per pyramid level, anchors as ``torchvision.models.detection.AnchorGenerator`` makes them (every
+    size with every ratio, ``ratio`` = height / width at constant area), in (y, x, anchor) order, the
+    order a head's outputs are flattened in. Unlike torchvision's they sit on the cells' centres, not
+    their corners, and are not rounded to whole pixels: on 32-pixel images both would bias the boxes."""
     levels = []
     for stride, level_sizes in zip(strides, sizes, strict=True):
         n = image_size // stride
