@@ -285,3 +285,21 @@ def test_manifest_lists_every_prepared_file(server: src.Server, tmp_path: Path) 
     listed = set(read_manifest(prepared))
     on_disk = {p.relative_to(prepared).as_posix() for p in prepared.rglob("*") if p.is_file()}
     assert listed == on_disk - {MANIFEST, steps.MADE_BY}
+
+
+def test_data_choices_are_taken_out_of_the_benchmark_blocks(tmp_path: Path) -> None:
+    config = {"benchmarks": {"resnet": {"data": "recipe", "lr": 0.1}, "bert": {"data": {"path": str(tmp_path)}},
+                             "ssd": {"data": {"classes": 3}}, "dlrm": {"data": "generated"}, "minigo": None}}
+    rest, choices = recipe.split_choices(config)
+    assert rest["benchmarks"]["resnet"] == {"lr": 0.1} and rest["benchmarks"]["ssd"] == {"data": {"classes": 3}}
+    assert choices["resnet"].kind == "recipe" and choices["bert"] == recipe.Choice("path", tmp_path.resolve())
+    assert choices["ssd"].kind == choices["dlrm"].kind == "generated"
+    with pytest.raises(recipe.RecipeError, match=r"benchmarks\.resnet\.data: 'download' is not one of"):
+        recipe.split_choices({"benchmarks": {"resnet": {"data": "download"}}})
+
+
+@pytest.mark.parametrize("benchmark", sorted(src.MAKERS))
+def test_every_benchmark_has_a_recipe_with_its_sources(benchmark: str) -> None:
+    r = recipe.load(benchmark)
+    assert r.sources and r.prepare["python"] in prepare.PREPARERS and r.prepare.get("image", {}).get("command")
+    assert (len(r.manual) > 0) == (benchmark in ("resnet", "dlrm"))
