@@ -76,9 +76,11 @@ def download_throughput(tmp: Path, repeat: int) -> list[float]:
         for _ in range(3):
             f.write((tmp / "prepared" / "part-0000.bin").read_bytes())
     md5 = hashlib.md5(payload.read_bytes()).hexdigest()
-    handler = partial(http.server.SimpleHTTPRequestHandler, directory=str(served))
-    handler.log_message = lambda *a: None  # type: ignore[method-assign]
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), partial(Quiet, directory=str(served)))
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     path = tmp / "recipe.yaml"
     path.write_text(yaml.safe_dump({"sources": [{"file": "big.bin", "hash": f"md5:{md5}",
