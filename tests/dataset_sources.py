@@ -248,7 +248,7 @@ def recipe_for(benchmark: str, server: Server, folder: Path, files: dict[str, by
             sources.append(e)
     raw["sources"] = sources
     names = {s["file"] for s in sources}
-    raw["extract"] = [s for s in raw["extract"] if (s.get("archive") or s.get("gunzip") or s.get("copy")) in names]
+    raw["extract"] = [s for s in raw["extract"] if (s.get("archive") or s.get("gunzip")) in names]
     raw["sizes"] = {}
     if raw["prepare"].get("published_md5") not in files:  # the test has no published checksums to check
         raw["prepare"].pop("published_md5", None)

@@ -106,7 +106,7 @@ def manual_message(recipe: Recipe, downloads: Path) -> str | None:
 
 
 def download(recipe: Recipe, root: Path, downloads: Path, retries: int = 2, progressbar: bool = True) -> list[Path]:
-    """Fetch every source with a URL into ``downloads``; a file already there with the right hash is kept."""
+    """Fetch every source with a URL that is not yet in ``downloads``."""
     import pooch
 
     downloads.mkdir(parents=True, exist_ok=True)
@@ -120,6 +120,9 @@ def download(recipe: Recipe, root: Path, downloads: Path, retries: int = 2, prog
             fetched.append(downloads / source.file)
             continue
         target = downloads / source.file
+        if target.is_file():  # the verify step hashes it; a wrong copy stops there, naming it
+            fetched.append(target)
+            continue
         target.parent.mkdir(parents=True, exist_ok=True)
         registry = pooch.create(path=downloads, base_url="", registry={source.file: known_hash(root, source)},
                                 urls={source.file: source.url}, retry_if_failed=retries, allow_updates=False)

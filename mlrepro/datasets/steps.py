@@ -107,10 +107,6 @@ def extract(recipe: Recipe, root: Path, receipt: Path) -> None:
                 with gzip.open(downloads / step["gunzip"]) as src, (into / Path(step["gunzip"]).stem).open("wb") as dst:
                     shutil.copyfileobj(src, dst, 1 << 22)
                 continue
-            if "copy" in step:
-                into.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(downloads / step["copy"], into / Path(step["copy"]).name)
-                continue
             archive = downloads / step["archive"]
             made = _extract.extract(archive, into)
             if step.get("nested"):  # ImageNet's train tar: one tar per class, each into its own folder
