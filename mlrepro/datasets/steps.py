@@ -73,8 +73,10 @@ def verify(recipe: Recipe, root: Path, receipt: Path) -> None:
             algorithm, _, want = (expected or "sha256:").partition(":")
             got = stamps.hash_file(path, {"sha256", algorithm})
             if want and got[algorithm] != want.lower():
+                fix = "delete it to download it again" if source.url else "replace it with a good copy"
                 raise fetch.DatasetError(f"{path}: {algorithm} is {got[algorithm]}, expected {want} "
-                                         f"({'published in ' + str(recipe.path) if source.hash else 'recorded'})")
+                                         f"({'published in ' + str(recipe.path) if source.hash else 'recorded'}); "
+                                         f"{fix}")
             if not expected:
                 fetch.record(root, source.file, got["sha256"])
             digests[source.file] = got["sha256"]
