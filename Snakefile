@@ -6,12 +6,15 @@ from pathlib import Path
 from snakemake.exceptions import WorkflowError
 
 from mlrepro import config as mlconfig
+from mlrepro.datasets import recipe as dataset_recipe
 
 configfile: Path(workflow.basedir) / "config" / "config.yaml"
 
 try:
+    # benchmarks.<bm>.data: generated (the generator's block), recipe, {recipe: FILE} or {path: DIR}
+    config, DATA_CHOICES = dataset_recipe.split_choices(config)
     config, BENCHMARKS = mlconfig.load(config, source="config/config.yaml and --config")
-except mlconfig.ConfigError as error:
+except (mlconfig.ConfigError, dataset_recipe.RecipeError) as error:
     raise WorkflowError(str(error)) from None
 
 

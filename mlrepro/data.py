@@ -101,8 +101,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--params", required=True, help="JSON with the benchmark's 'data' block")
     p.add_argument("--seed", type=int, required=True)
+    p.add_argument("--receipt", type=Path, help="where to record the files' stamps (size, mtime, inode)")
     args = p.parse_args(argv)
     manifest = generate(args.benchmark, args.out, json.loads(args.params), args.seed)
+    if args.receipt:
+        from mlrepro.datasets.stamps import write_receipt
+
+        write_receipt(args.receipt, args.out)
     for name, digest in manifest.items():
         print(f"{digest}  {name}")
 

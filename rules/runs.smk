@@ -11,13 +11,13 @@ def image_record(wildcards):
 
 rule run:
     input:
-        manifest=OUT / "data" / "{benchmark}" / _data.MANIFEST,
+        manifest=lambda w: dataset_ready(w.benchmark),
         image=image_record,
     output:
         result=OUT / "runs" / "{benchmark}" / "{run}" / "result.txt",
         summary=OUT / "runs" / "{benchmark}" / "{run}" / "run.json",
     params:
-        data=lambda w: OUT / "data" / w.benchmark,
+        data=lambda w: dataset_dir(w.benchmark),
         run_dir=lambda w: OUT / "runs" / w.benchmark / w.run,
         spec=lambda w: json.dumps(BENCHMARKS[w.benchmark].params, sort_keys=True),
         seed=lambda w: run_seed(config["seed"], w.benchmark, int(w.run)),

@@ -1,0 +1,146 @@
+"""The recipe's steps, each writing one folder of ``<data_root>/<benchmark>/`` with a manifest.
+
+``downloads/`` (download, then verify), ``extracted/`` and ``prepared/``: extracted and prepared are
+built under a temporary name and renamed into place when complete, under an exclusive lock on
+``<data_root>/<benchmark>/.lock``, so two pipelines sharing a data_root never see half a folder; the
+second one finds the folder made (for the same recipe) and only writes its own receipt.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import gzip
+import json
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from mlrepro import atomic
+from mlrepro.data import MANIFEST
+from mlrepro.datasets import extract as _extract
+from mlrepro.datasets import fetch, prepare, stamps
+from mlrepro.datasets.recipe import Recipe
+
+MADE_BY = ".made-by.json"
+
+
+@contextlib.contextmanager
+def locked(root: Path) -> Iterator[None]:
+    """Hold ``root/.lock``; on a read-only data_root (nothing can be made there anyway) go on without it."""
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        handle = (root / ".lock").open("a")
+    except OSError as e:
+        if e.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+            yield
+            return
+        raise
+    with handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _made(folder: Path, digest: str) -> bool:
+    try:
+        return (folder / MANIFEST).is_file() and json.loads((folder / MADE_BY).read_text())["recipe"] == digest
+    except (OSError, ValueError, KeyError):
+        return False
+
+
+def download(recipe: Recipe, root: Path, receipt: Path, progressbar: bool = True) -> None:
+    with locked(root):
+        files = fetch.download(recipe, root, root / "downloads", progressbar=progressbar)
+    atomic.write_json(receipt, {"folder": str((root / "downloads").resolve()),
+                                "files": {p.name: list(stamps.stamp(p)) for p in files}})
+
+
+def verify(recipe: Recipe, root: Path, receipt: Path) -> None:
+    """Check every source against its published or recorded checksum; write the downloads' manifest."""
+    downloads = root / "downloads"
+    with locked(root):
+        digests: dict[str, str] = {}
+        for source in recipe.sources:
+            path = downloads / source.file
+            if not path.is_file():
+                raise fetch.DatasetError(f"{path}: missing; run the download step (snakemake) again")
+            expected = fetch.known_hash(root, source)
+            algorithm, _, want = (expected or "sha256:").partition(":")
+            got = stamps.hash_file(path, {"sha256", algorithm})
+            if want and got[algorithm] != want.lower():
+                fix = "delete it to download it again" if source.url else "replace it with a good copy"
+                raise fetch.DatasetError(f"{path}: {algorithm} is {got[algorithm]}, expected {want} "
+                                         f"({'published in ' + str(recipe.path) if source.hash else 'recorded'}); "
+                                         f"{fix}")
+            if not expected:
+                fetch.record(root, source.file, got["sha256"])
+            digests[source.file] = got["sha256"]
+        stamps.write_manifest(downloads, list(digests), digests)
+    stamps.write_receipt(receipt, downloads)
+
+
+def _build(recipe: Recipe, root: Path, name: str, parts: tuple[str, ...], needed: int,
+           make: Any, receipt: Path) -> None:
+    folder = root / name
+    digest = recipe.digest(*parts)
+    with locked(root):
+        if not _made(folder, digest):
+            fetch.check_free_space(root, needed, name, recipe)
+            with atomic.atomic_dir(folder) as tmp:
+                make(tmp)
+                stamps.write_manifest(tmp)
+                atomic.write_json(tmp / MADE_BY, {"recipe": digest, "file": str(recipe.path)})
+    stamps.write_receipt(receipt, folder)
+
+
+def extract(recipe: Recipe, root: Path, receipt: Path) -> None:
+    downloads = root / "downloads"
+
+    def make(tmp: Path) -> None:
+        for step in recipe.extract:
+            into = tmp / step.get("into", ".")
+            if "gunzip" in step:  # Criteo's day_N.gz -> day_N
+                into.mkdir(parents=True, exist_ok=True)
+                with gzip.open(downloads / step["gunzip"]) as src, (into / Path(step["gunzip"]).stem).open("wb") as dst:
+                    shutil.copyfileobj(src, dst, 1 << 22)
+                continue
+            archive = downloads / step["archive"]
+            made = _extract.extract(archive, into)
+            if step.get("nested"):  # ImageNet's train tar: one tar per class, each into its own folder
+                for inner in made:
+                    _extract.extract(inner, inner.with_suffix(""))
+                    inner.unlink()
+
+    _build(recipe, root, "extracted", ("sources", "extract"), recipe.sizes.get("extracted", 0), make, receipt)
+
+
+def prepare_step(recipe: Recipe, root: Path, receipt: Path, runner: Any = None) -> None:
+    """Lay the dataset out as the implementation mounts it: its own scripts in its image (``runner``), or ours."""
+
+    def make(tmp: Path) -> None:
+        if runner is not None and recipe.prepare.get("image"):
+            runner(recipe.prepare["image"], root / "extracted", root / "downloads", tmp)
+        else:
+            prepare.run(recipe, root / "extracted", root / "downloads", tmp)
+        prepare.check_published(recipe, root / "downloads", tmp)
+
+    _build(recipe, root, "prepared", ("sources", "extract", "prepare"), recipe.sizes.get("prepared", 0), make,
+           receipt)
+
+
+def adopt(folder: Path, receipt: Path) -> None:
+    """``data: {path: DIR}``: verify DIR against its own manifest once, writing nothing into it."""
+    if not (folder / MANIFEST).is_file():
+        raise fetch.DatasetError(
+            f"{folder}: no {MANIFEST}; a prepared folder is used only with its manifest. Make one with "
+            f"`cd {folder} && find . -type f ! -name {MANIFEST} -printf '%P\\0' | sort -z | "
+            f"xargs -0 sha256sum > {MANIFEST}` (or prepare it with data: recipe).")
+    problems, _ = stamps.verify_folders([folder], progress=False)
+    if problems:
+        raise fetch.DatasetError("\n".join(map(str, problems)))
+    stamps.write_receipt(receipt, folder)

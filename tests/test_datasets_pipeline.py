@@ -1,0 +1,102 @@
+"""The dataset stage through the real Snakefile: recipes from a local server, manual files, a given folder."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+import yaml
+
+from mlrepro.data import MANIFEST
+from mlrepro.datasets import stamps
+from tests import dataset_sources as src
+from tests.conftest import snakemake
+
+pytestmark = pytest.mark.slow
+
+
+def _config(tmp_path: Path, data: dict[str, object]) -> str:
+    path = tmp_path / f"config-{len(list(tmp_path.glob('config-*')))}.yaml"
+    path.write_text(yaml.safe_dump({"data_root": str(tmp_path / "shared"), "only": sorted(data),
+                                    "benchmarks": {b: {"data": d} for b, d in data.items()}}))
+    return str(path)
+
+
+def test_every_recipe_through_the_pipeline(tmp_path: Path) -> None:
+    with src.serving() as server:
+        files = {b: make() for b, make in src.MAKERS.items()}
+        recipes = {b: str(src.recipe_for(b, server, tmp_path / "recipes", files[b])) for b in files}
+        config = _config(tmp_path, {b: {"recipe": r} for b, r in recipes.items()})
+        work = tmp_path / "run"
+
+        # ImageNet and Criteo are manual: the first start names every missing file and runs no job
+        first = snakemake(work, "datasets", "--configfile", config, check=False)
+        assert first.returncode != 0
+        downloads = {b: tmp_path / "shared" / b / "downloads" for b in ("resnet", "dlrm")}
+        for name in ("ILSVRC2012_img_train.tar", "ILSVRC2012_img_val.tar"):
+            assert f"{downloads['resnet'] / name}: get it from https://image-net.org/" in first.stderr
+        assert f"{downloads['dlrm'] / 'day_1.gz'}: get it from https://ailab.criteo.com/" in first.stderr
+        assert "no checksum is published: its sha256 is recorded" in first.stderr
+        assert server.requests == [] and not (work / "results" / "data_receipts").exists()
+
+        for b, folder in downloads.items():
+            folder.mkdir(parents=True, exist_ok=True)
+            for source in yaml.safe_load(Path(recipes[b]).read_text())["sources"]:
+                if "manual" in source:
+                    (folder / source["file"]).write_bytes(files[b][source["file"]])
+        snakemake(work, "datasets", "--configfile", config)
+        prepared = {b: tmp_path / "shared" / b / "prepared" for b in files}
+        for b, key in [("resnet", "train.rec"), ("bert", "phase1/vocab.txt"), ("ssd", "coco2017/models"),
+                       ("maskrcnn", "pkl_coco/instances_train2017.json.pickled"), ("unet3d", "case_00001_y.npy"),
+                       ("rnnt", "LibriSpeech/librispeech-dev-clean-wav.json"), ("minigo", "mlperf07"),
+                       ("dlrm", "train_data.bin")]:
+            assert (prepared[b] / key).exists(), (b, key)
+            assert (prepared[b] / MANIFEST).is_file()
+
+    # Bytes changed in place, size, mtime and inode kept: the second start does nothing and hashes nothing,
+    # so it cannot notice...
+    victim = prepared["dlrm"] / "test_data.bin"
+    before = victim.stat()
+    with victim.open("r+b") as f:
+        f.write(b"\xff\xff\xff\x7f")
+    os.utime(victim, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert stamps.stamp(victim) == (before.st_size, before.st_mtime_ns, before.st_ino)
+    again = snakemake(work, "datasets", "--configfile", config)
+    assert "Nothing to be done" in again.stdout + again.stderr
+    # ...and verify_data, which hashes everything, names it
+    full = snakemake(work, "verify_data", "--configfile", config, check=False)
+    assert full.returncode != 0
+    assert f"MISMATCH {victim}: sha256 is" in full.stderr and "the manifest says" in full.stderr
+
+
+def test_prepared_read_only_folder_is_used_in_place(tmp_path: Path) -> None:
+    folder = tmp_path / "imagenet-prepared"
+    folder.mkdir()
+    for name, data in (("train.rec", b"records" * 100), ("val.rec", b"val records")):
+        (folder / name).write_bytes(data)
+    stamps.write_manifest(folder)
+    for path in [folder, *folder.iterdir()]:
+        path.chmod(path.stat().st_mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
+
+    def snapshot() -> dict[str, tuple[int, int, int]]:
+        return {p.name: stamps.stamp(p) for p in [folder, *folder.iterdir()]}
+
+    before = snapshot()
+    work = tmp_path / "run"
+    config = _config(tmp_path, {"resnet": {"path": str(folder)}})
+    snakemake(work, "datasets", "--configfile", config)
+    assert snapshot() == before  # nothing written into it (root could have)
+    assert stamps.read_receipt(work / "results" / "data_receipts" / "resnet" / "path.json")["folder"] == str(folder)
+
+    (folder / "val.rec").chmod(0o644)
+    with (folder / "val.rec").open("ab") as f:
+        f.write(b"!")
+    changed = snakemake(work, "datasets", "--configfile", config, check=False)
+    assert changed.returncode != 0
+    assert f"{folder / 'val.rec'}: changed since it was verified (size differs)" in changed.stderr
+    assert "snakemake verify_data" in changed.stderr
+    full = snakemake(work, "verify_data", "--configfile", config, check=False)
+    assert full.returncode != 0 and f"MISMATCH {folder / 'val.rec'}: sha256 is" in full.stderr
+    assert "train.rec" not in full.stderr
