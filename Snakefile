@@ -32,6 +32,7 @@ else:
     rule all:
         input:
             REPORT,
+            lambda w: INFERENCE_TARGETS,  # rules/inference.smk; empty when inference.benchmarks is
 
 
     include: "rules/containers.smk"
@@ -42,3 +43,4 @@ else:
     include: "rules/package.smk"
     include: "rules/score.smk"
     include: "rules/report.smk"
+    include: "rules/inference.smk"

@@ -182,8 +182,10 @@ def main(argv: list[str] | None = None) -> None:
         }
         if args.mode == "performance":
             record["summary"] = summary.read(tmp / "mlperf_log_summary.txt").as_dict()
-        errors = summary.detail(tmp / "mlperf_log_detail.txt")["__errors__"]
-        record["detail_errors"] = errors
+        detail = summary.detail(tmp / "mlperf_log_detail.txt")
+        record["detail_errors"] = detail["__errors__"]
+        record["samples_issued"] = (int(detail.get("generated_query_count") or 0)
+                                    * int(detail.get("generated_samples_per_query") or 0))
         if args.mode == "accuracy":
             reference = served.reference()
             value = served.accuracy(accuracy_responses(tmp / "mlperf_log_accuracy.json"))
@@ -196,7 +198,10 @@ def main(argv: list[str] | None = None) -> None:
         if sampler is not None:
             from mlrepro.telemetry import summarize
 
-            record["telemetry"] = summarize(tmp / "telemetry", start_ms, stop_ms)
+            record["telemetry"] = telemetry = summarize(tmp / "telemetry", start_ms, stop_ms)
+            energy = telemetry.get("accelerator_energy_j")
+            if energy is not None and record["samples_issued"]:
+                record["energy_per_sample_j"] = energy / record["samples_issued"]
         atomic.write_json(tmp / RESULT, record)
 
 

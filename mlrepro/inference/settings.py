@@ -17,7 +17,8 @@ MODEL_NAMES = {"resnet": "resnet50", "ssd": "retinanet", "bert": "bert", "dlrm":
                "unet3d": "3d-unet"}
 # Official minimums of the built-in mlperf.conf that our checks hold a submittable run to.
 OFFICIAL_MIN_DURATION_MS = 600_000
-OFFICIAL_MIN_QUERIES = {"SingleStream": 64, "MultiStream": 662, "Server": 1, "Offline": 24_576}
+# (SingleStream and Server: what 6.0.17's built-in conf logs; Offline counts samples.)
+OFFICIAL_MIN_QUERIES = {"SingleStream": 100, "MultiStream": 662, "Server": 100, "Offline": 24_576}
 MODES = ("performance", "accuracy")
 QUALITY_FRACTION = 0.99  # the closed target: 99% of the reference model's accuracy
 
@@ -60,3 +61,28 @@ def check_scenarios(scenarios: list[str]) -> None:
     unknown = [s for s in scenarios if s not in SCENARIOS]
     if unknown:
         raise ValueError(f"unknown scenario(s) {', '.join(unknown)}; LoadGen has {', '.join(SCENARIOS)}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    import argparse
+    import shutil
+    from pathlib import Path
+
+    from mlrepro import atomic
+
+    p = argparse.ArgumentParser(prog="python -m mlrepro.inference.settings", description="write a user.conf")
+    p.add_argument("--benchmark", required=True, choices=sorted(MODEL_NAMES))
+    p.add_argument("--samples", type=int, required=True, help="the QSL's size (the held-out set)")
+    p.add_argument("--shortened", action="store_true")
+    p.add_argument("--from", dest="source", type=Path, default=None, help="copy this user.conf instead")
+    p.add_argument("--out", type=Path, required=True)
+    args = p.parse_args(argv)
+    if args.source is not None:
+        with atomic.atomic_path(args.out) as tmp:
+            shutil.copyfile(args.source, tmp)
+    else:
+        atomic.write_text(args.out, user_conf(args.benchmark, args.samples, args.shortened))
+
+
+if __name__ == "__main__":
+    main()

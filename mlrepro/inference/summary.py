@@ -101,7 +101,8 @@ def read(path: Path) -> Summary:
 
 
 def detail(path: Path) -> dict[str, Any]:
-    """``:::MLLOG`` records of a detail log as key -> value (the last one wins), plus ``error_*`` keys seen."""
+    """``:::MLLOG`` records of a detail log as key -> value (the last one wins); ``__errors__`` lists the
+    records LoadGen marked as errors (``error_*`` keys or ``metadata.is_error``), which fail a run."""
     values: dict[str, Any] = {}
     errors: list[str] = []
     for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
@@ -113,7 +114,7 @@ def detail(path: Path) -> dict[str, Any]:
             continue
         key = str(rec.get("key", ""))
         values[key] = rec.get("value")
-        if key.startswith("error"):
+        if key.startswith("error") or (rec.get("metadata") or {}).get("is_error"):
             errors.append(f"{key}: {rec.get('value')}")
     values["__errors__"] = errors
     return values
