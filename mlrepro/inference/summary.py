@@ -49,7 +49,7 @@ class Summary:
                 "errors_reported": self.errors_reported}
 
 
-def _number(text: str) -> float:
+def number(text: str) -> float:
     return float(text.replace(",", "").split()[0])
 
 
@@ -76,7 +76,7 @@ def parse(text: str, source: str = "summary") -> Summary:
         if hit:
             metric_name = hit.split(":", 1)[0].strip()
             try:
-                metric = _number(hit.split(":", 1)[1])
+                metric = number(hit.split(":", 1)[1])
             except (ValueError, IndexError):
                 raise SummaryError(f"{source}: metric line {hit.strip()[:80]!r} has no number") from None
             units = unit
@@ -92,9 +92,15 @@ def parse(text: str, source: str = "summary") -> Summary:
                    errors_reported="errors encountered during test" in text and "No errors" not in text)
 
 
+MAX_BYTES = 1 << 20  # a LoadGen summary is a few KiB; more is not a summary
+
+
 def read(path: Path) -> Summary:
+    if path.is_symlink() or not path.is_file():
+        raise SummaryError(f"{path}: not a regular file")
     try:
-        text = path.read_text(encoding="utf-8", errors="replace")
+        with path.open("rb") as f:
+            text = f.read(MAX_BYTES).decode("utf-8", errors="replace")
     except OSError as e:
         raise SummaryError(f"{path}: unreadable ({e.strerror})") from None
     return parse(text, str(path))
