@@ -124,9 +124,9 @@ def audit(root: Path) -> dict[str, Any]:
                              units="samples/s", inferred=True)
             if s.scenario != scenario and not entry["inferred"]:
                 entry.update(status="error", message=f"summary says scenario {s.scenario}, folder says {folder}")
-            elif scenario == "Offline" and s.metric is not None:
+            elif scenario == "Offline" and entry["metric"] is not None:
                 if n:
-                    entry["per_accelerator"] = s.metric / n
+                    entry["per_accelerator"] = entry["metric"] / n
                 else:
                     entry["message"] = ("CPU only (0 accelerators): no per-accelerator value" if n == 0
                                         else f"no per-accelerator value: {problem}")

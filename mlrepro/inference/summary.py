@@ -78,7 +78,7 @@ def parse(text: str, source: str = "summary") -> Summary:
             try:
                 metric = number(hit.split(":", 1)[1])
             except (ValueError, IndexError):
-                raise SummaryError(f"{source}: metric line {hit.strip()[:80]!r} has no number") from None
+                raise SummaryError(f"{source}: metric line {hit.strip()[:80]!r} has no number; truncated?") from None
             units = unit
             break
     verdict = fields.get("Result is")
