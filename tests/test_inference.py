@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from mlrepro.inference import check, package, run, settings, summary
+from mlrepro.inference import check, package, report, run, settings, summary
 from tests.conftest import REPO, snakemake
 
 TINY = {
@@ -179,3 +179,24 @@ def test_pipeline_schedules_one_job_per_benchmark_scenario_mode(tmp_path: Path) 
         if len(parts) == 2 and parts[1].isdigit():
             counts[parts[0]] = int(parts[1])
     assert counts["inference_run"] == 4 and counts["inference_package"] == 1 and counts["inference_check"] == 1
+
+
+def test_usage_inference_is_only_for_audits_and_inference_benchmarks_are_checked() -> None:
+    from mlrepro import config as mlconfig
+
+    with pytest.raises(mlconfig.ConfigError, match="usage: inference is for audits"):
+        mlconfig.load({"usage": "inference", "benchmarks": {"resnet": {}}})
+    with pytest.raises(mlconfig.ConfigError, match=r"inference\.benchmarks\.0"):
+        mlconfig.load({"benchmarks": {"resnet": {}}, "inference": {"benchmarks": ["gpt3"]}})
+
+
+def test_report_shows_nvml_energy_per_sample_where_a_gpu_was_sampled(tmp_path: Path) -> None:
+    """NVML is the one hardware boundary this machine lacks: the run's telemetry summary is given."""
+    perf = tmp_path / "runs" / "resnet" / "Offline" / "performance"
+    perf.mkdir(parents=True)
+    (perf / "result.json").write_text(json.dumps({
+        "benchmark": "resnet", "scenario": "Offline", "samples_issued": 1000, "energy_per_sample_j": 0.25,
+        "telemetry": {"accelerator_energy_j": 250.0}}))
+    table = report.build({"results": [], "package": str(tmp_path / "none")}, tmp_path / "runs")
+    assert table["energy"] == [{"benchmark": "resnet", "scenario": "Offline", "joules_per_sample": 0.25,
+                                "energy_j": 250.0}]
