@@ -113,7 +113,9 @@ def test_loadgen_every_scenario_package_check_and_report(trained: dict[str, Path
                      "accuracy/mlperf_log_accuracy.json"):
             assert (res / name).is_file(), name
         meas = root / "measurements" / "sys1" / "resnet50" / scenario
-        assert {p.name for p in meas.iterdir()} == {"sys1_" + scenario + ".json", "user.conf", "README.md"}
+        assert {p.name for p in meas.iterdir()} == {"sys1_" + scenario + ".json", "user.conf", "mlperf.conf",
+                                                    "README.md"}
+        assert "resnet50.*.performance_sample_count_override = 1024" in (meas / "mlperf.conf").read_text()
     assert (root / "systems" / "sys1.json").is_file() and (root / "code" / "resnet50" / "model.py").is_file()
 
     verdict = check.check(pkg)

@@ -10,7 +10,7 @@ the rules define for what we produce, each reported per file:
   LoadGen's own verdict "Result is : VALID" with every "... satisfied" line Yes; no error in the detail log
 - results/.../accuracy: accuracy.txt with the metric and a hash= line (the sha256 of the full log as
   LoadGen wrote it), the accuracy log within 10 KiB, the quality target met
-- measurements/...: the JSON fields the checker requires, user.conf and README.md present
+- measurements/...: the JSON fields the checker requires, user.conf, mlperf.conf and README.md present
 - submittable: the official minimum duration (600 s) and Offline sample count; shortened runs are valid
   LoadGen runs but marked not submittable
 """
@@ -139,7 +139,8 @@ def check(package: Path) -> dict[str, Any]:
                 f.add(mj, "measurements fields", not missing, ", ".join(missing))
             except (OSError, json.JSONDecodeError) as e:
                 f.add(mj, "measurements fields", False, f"unreadable: {e}")
-            f.add(meas, "user.conf and README.md", (meas / "user.conf").is_file() and (meas / "README.md").is_file())
+            f.add(meas, "user.conf, mlperf.conf and README.md",
+                  all((meas / name).is_file() for name in ("user.conf", "mlperf.conf", "README.md")))
             results.append({"division": division, "org": org, "system": system, "benchmark": model,
                             **perf, "accuracy": accuracy,
                             "passed": perf["valid"] and accuracy["met"]})

@@ -2,7 +2,8 @@
 
     <division>/<org>/systems/<system>.json
     <division>/<org>/code/<benchmark>/                        the served model's source, a README
-    <division>/<org>/measurements/<system>/<benchmark>/<scenario>/   <system>_<scenario>.json, user.conf, README.md
+    <division>/<org>/measurements/<system>/<benchmark>/<scenario>/   <system>_<scenario>.json, user.conf,
+                                                                     mlperf.conf, README.md
     <division>/<org>/results/<system>/<benchmark>/<scenario>/performance/run_1/   LoadGen's summary and detail
     <division>/<org>/results/<system>/<benchmark>/<scenario>/accuracy/   the same, accuracy.txt, the accuracy log
 
@@ -50,6 +51,7 @@ def measurements(benchmark: str, record: dict[str, Any]) -> dict[str, Any]:
 def build(runs_dir: Path, user_confs: dict[str, Path], out: Path, org: str, division: str, status: str,
           system: str, device: str, threads: int) -> None:
     """``runs_dir/<benchmark>/<scenario>/<mode>/`` -> the package under ``out`` (built atomically)."""
+    mlperf_conf = settings.builtin_mlperf_conf()
     with atomic.atomic_dir(out) as tmp:
         root = tmp / division / org
         desc = system_desc.describe(org, division, status, system, threads, device)
@@ -81,11 +83,12 @@ def build(runs_dir: Path, user_confs: dict[str, Path], out: Path, org: str, divi
                 meas.mkdir(parents=True)
                 atomic.write_json(meas / f"{system}_{scenario}.json", measurements(benchmark, record))
                 shutil.copy2(user_confs[benchmark], meas / "user.conf")
+                (meas / "mlperf.conf").write_text(mlperf_conf)
                 (meas / "README.md").write_text(
                     f"# {model} {scenario}\n\nRun by `snakemake` (mlrepro): `python -m mlrepro.inference.run "
                     f"--benchmark {benchmark} --scenario {scenario} --mode performance|accuracy`.\n"
-                    "mlperf.conf is the copy compiled into mlcommons-loadgen 6.0.17; the detail logs record "
-                    "every effective setting.\n"
+                    "mlperf.conf is the copy compiled into the mlcommons-loadgen that ran it; the detail logs "
+                    "record every effective setting.\n"
                     + ("\n**Shortened settings: not submittable.**\n" if record.get("shortened") else ""))
 
 

@@ -9,6 +9,7 @@ submittable everywhere it appears.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from mlrepro.inference.summary import SCENARIOS
 
@@ -57,6 +58,21 @@ def user_conf(benchmark: str, sample_count: int, shortened: bool, hints: Hints =
     return "\n".join(lines) + "\n"
 
 
+_CONF_HEAD = b"# The format of this config file is 'key = value'."
+
+
+def builtin_mlperf_conf() -> str:
+    """The mlperf.conf compiled into the installed LoadGen (its mlperf_conf.h is one string constant in
+    the extension), for the package: the wheel ships no separate copy."""
+    import mlperf_loadgen
+
+    data = Path(mlperf_loadgen.__file__).read_bytes()
+    start = data.find(_CONF_HEAD)
+    if start < 0:
+        raise RuntimeError(f"{mlperf_loadgen.__file__}: no built-in mlperf.conf found in this LoadGen build")
+    return data[start : data.find(b"\0", start)].decode("utf-8")
+
+
 def check_scenarios(scenarios: list[str]) -> None:
     unknown = [s for s in scenarios if s not in SCENARIOS]
     if unknown:
@@ -66,7 +82,6 @@ def check_scenarios(scenarios: list[str]) -> None:
 def main(argv: list[str] | None = None) -> None:
     import argparse
     import shutil
-    from pathlib import Path
 
     from mlrepro import atomic
 
