@@ -27,6 +27,7 @@ from mlrepro import atomic
 from mlrepro.inference import summary
 from mlrepro.report.render import render
 
+DIVISIONS = ("closed", "open", "network")
 SUMMARY_PATH = Path("performance") / "run_1" / "mlperf_log_summary.txt"
 RESULT_FIELDS = ("division", "org", "system", "benchmark", "scenario", "file", "status", "verdict", "metric",
                  "metric_name", "units", "inferred", "accelerators", "per_accelerator", "message")
@@ -88,7 +89,7 @@ def audit(root: Path) -> dict[str, Any]:
     systems: list[dict[str, Any]] = []
     for org_dir in find_orgs(root):
         org = org_dir.name
-        division = org_dir.parent.name if org_dir != root else "unknown"
+        division = org_dir.parent.name if org_dir.parent.name in DIVISIONS else "unknown"
         accel: dict[str, tuple[int | None, str, str]] = {}
         for sys_json in sorted((org_dir / "systems").glob("*.json")):
             n, model, problem = system_accelerators(sys_json)

@@ -11,8 +11,8 @@ the rules define for what we produce, each reported per file:
 - results/.../accuracy: accuracy.txt with the metric and a hash= line (the sha256 of the full log as
   LoadGen wrote it), the accuracy log within 10 KiB, the quality target met
 - measurements/...: the JSON fields the checker requires, user.conf, mlperf.conf and README.md present
-- submittable: the official minimum duration (600 s) and Offline sample count; shortened runs are valid
-  LoadGen runs but marked not submittable
+- submittable: the official minimum duration (600 s) and Offline sample count, and every scenario an edge
+  system must submit; shortened runs are valid LoadGen runs but marked not submittable
 """
 
 from __future__ import annotations
@@ -39,6 +39,9 @@ SYSTEM_FIELDS = (
     "hw_notes", "sw_notes",
 )
 OPTIONAL_EMPTY = {"hw_notes", "sw_notes"}
+# The scenarios an edge system must submit per benchmark (v2.0 closed rules); the package says edge.
+REQUIRED_EDGE_SCENARIOS = {"resnet50": ("SingleStream", "MultiStream", "Offline"),
+                           "retinanet": ("SingleStream", "MultiStream", "Offline")}
 MEASUREMENT_FIELDS = ("input_data_types", "retraining", "starting_weights_filename", "weight_data_types",
                       "weight_transformations")
 
@@ -121,6 +124,13 @@ def _accuracy(f: Findings, scen_dir: Path) -> dict[str, Any]:
     return {"met": met, "value": value, "target": target}
 
 
+def _scenarios_by_result(results: list[dict[str, Any]]) -> dict[tuple[str, str, str, str], set[str]]:
+    by: dict[tuple[str, str, str, str], set[str]] = {}
+    for r in results:
+        by.setdefault((r["division"], r["org"], r["system"], r["benchmark"]), set()).add(r["scenario"])
+    return by
+
+
 def check(package: Path) -> dict[str, Any]:
     f = Findings(package)
     results = []
@@ -144,15 +154,24 @@ def check(package: Path) -> dict[str, Any]:
             results.append({"division": division, "org": org, "system": system, "benchmark": model,
                             **perf, "accuracy": accuracy,
                             "passed": perf["valid"] and accuracy["met"]})
+    shortened = any(not r["submittable"] for r in results)  # below the official minimums
+    for (division, org, system, model), scenarios in _scenarios_by_result(results).items():
+        required = REQUIRED_EDGE_SCENARIOS.get(model, ("SingleStream", "Offline"))
+        missing = [s for s in required if s not in scenarios]
+        f.add(package / division / org / "results" / system / model, "required edge scenarios", not missing,
+              f"missing {', '.join(missing)}: not submittable" if missing else "", severity="not_submittable")
+        if missing:
+            for r in results:
+                if (r["division"], r["org"], r["system"], r["benchmark"]) == (division, org, system, model):
+                    r["submittable"] = False
     errors = [i for i in f.items if not i["ok"] and i["severity"] == "error"]
-    shortened = any(not r["submittable"] for r in results)
     invalid = [r for r in results if not r["valid"]]
     return {"checker": "mlrepro.inference.check (the official checker is not on PyPI)", "package": str(package),
             "intact": not errors and bool(results), "all_valid": not invalid, "shortened": shortened,
             # the gate: an intact package whose runs LoadGen judged VALID; shortened runs are judged on a
             # shared machine, so their INVALID verdicts are reported but do not stop the pipeline
             "passed": not errors and bool(results) and (not invalid or shortened),
-            "submittable": not errors and bool(results) and not invalid and not shortened,
+            "submittable": not errors and bool(results) and not invalid and all(r["submittable"] for r in results),
             "results": results, "findings": f.items}
 
 
