@@ -1,7 +1,8 @@
 # Inference audit: `snakemake --cores 1 --config audit=PATH usage=inference audit_out=DIR`.
 # PATH is a published inference round (<division>/<org>/results/...), a division or one organisation.
 # One job reads every LoadGen summary and system description (a whole round takes seconds) and writes
-# DIR/inference_results.{csv,json}, the seed-style DIR/inference_table.csv and DIR/inference_report.html.
+# DIR/inference_results.{csv,json}, DIR/inference_table.csv (per system), the seed-style
+# DIR/inference_seed_table.csv (benchmark x accelerator) and DIR/inference_report.html.
 import shlex
 import sys
 from pathlib import Path
@@ -36,6 +37,7 @@ rule inference_audit:
         INF_AUDIT_OUT / "inference_results.csv",
         INF_AUDIT_OUT / "inference_results.json",
         INF_AUDIT_OUT / "inference_table.csv",
+        INF_AUDIT_OUT / "inference_seed_table.csv",
         INF_AUDIT_OUT / "inference_report.html",
     params:
         root=INF_AUDIT_ROOT,

@@ -62,6 +62,14 @@ def test_whole_v11_round(v11: Path, tmp_path: Path) -> None:
     table = (tmp_path / "inference_table.csv").read_text().splitlines()
     assert table[0].startswith("org,system,accelerator,accelerators,") and len(table) > 50
     assert "39189.5" in (tmp_path / "inference_table.csv").read_text()
+    # the seed layout: benchmark rows, accelerator columns, the best VALID value of any system with it
+    accelerators, seed_rows = audit.seed_by_accelerator(report)
+    assert accelerators == sorted(accelerators)
+    resnet = next(r for r in seed_rows if r["benchmark"] == "resnet50")
+    a100 = [c["per_accelerator"] for a, c in resnet["cells"].items() if "A100-SXM-80GB" in a]
+    assert a100 and max(a100) >= 39189.5
+    assert [r["benchmark"] for r in seed_rows][:2] == ["dlrm-99", "dlrm-99.9"]
+    assert (tmp_path / "inference_seed_table.csv").read_text().startswith("benchmark,")
 
 
 SUMMARY = """================================================

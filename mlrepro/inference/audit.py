@@ -9,7 +9,8 @@ its accelerator count (``accelerators_per_node`` x ``number_of_nodes``, cast fro
 not. Offline throughput per accelerator = samples per second / accelerators, for every Offline result
 of a system with accelerators; the seed-style table has one row per system and one column per benchmark.
 
-Writes DIR/inference_results.{csv,json}, DIR/inference_table.csv and DIR/inference_report.html;
+Writes DIR/inference_results.{csv,json}, DIR/inference_table.csv (per system), DIR/inference_seed_table.csv
+(the seed documents' layout: benchmark x accelerator, the best VALID value) and DIR/inference_report.html;
 nothing inside ROUND.
 """
 
@@ -152,6 +153,31 @@ def seed_table(report: dict[str, Any], division: str = "closed") -> tuple[list[s
     return benchmarks, [rows[k] for k in sorted(rows)]
 
 
+# The seed documents' benchmark order; other benchmarks of a round follow alphabetically.
+SEED_ORDER = ("dlrm-99", "dlrm-99.9", "bert-99", "bert-99.9", "resnet50", "ssd-resnet34", "rnnt", "3d-unet-99",
+              "3d-unet-99.9")
+
+
+def seed_by_accelerator(report: dict[str, Any], division: str = "closed") -> tuple[list[str], list[dict[str, Any]]]:
+    """The seed documents' layout: one row per benchmark, one column per accelerator model, the best VALID
+    Offline samples/s per accelerator of any system with that accelerator (and which system it was)."""
+    models = {(s["org"], s["system"]): s["accelerator_model"].strip() for s in report["systems"]}
+    best: dict[str, dict[str, dict[str, Any]]] = {}
+    for r in report["results"]:
+        if (r["division"], r["scenario"], r["status"], r["verdict"]) != (division, "Offline", "ok", "VALID") \
+                or r["per_accelerator"] is None:
+            continue
+        accel = models.get((r["org"], r["system"]), "") or "unknown"
+        cell = best.setdefault(r["benchmark"], {}).get(accel)
+        if cell is None or r["per_accelerator"] > cell["per_accelerator"]:
+            best[r["benchmark"]][accel] = {"per_accelerator": r["per_accelerator"], "org": r["org"],
+                                           "system": r["system"]}
+    accelerators = sorted({a for cells in best.values() for a in cells})
+    order = {b: i for i, b in enumerate(SEED_ORDER)}
+    benchmarks = sorted(best, key=lambda b: (order.get(b, len(order)), b))
+    return accelerators, [{"benchmark": b, "cells": best[b]} for b in benchmarks]
+
+
 def _csv(rows: list[dict[str, Any]], fields: tuple[str, ...] | list[str]) -> str:
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=list(fields), extrasaction="ignore")
@@ -172,8 +198,12 @@ def write(report: dict[str, Any], out: Path) -> None:
     atomic.write_text(out / "inference_results.csv", _csv(report["results"], RESULT_FIELDS))
     atomic.write_text(out / "inference_table.csv",
                       _csv(flat, ["org", "system", "accelerator", "accelerators", *benchmarks]))
+    accelerators, seed_rows = seed_by_accelerator(report)
+    atomic.write_text(out / "inference_seed_table.csv", _csv(
+        [{"benchmark": r["benchmark"], **{a: c["per_accelerator"] for a, c in r["cells"].items()}} for r in seed_rows],
+        ["benchmark", *accelerators]))
     render("inference_audit.html.j2", out / "inference_report.html", report=report, benchmarks=benchmarks,
-           rows=rows, counts=counts(report))
+           rows=rows, counts=counts(report), accelerators=accelerators, seed_rows=seed_rows)
 
 
 def counts(report: dict[str, Any]) -> dict[str, int]:
