@@ -139,3 +139,23 @@ def test_snakemake_inference_audit(tmp_path: Path) -> None:
     proc = snakemake(tmp_path, "--config", f"audit={root}", "usage=inference", f"audit_out={root / 'x'}",
                      check=False)
     assert proc.returncode != 0 and "inside the audited round" in proc.stdout + proc.stderr
+
+
+def test_hostile_entries_get_a_verdict_without_hanging(tmp_path: Path) -> None:
+    """A FIFO named like a summary (reading it would block), a symlinked system JSON, a huge binary summary."""
+    import os
+
+    org = tmp_path / "round" / "closed" / "O"
+    fifo = org / "results" / "s" / "resnet50" / "Offline" / "performance" / "run_1"
+    fifo.mkdir(parents=True)
+    os.mkfifo(fifo / "mlperf_log_summary.txt")
+    (org / "systems").mkdir()
+    (org / "systems" / "s.json").symlink_to("/etc/passwd")
+    huge = org / "results" / "s" / "bert" / "Offline" / "performance" / "run_1"
+    huge.mkdir(parents=True)
+    (huge / "mlperf_log_summary.txt").write_bytes(b"\x00\xff" * 2_000_000)
+    report = audit.audit(tmp_path / "round")
+    messages = {r["benchmark"]: r["message"] for r in report["results"]}
+    assert messages == {"resnet50": "not a regular file",
+                        "bert": "not a LoadGen summary (no 'MLPerf Results Summary' header)"}
+    assert report["systems"][0]["message"] == "not a regular file"

@@ -45,7 +45,8 @@ def system_accelerators(path: Path) -> tuple[int | None, str, str]:
     if path.is_symlink() or not path.is_file():
         return None, "", "not a regular file"
     try:
-        desc = json.loads(path.read_bytes()[: summary.MAX_BYTES])
+        with path.open("rb") as f:
+            desc = json.loads(f.read(summary.MAX_BYTES))
     except (OSError, ValueError) as e:
         return None, "", f"unreadable JSON: {e}"
     if not isinstance(desc, dict):
@@ -76,7 +77,8 @@ def summary_file(path: Path, root: Path) -> dict[str, Any]:
     except summary.SummaryError as e:
         text = ""
         if path.is_file() and not path.is_symlink():
-            text = path.read_bytes()[: summary.MAX_BYTES].decode("utf-8", errors="replace")
+            with path.open("rb") as f:
+                text = f.read(summary.MAX_BYTES).decode("utf-8", errors="replace")
         if "MLPerf Results Summary" not in text and text.strip().endswith("errors encountered during test."):
             return {**entry, "status": "ok", "kind": "accuracy-mode summary (counts only)", "message": ""}
         return {**entry, "status": "error", "kind": "unreadable", "message": str(e).removeprefix(f"{path}: ")}
