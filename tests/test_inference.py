@@ -202,3 +202,32 @@ def test_report_shows_nvml_energy_per_sample_where_a_gpu_was_sampled(tmp_path: P
     table = report.build({"results": [], "package": str(tmp_path / "none")}, tmp_path / "runs")
     assert table["energy"] == [{"benchmark": "resnet", "scenario": "Offline", "joules_per_sample": 0.25,
                                 "energy_j": 250.0}]
+
+
+@pytest.mark.slow
+def test_dlrm_served_offline_auc_from_the_accuracy_log(tmp_path: Path) -> None:
+    """The second served model: float32 click scores logged by LoadGen, ROC AUC read back from its log."""
+    import yaml
+
+    from mlrepro import data
+
+    params = yaml.safe_load((REPO / "workflows" / "dlrm" / "defaults.yaml").read_text())
+    params.update(max_epochs=1, target=0.0)
+    params["data"].update(train_samples=1024, eval_samples=512)
+    (tmp_path / "data").mkdir()
+    data.generate("dlrm", tmp_path / "data", {"data": params["data"]}, 5)
+    run_dir = tmp_path / "runs" / "dlrm" / "0"
+    _py("-m", "mlrepro.run_job", "--benchmark", "dlrm", "--data-dir", str(tmp_path / "data"),
+        "--params", json.dumps(params), "--seed", "3", "--run-dir", str(run_dir),
+        "--submission", json.dumps({"org": "t", "platform": "p"}), "--device", "cpu")
+    conf = tmp_path / "dlrm.user.conf"
+    conf.write_text(settings.user_conf("dlrm", 512, shortened=True))
+    for mode in settings.MODES:
+        _py("-m", "mlrepro.inference.run", "--benchmark", "dlrm", "--scenario", "Offline", "--mode", mode,
+            "--runs", str(run_dir / "run.json"), "--data-dir", str(tmp_path / "data"), "--params", json.dumps(params),
+            "--user-conf", str(conf), "--shortened", "--out", str(tmp_path / "inf" / mode))
+    perf = json.loads((tmp_path / "inf" / "performance" / "result.json").read_text())
+    assert perf["loadgen_model"] == "dlrm-v2" and perf["summary"]["valid"] is True, perf["summary"]
+    acc = json.loads((tmp_path / "inf" / "accuracy" / "result.json").read_text())
+    assert acc["accuracy"]["metric"] == "ROC AUC (%)" and 0 < acc["accuracy"]["value"] <= 100
+    assert acc["accuracy"]["value"] == pytest.approx(acc["accuracy"]["reference"], abs=1e-6)

@@ -65,7 +65,45 @@ class ResNetServed:
         return 100.0 * float((preds[:, 0] == self.labels).mean())
 
 
-ADAPTERS = {"resnet": ResNetServed}
+class DLRMServed:
+    """Click-through rate: the logged bytes are the float32 score per sample (as accuracy-dlrm.py reads);
+    the metric is ROC AUC over the samples LoadGen logged."""
+
+    metric = "ROC AUC (%)"
+
+    def __init__(self, data_dir: Path, params: dict[str, Any], checkpoint: Path, device: torch.device) -> None:
+        self.module = load_module("dlrm")
+        evals = np.load(data_dir / "eval.npz")
+        self.dense = torch.from_numpy(evals["dense"]).to(device)
+        self.cats = torch.from_numpy(evals["cats"].astype(np.int64)).to(device)
+        self.labels = evals["labels"]
+        self.count = len(self.labels)
+        d = params["data"]
+        self.model = self.module.DLRM(d["dense_features"], d["categorical_features"], d["cardinality"],
+                                      params["embedding_dim"], params["bottom_mlp"], params["top_mlp"]).to(device)
+        self.model.load_state_dict(torch.load(checkpoint, map_location=device, weights_only=True))
+        self.model.eval()
+
+    @torch.inference_mode()
+    def predict(self, indices: np.ndarray) -> np.ndarray:
+        idx = torch.from_numpy(indices)
+        return self.model(self.dense[idx], self.cats[idx]).float().cpu().numpy().reshape(-1, 1)
+
+    def _auc(self, indices: np.ndarray, scores: np.ndarray) -> float:
+        return 100.0 * float(self.module.roc_auc(torch.from_numpy(scores), torch.from_numpy(self.labels[indices])))
+
+    def accuracy(self, responses: dict[int, bytes]) -> float:
+        indices = np.array(sorted(responses), dtype=np.int64)
+        scores = np.array([np.frombuffer(responses[i], dtype=np.float32)[0] for i in indices], dtype=np.float32)
+        return self._auc(indices, scores)
+
+    def reference(self) -> float:
+        indices = np.arange(self.count, dtype=np.int64)
+        return self._auc(indices, np.concatenate([self.predict(indices[i : i + 4096])[:, 0]
+                                                  for i in range(0, self.count, 4096)]))
+
+
+ADAPTERS = {"resnet": ResNetServed, "dlrm": DLRMServed}
 
 
 def served_benchmarks() -> list[str]:
