@@ -39,9 +39,11 @@ SYSTEM_FIELDS = (
     "hw_notes", "sw_notes",
 )
 OPTIONAL_EMPTY = {"hw_notes", "sw_notes"}
-# The scenarios an edge system must submit per benchmark (v2.0 closed rules); the package says edge.
+# The scenarios a system must submit per benchmark (v2.0 closed rules): edge for the vision models,
+# datacenter for DLRM (it has no edge category).
 REQUIRED_EDGE_SCENARIOS = {"resnet50": ("SingleStream", "MultiStream", "Offline"),
-                           "retinanet": ("SingleStream", "MultiStream", "Offline")}
+                           "retinanet": ("SingleStream", "MultiStream", "Offline"),
+                           "dlrm-v2": ("Server", "Offline")}
 MEASUREMENT_FIELDS = ("input_data_types", "retraining", "starting_weights_filename", "weight_data_types",
                       "weight_transformations")
 

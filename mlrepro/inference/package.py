@@ -57,7 +57,9 @@ def build(runs_dir: Path, user_confs: dict[str, Path], out: Path, org: str, divi
         desc = system_desc.describe(org, division, status, system, threads, device)
         if desc["status"] not in ("available", "preview", "rdi"):  # training's "research" is inference's rdi
             desc["status"] = "rdi"
-        desc["system_type"] = "edge"  # SingleStream/MultiStream/Offline are the edge scenarios; Server is extra
+        # SingleStream/MultiStream/Offline are the edge scenarios; DLRM is a datacenter-only benchmark
+        served = {p.name for p in runs_dir.iterdir() if p.is_dir()}
+        desc["system_type"] = "datacenter,edge" if "dlrm" in served else "edge"
         atomic.write_json(root / "systems" / f"{system}.json", desc)
         for bench_dir in sorted(p for p in runs_dir.iterdir() if p.is_dir()):
             benchmark = bench_dir.name
