@@ -1,6 +1,7 @@
 # mlrepro: MLPerf Training as one DAG.
 #   environment -> data -> runs (+ telemetry) -> compliance -> package -> score -> report
-# `snakemake --cores all` runs the embedded default; `--config audit=PATH ruleset=X` audits a package.
+# `snakemake --cores all` runs the embedded default; `--config audit=PATH ruleset=X` audits a package;
+# `--config audit=PATH usage=inference` audits a published inference round.
 from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
@@ -18,7 +19,16 @@ except (mlconfig.ConfigError, dataset_recipe.RecipeError) as error:
     raise WorkflowError(str(error)) from None
 
 
-if config.get("audit"):
+if config.get("audit") and config["usage"] == "inference":
+
+    include: "rules/inference_audit.smk"
+
+    rule audit:
+        default_target: True
+        input:
+            rules.inference_audit_all.input,
+
+elif config.get("audit"):
 
     include: "rules/audit.smk"
 
@@ -35,6 +45,7 @@ else:
     rule all:
         input:
             REPORT,
+            lambda w: INFERENCE_TARGETS,  # rules/inference.smk; empty when inference.benchmarks is
 
 
     include: "rules/containers.smk"
@@ -45,3 +56,4 @@ else:
     include: "rules/package.smk"
     include: "rules/score.smk"
     include: "rules/report.smk"
+    include: "rules/inference.smk"

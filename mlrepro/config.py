@@ -105,6 +105,9 @@ def load(raw: Mapping[str, Any], source: str = "config") -> tuple[dict[str, Any]
         return config, {}
 
     usage, ruleset = config["usage"], config["ruleset"]
+    if usage == "inference":
+        raise ConfigError(f"invalid configuration ({source}):\n  usage: inference is for audits (audit=PATH); "
+                          "the pipeline serves its models through LoadGen as configured under inference:")
     if ruleset not in rulesets.known_rulesets(usage):
         raise ConfigError(f"invalid configuration ({source}):\n  ruleset: unknown ruleset {ruleset!r} for "
                           f"{usage}; mlperf_logging knows {', '.join(rulesets.known_rulesets(usage))}")

@@ -13,8 +13,11 @@ import sys
 from pathlib import Path
 
 from mlrepro import atomic, environment
+from mlrepro.data import sha256_file
 from mlrepro.engines import Engine, Mount, get_engine
 from mlrepro.logs import run_window
+
+CHECKPOINT = "checkpoint.pt"  # a converged run's weights, served by the inference stage
 
 
 class RunFailed(RuntimeError):
@@ -72,6 +75,7 @@ def main(argv: list[str] | None = None) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
     result, summary, log = run_dir / "result.txt", run_dir / "run.json", run_dir / "train.log"
     log.unlink(missing_ok=True)
+    (run_dir / CHECKPOINT).unlink(missing_ok=True)  # a re-run that does not converge must not keep old weights
     engine = get_engine(args.engine, socket=args.engine_socket)
     image = None
     if args.image_record:
@@ -90,6 +94,7 @@ def main(argv: list[str] | None = None) -> None:
         "--device", args.device,
         "--threads", str(args.threads),
         *(["--drop-caches"] if args.drop_caches else []),
+        "--checkpoint", str(run_dir / CHECKPOINT),
     ]
     sampler = None
     if args.telemetry_hz > 0:
@@ -110,6 +115,8 @@ def main(argv: list[str] | None = None) -> None:
     start_ms, stop_ms = run_window(result)
     record["run_start_ms"], record["run_stop_ms"] = start_ms, stop_ms
     record["engine"] = args.engine
+    if (run_dir / CHECKPOINT).is_file():
+        record["checkpoint"] = {"file": CHECKPOINT, "sha256": sha256_file(run_dir / CHECKPOINT)}
     record["image"] = _image_identity(args.image_record, image) if args.image_record else None
     if sampler is not None:
         from mlrepro.telemetry import summarize

@@ -94,6 +94,7 @@ def train(
     device: torch.device,
     threads: int,
     flush_caches: bool = False,
+    checkpoint: Path | None = None,
 ) -> RunResult:
     module = load_module(benchmark)
     log = RunLog(result_path)
@@ -139,6 +140,10 @@ def train(
             break
     log.end(c.RUN_STOP, status=status)
     elapsed_ms = int((time.time() - start) * 1000)
+    model = getattr(workload, "model", None)
+    if checkpoint is not None and status == "success" and isinstance(model, torch.nn.Module):
+        with atomic.atomic_path(checkpoint) as tmp:  # the weights the inference stage serves
+            torch.save(model.state_dict(), tmp)
     log.commit()
     return RunResult(
         benchmark=benchmark,
@@ -168,6 +173,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--device", default="auto")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--drop-caches", action="store_true")
+    p.add_argument("--checkpoint", type=Path, default=None, help="where a converged run saves its weights")
     args = p.parse_args(argv)
 
     torch.set_num_threads(args.threads)
@@ -182,6 +188,7 @@ def main(argv: list[str] | None = None) -> None:
         pick_device(args.device),
         args.threads,
         args.drop_caches,
+        args.checkpoint,
     )
     atomic.write_json(args.summary, asdict(result))
 

@@ -1,0 +1,98 @@
+"""The inference report: the seed documents' table (benchmark x scenario: samples per second for
+Offline and Server, the early-stopping latency percentile for SingleStream and MultiStream, per
+accelerator where the system has accelerators), LoadGen's latency percentiles as plots, and NVML
+energy per sample where a GPU was sampled.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from mlrepro import atomic
+from mlrepro.inference.summary import SCENARIOS
+from mlrepro.report.render import render
+from mlrepro.report.svg import line_chart
+
+_PERCENTILE = re.compile(r"^(\d+(?:\.\d+)?) percentile latency \(ns\)$")
+
+
+def accelerators(system_json: Path) -> int:
+    """accelerators_per_node x number_of_nodes (strings in published JSONs); 0 for CPU-only systems."""
+    desc = json.loads(system_json.read_text())
+    return int(float(desc.get("accelerators_per_node") or 0)) * int(float(desc.get("number_of_nodes") or 1))
+
+
+def cell(result: dict[str, Any], n_acc: int) -> dict[str, Any]:
+    """One table cell: the metric in the unit the seed documents use, and per accelerator."""
+    value, units = result.get("metric"), result.get("units")
+    if value is None:
+        return {"text": "—", "per_acc": "—"}
+    if units == "ns":
+        ms = value / 1e6
+        return {"value": ms, "unit": "ms", "text": f"{ms:.3f} ms ({result.get('metric_name')})", "per_acc": "—"}
+    per = f"{value / n_acc:,.1f}" if n_acc else "— (CPU only)"
+    return {"value": value, "unit": "samples/s", "text": f"{value:,.1f} samples/s", "per_acc": per}
+
+
+def latency_plot(stats: dict[str, str], title: str) -> Any:
+    points = sorted((float(m.group(1)), float(v) / 1e6) for k, v in stats.items()
+                    if (m := _PERCENTILE.match(k)) and v.strip().replace(".", "", 1).isdigit())
+    return line_chart({"latency": points}, title=title, x_label="percentile", y_label="latency (ms)")
+
+
+def build(check: dict[str, Any], runs_dir: Path) -> dict[str, Any]:
+    rows: dict[str, dict[str, Any]] = {}
+    plots, energy = [], []
+    n_acc = 0
+    for r in check["results"]:
+        pkg_sys = Path(check.get("package", "")) / r["division"] / r["org"] / "systems" / f"{r['system']}.json"
+        n_acc = accelerators(pkg_sys) if pkg_sys.is_file() else 0
+        row = rows.setdefault(r["benchmark"], {})
+        row[r["scenario"]] = {**cell(r, n_acc), "valid": r["valid"], "submittable": r["submittable"],
+                              "accuracy": r["accuracy"]}
+        plots.append(latency_plot(r.get("stats", {}), f"{r['benchmark']} {r['scenario']}: LoadGen latency percentiles"))
+    for perf in sorted(runs_dir.glob("*/*/performance/result.json")):
+        rec = json.loads(perf.read_text())
+        if rec.get("energy_per_sample_j") is not None:
+            energy.append({"benchmark": rec["benchmark"], "scenario": rec["scenario"],
+                           "joules_per_sample": rec["energy_per_sample_j"],
+                           "energy_j": rec["telemetry"]["accelerator_energy_j"]})
+    return {"rows": rows, "plots": plots, "energy": energy, "accelerators": n_acc}
+
+
+def table_csv(table: dict[str, Any]) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf)
+    w.writerow(["benchmark", "scenario", "metric", "unit", "per_accelerator", "valid", "submittable", "accuracy",
+                "accuracy_target"])
+    for bench, row in table["rows"].items():
+        for scen in SCENARIOS:
+            if scen in row:
+                c = row[scen]
+                w.writerow([bench, scen, c.get("value", ""), c.get("unit", ""), c["per_acc"], c["valid"],
+                            c["submittable"], c["accuracy"].get("value", ""), c["accuracy"].get("target", "")])
+    return buf.getvalue()
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog="python -m mlrepro.inference.report", description=__doc__)
+    p.add_argument("--check", type=Path, required=True)
+    p.add_argument("--runs-dir", type=Path, required=True)
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--csv", type=Path, required=True)
+    args = p.parse_args(argv)
+    check = json.loads(args.check.read_text())
+    check.setdefault("package", str(args.check.parent / "package"))
+    table = build(check, args.runs_dir)
+    atomic.write_text(args.csv, table_csv(table))
+    render("inference.html.j2", args.out, check=check, table=table, scenarios=SCENARIOS)
+
+
+if __name__ == "__main__":
+    main()
