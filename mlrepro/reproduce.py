@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import yaml
 
 from mlrepro import atomic, logs, rulesets
@@ -211,6 +212,14 @@ def plan(org_dir: Path, *, system: str, only: list[str], runs: int | None, overr
             continue
         params = deep_merge(deep_merge(implementation_params(impl), (config.get("benchmarks") or {}).get(b) or {}),
                             overrides.get(b) or {})
+        schema = impl.folder / "workflow" / "params.schema.yaml"
+        if schema.is_file():
+            errors = sorted(jsonschema.Draft202012Validator(yaml.safe_load(schema.read_text())).iter_errors(params),
+                            key=lambda e: list(map(str, e.absolute_path)))
+            if errors:
+                problems.append(f"{b}: the parameters fail the implementation's {schema.name}: " + "; ".join(
+                    f"{'.'.join(map(str, e.absolute_path)) or '(top level)'}: {e.message}" for e in errors) + ".")
+                continue
         datasets = (manifest or {}).get("datasets") or {}
         out[b] = BenchmarkPlan(b, str(impl.folder), [str(f) for f in files], [int(s.seed) for s in submitted],
                                params, data_seed, {k: submitted[0].submission.get(k) for k in _SUBMISSION},
