@@ -179,6 +179,14 @@ def test_ledger_run_missing_from_the_package_is_named(package: Path) -> None:
     assert len(warnings) == 1 and dropped["launch"] in warnings[0].message and dropped["run_dir"] in warnings[0].path
 
 
+def test_manifest_naming_a_file_outside_the_package_is_not_read(package: Path) -> None:
+    doc = _manifest(package)
+    doc["runs"][0]["file"] = "../../../../../../dev/zero"
+    _rewrite_manifest(package, doc)
+    errors = _findings(package)
+    assert [k for _, k, _ in errors] == ["result missing"] and "/dev/zero" in errors[0][2]
+
+
 def test_dirty_tree_is_named(package: Path) -> None:
     doc = _manifest(package)
     doc["git"] = {"commit": "0" * 40, "dirty": True, "changed": [" M mlrepro/train.py"]}

@@ -84,7 +84,8 @@ def _check_hash(check: ManifestCheck, org_dir: Path, data: bytes, expected: str 
                   f"{expected}: manifest (and sidecar) replaced")
 
 
-def _check_files(check: ManifestCheck, org_dir: Path, recorded: dict[str, str]) -> None:
+def _check_files(check: ManifestCheck, org_dir: Path, recorded: dict[str, str]) -> dict[str, str]:
+    """Compare the package's files with the manifest's; return the package's (path -> sha256)."""
     present = package_files(org_dir)
     for rel in sorted(recorded.keys() - present.keys()):
         check.add("error", "file removed", rel, f"{rel} is in the manifest but not in the package (removed)")
@@ -99,9 +100,10 @@ def _check_files(check: ManifestCheck, org_dir: Path, recorded: dict[str, str]) 
             kind, what = "file edited", "the file"
         check.add("error", kind, rel, f"{what} {rel} changed: sha256 {present[rel]}, the manifest records "
                   f"{recorded[rel]}")
+    return present
 
 
-def _check_runs(check: ManifestCheck, org_dir: Path, manifest: dict[str, Any]) -> None:
+def _check_runs(check: ManifestCheck, org_dir: Path, manifest: dict[str, Any], present: dict[str, str]) -> None:
     ledger = {r.get("launch"): r for r in manifest.get("ledger") or []}
     used = set()
     for run in manifest.get("runs") or []:
@@ -121,9 +123,12 @@ def _check_runs(check: ManifestCheck, org_dir: Path, manifest: dict[str, Any]) -
             if launch.get("seed") != run.get("seed"):
                 check.add("error", "seed differs from the ledger", rel,
                           f"{rel}: seed {run.get('seed')} recorded for the result, {launch.get('seed')} in the ledger")
+        if not present.get(rel, "symlink:").isalnum():  # never read a path a manifest names outside the package
+            if rel not in (manifest.get("files") or {}):  # else named above as removed
+                check.add("error", "result missing", rel, f"the manifest's run record names {rel!r}, which is not "
+                          "a regular file of the package")
+            continue
         path = org_dir / rel
-        if not path.is_file():
-            continue  # named as removed
         logged = _logged(path)
         if "error" in logged:
             check.add("error", "result unreadable", rel, f"{rel}: {logged['error']}")
@@ -173,8 +178,8 @@ def verify(org_dir: Path, expected_sha256: str | None = None) -> ManifestCheck:
     except ValueError as e:
         check.add("error", "manifest unreadable", MANIFEST, f"{MANIFEST} cannot be read: {e}")
         return check
-    _check_files(check, org_dir, manifest["files"])
-    _check_runs(check, org_dir, manifest)
+    present = _check_files(check, org_dir, manifest["files"])
+    _check_runs(check, org_dir, manifest, present)
     git = manifest.get("git") or {}
     if git.get("dirty"):
         changed = ", ".join(git.get("changed") or [])[:500]
