@@ -62,12 +62,31 @@ class ReproduceError(ValueError):
 @dataclass(frozen=True)
 class Implementation:
     folder: Path
-    layout: str  # "mlrepro-package": workflow/ + mlrepro/
+    layout: str  # "mlrepro-package": workflow/ + mlrepro/; "mlcommons": run_and_time.sh + config_<system>.sh
+    config: Path | None = None  # the MLCommons layout's config file for the system
 
 
-def locate_implementation(org_dir: Path, benchmark: str) -> Implementation:
+def _mlcommons_config(folder: Path, system: str) -> Path | None:
+    """config_<X>.sh for ``system``: the longest X that the system folder's name starts with
+    (NVIDIA's dgxa100_ngc21.09_mxnet -> config_DGXA100.sh)."""
+    matches = [p for p in folder.glob("config_*.sh")
+               if system.lower().startswith(p.stem.removeprefix("config_").lower())]
+    return max(matches, key=lambda p: len(p.stem), default=None)
+
+
+def locate_implementation(org_dir: Path, benchmark: str, system: str = "") -> Implementation:
     base = org_dir / "benchmarks" / benchmark / "implementations"
     found = sorted(p for p in base.glob("*") if (p / "workflow" / "model.py").is_file() and (p / "mlrepro").is_dir())
+    mlcommons = sorted(p for p in base.glob("*") if (p / "run_and_time.sh").is_file())
+    if not found and mlcommons:
+        for folder in mlcommons:
+            if (config := _mlcommons_config(folder, system)) is not None:
+                return Implementation(folder, "mlcommons", config)
+        configs = ", ".join(sorted(p.name for f in mlcommons for p in f.glob("config_*.sh"))) or "none"
+        raise ReproduceError(
+            f"The package's implementation of {benchmark} ({', '.join(str(f) for f in mlcommons)}) has no config "
+            f"file for system {system} (it has: {configs}). Give the system whose config_<SYSTEM>.sh it has, or "
+            "add that config file.")
     if not found:
         present = ", ".join(sorted(p.name for p in base.glob("*"))) or "none"
         raise ReproduceError(
@@ -197,9 +216,16 @@ def plan(org_dir: Path, *, system: str, only: list[str], runs: int | None, overr
     out: dict[str, BenchmarkPlan] = {}
     for b in chosen:
         try:
-            impl = locate_implementation(org_dir, b)
+            impl = locate_implementation(org_dir, b, system)
         except ReproduceError as e:
             problems.append(str(e))
+            continue
+        if impl.layout == "mlcommons":
+            config_name = impl.config.name if impl.config else ""
+            problems.append(
+                f"{b}: {impl.folder} is an MLCommons-convention implementation (run_and_time.sh, {config_name} "
+                f"for {system}); the reproduce target runs this pipeline's packaged implementations only so far: "
+                "running run_and_time.sh needs the plug-in run driver of the implementations work.")
             continue
         files = sorted((org_dir / "results" / system / b).glob("result_*.txt"),
                        key=lambda p: int(p.stem.rpartition("_")[2]) if p.stem.rpartition("_")[2].isdigit() else 0)

@@ -4,13 +4,15 @@ hyperparameter named; what is missing named before any run."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from mlrepro import reproduce
-from tests.conftest import snakemake
+from tests.conftest import REPO, snakemake
 
 pytestmark = pytest.mark.slow
 
@@ -73,3 +75,26 @@ def test_plan_without_manifest_uses_logged_seeds_with_a_note(tiny_package: Path,
     logged = [reproduce.read_log(Path(f)).seed for f in p.benchmarks["resnet"].result_files]
     assert p.runs == 5 and p.benchmarks["resnet"].seeds == logged and not p.manifest
     assert any("no provenance.json" in n for n in p.notes)
+
+
+SHARED = REPO.parent / "shared" / "data"
+
+
+@pytest.mark.skipif(not (SHARED / "mlperf_training_nvidia_implementations_v1.1.tar.xz").is_file(),
+                    reason="../shared/data is absent")
+def test_nvidia_v11_layout_is_recognised_with_its_dgxa100_config(tmp_path: Path) -> None:
+    """NVIDIA's v1.1 ResNet package: its implementation folder and config_DGXA100.sh are found; running
+    run_and_time.sh waits for the implementations plug-in driver, and the plan says so before any run."""
+    subprocess.run(["tar", "-xJf", str(SHARED / "mlperf_training_results_v1.1.tar.xz"), "-C", str(tmp_path),
+                    "./NVIDIA/results/dgxa100_ngc21.09_mxnet/resnet", "./NVIDIA/systems/dgxa100_ngc21.09_mxnet.json"],
+                   check=True)
+    subprocess.run(["tar", "-xJf", str(SHARED / "mlperf_training_nvidia_implementations_v1.1.tar.xz"), "-C",
+                    str(tmp_path), "NVIDIA/benchmarks/resnet/implementations/mxnet"], check=True)
+    org = tmp_path / "NVIDIA"
+    impl = reproduce.locate_implementation(org, "resnet", "dgxa100_ngc21.09_mxnet")
+    assert impl.layout == "mlcommons" and impl.config is not None and impl.config.name == "config_DGXA100.sh"
+    with pytest.raises(reproduce.ReproduceError, match=re.escape("config_DGXA100.sh for dgxa100_ngc21.09_mxnet")):
+        reproduce.plan(org, system="dgxa100_ngc21.09_mxnet", only=["resnet"], runs=None, overrides={},
+                       default_data_seed=0)
+    with pytest.raises(reproduce.ReproduceError, match="no config file for system dgx2"):
+        reproduce.locate_implementation(org, "resnet", "dgx2_ngc21.09_mxnet")
