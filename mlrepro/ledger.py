@@ -16,6 +16,7 @@ import json
 import os
 import signal
 import socket
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -61,7 +62,9 @@ def recorded(run_dir: Path, *, benchmark: str, seed: int) -> Iterator[str]:
     append(path, {"event": "launch", "launch": launch, "benchmark": benchmark, "run": run_dir.name, "seed": seed,
                   "time": time.time(), "host": socket.gethostname(), "pid": os.getpid(),
                   "slurm_job_id": os.environ.get("SLURM_JOB_ID")})
-    previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    # Only the main thread may set a handler; elsewhere a SIGTERM leaves the launch without an end line.
+    in_main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _on_sigterm) if in_main else None
     status, exit_status, error = "failed", 1, None
     try:
         yield launch
@@ -78,7 +81,8 @@ def recorded(run_dir: Path, *, benchmark: str, seed: int) -> Iterator[str]:
         error = f"{type(e).__name__}: {e}"[:2000]
         raise
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        if in_main:
+            signal.signal(signal.SIGTERM, previous)
         append(path, {"event": "end", "launch": launch, "time": time.time(), "status": status,
                       "exit_status": exit_status, "error": error,
                       "result_sha256": _sha256(run_dir / RESULT) if status == "success" else None})
