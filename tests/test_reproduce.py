@@ -23,6 +23,8 @@ def _reproduce(workdir: Path, package: Path, *config: str, check: bool = True):
 
 def test_package_reproduces_bit_identically_on_cpu(tiny_package: Path, tmp_path: Path) -> None:
     org = tiny_package / "submission" / "mlrepro"
+    # Two runs against five: the smallest attainable Mann-Whitney p is 0.095, so times on this shared,
+    # loaded machine inform the report but cannot fail the verdict; seeds, epochs and metrics decide it.
     _reproduce(tmp_path, org, "runs=2")
     doc = json.loads((tmp_path / "reproduction" / "reproduction.json").read_text())
     assert doc["verdict"] == "reproduced", doc["benchmarks"][0]["reasons"]
