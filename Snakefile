@@ -2,6 +2,7 @@
 #   environment -> data -> runs (+ telemetry) -> compliance -> package -> score -> report
 # `snakemake --cores all` runs the embedded default; `--config audit=PATH ruleset=X` audits a package;
 # `--config audit=PATH usage=inference` audits a published inference round.
+# `--config reproduce=ORG_DIR system=S only=[bm] runs=K` re-runs a package's results and compares.
 from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
@@ -37,6 +38,15 @@ elif config.get("audit"):
         default_target: True
         input:
             rules.audit_all.input,
+
+elif config.get("reproduce"):
+
+    include: "rules/reproduce.smk"
+
+    rule reproduce:
+        default_target: True
+        input:
+            rules.reproduce_all.input,
 
 else:
 

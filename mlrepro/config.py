@@ -101,7 +101,7 @@ def load(raw: Mapping[str, Any], source: str = "config") -> tuple[dict[str, Any]
     schema = _load_yaml(SCHEMA)
     _validate(config, schema, [], source)
     _fill_defaults(config, schema)
-    if config.get("audit"):
+    if config.get("audit") or config.get("reproduce"):
         return config, {}
 
     usage, ruleset = config["usage"], config["ruleset"]

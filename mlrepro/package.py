@@ -16,7 +16,7 @@ import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from mlrepro import PROJECT_ROOT, atomic, rulesets
+from mlrepro import PROJECT_ROOT, atomic, provenance, rulesets
 
 SUCCESS = "PACKAGE CHECKER FOUND NO ERRORS"
 IMPLEMENTATION = "mlrepro-pytorch"
@@ -98,14 +98,18 @@ def main(argv: list[str] | None = None) -> None:
     with atomic.atomic_dir(args.out) as tmp:
         org_dir = assemble(tmp, spec["org"], spec["system"], spec["system_desc"], runs, spec["images"],
                            spec["ruleset"])
+        if spec.get("provenance"):  # written before the check, so that the checker judges the package with it
+            provenance.write_for_package(org_dir, spec, spec["provenance"])
         verdict = check(org_dir, spec["usage"], spec["ruleset"], args.log)
+        manifest_sha256 = provenance.write_for_package(org_dir, spec, spec["provenance"]) \
+            if spec.get("provenance") else None  # again: the checker may have added files
         verdict.folder = str(args.out / spec["org"])
         verdict.submittable = bool(spec["submittable"])
         if not verdict.valid and verdict.submittable:
             errors = "\n".join(f"  {e}" for e in verdict.errors)
             sys.exit(f"error: the submission package {args.out / spec['org']} fails the official package "
                      f"checker ({spec['usage']} {spec['ruleset']}):\n{errors}\nFull output: {args.log}")
-    atomic.write_json(args.verdict, asdict(verdict))
+    atomic.write_json(args.verdict, {**asdict(verdict), "manifest_sha256": manifest_sha256})
 
 
 if __name__ == "__main__":

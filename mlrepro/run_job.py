@@ -12,7 +12,7 @@ import os
 import sys
 from pathlib import Path
 
-from mlrepro import atomic, environment
+from mlrepro import atomic, environment, ledger
 from mlrepro.data import sha256_file
 from mlrepro.engines import Engine, Mount, get_engine
 from mlrepro.logs import run_window
@@ -70,8 +70,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--drop-caches", action="store_true")
     p.add_argument("--telemetry-hz", type=float, default=0.0, help="0 disables the sampler")
     args = p.parse_args(argv)
-
     run_dir: Path = args.run_dir.resolve()
+    with ledger.recorded(run_dir, benchmark=args.benchmark, seed=args.seed):  # every launch, on record
+        _drive(args, run_dir)
+
+
+def _drive(args: argparse.Namespace, run_dir: Path) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
     result, summary, log = run_dir / "result.txt", run_dir / "run.json", run_dir / "train.log"
     log.unlink(missing_ok=True)

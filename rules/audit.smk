@@ -64,5 +64,8 @@ rule audit_summarize:
         directory(AUDIT_OUT / "report"),
     params:
         cmd=AUDIT_CMD.format(step="summarize"),
+        # the provenance manifest's hash as the package's report published it (optional)
+        manifest=shlex.join(["--manifest-sha256", str(config["manifest_sha256"])])
+        if config.get("manifest_sha256") else "",
     shell:
-        "{params.cmd}"
+        "{params.cmd} {params.manifest}"

@@ -4,6 +4,9 @@ rule package:
         results=all_runs(OUT / "runs" / "{benchmark}" / "{run}" / "result.txt"),
         verdicts=all_runs(OUT / "compliance" / "{benchmark}" / "{run}.json"),
         environment=INFO / "environment.json",
+        # the provenance manifest records each run's summary and each dataset's manifest
+        summaries=all_runs(OUT / "runs" / "{benchmark}" / "{run}" / "run.json"),
+        data_manifests=expand(OUT / "data" / "{benchmark}" / _data.MANIFEST, benchmark=ordered_benchmarks()),
     output:
         tree=directory(OUT / "submission"),
         verdict=OUT / "package_check.json",
@@ -15,7 +18,9 @@ rule package:
             "runs": {b: [str(OUT / "runs" / b / str(i) / "result.txt") for i in run_indices(b)]
                      for b in ordered_benchmarks()},
             "images": {b: BENCHMARKS[b].image for b in BENCHMARKS},
-        }),
+            "provenance": {"outdir": str(OUT), "config": config, "config_hash": CONFIG_HASH,
+                           "data_manifests": {b: str(OUT / "data" / b / _data.MANIFEST) for b in BENCHMARKS}},
+        }, default=str),
         spec_file=INFO / "package_spec.json",
     log:
         INFO / "logs" / "package_checker.log",

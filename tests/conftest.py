@@ -70,3 +70,12 @@ def write_mllog(path: Path, benchmark: str, run_start_ms: int, minutes: float, s
 @pytest.fixture
 def mllog() -> Callable[..., Path]:
     return write_mllog
+
+
+@pytest.fixture(scope="session")
+def tiny_package(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The test configuration run once through the whole pipeline (five ResNet runs); its output folder.
+    Shared by the provenance and reproduce tests, which only read it (they copy what they tamper with)."""
+    workdir = tmp_path_factory.mktemp("tiny_package")
+    snakemake(workdir, "--configfile", str(REPO / "config" / "test.yaml"))
+    return workdir / "results"

@@ -21,6 +21,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, required=True, help="the audit's output folder")
     parser.add_argument("--usage", default="training")
     parser.add_argument("--ruleset", required=True)
+    parser.add_argument("--manifest-sha256", default=None,
+                        help="the provenance manifest's sha256 published with the package (its report)")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="worker processes of the check")
     args = parser.parse_args(argv)
     # The official tools log every line they check; the audit reports their findings instead.
@@ -30,7 +32,8 @@ def main(argv: list[str] | None = None) -> None:
                              args.jobs)
         print(f"audit: {len(doc['files'])} result files, {len(doc['checked'])} checked, the rest from the cache")
     else:
-        audit = pipeline.summarize(args.root, pipeline.load_json(args.out / "checks.json"), args.usage, args.ruleset)
+        audit = pipeline.summarize(args.root, pipeline.load_json(args.out / "checks.json"), args.usage, args.ruleset,
+                                   args.manifest_sha256)
         pipeline.write_summary(audit, args.out)
         report.write(audit, args.out / "report")
         print(f"audit: report in {args.out / 'report' / 'index.html'}")

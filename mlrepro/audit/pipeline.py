@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from mlrepro import atomic
-from mlrepro.audit import discover, package, scoring, summary
+from mlrepro.audit import discover, manifest, package, scoring, summary
 from mlrepro.audit.cache import Cache
 from mlrepro.audit.check import check_files
 from mlrepro.audit.runfile import FileCheck
@@ -34,8 +34,10 @@ def _file_entry(path: Path, rec: FileCheck | None, unreadable: str) -> dict[str,
             "messages": rec.messages, "notes": rec.notes}
 
 
-def summarize(root: Path, checks: dict[str, Any], usage: str, ruleset: str) -> dict[str, Any]:
-    """Package verdicts, scores and the summary rows of every organisation under ``root``."""
+def summarize(root: Path, checks: dict[str, Any], usage: str, ruleset: str,
+              manifest_sha256: str | None = None) -> dict[str, Any]:
+    """Package verdicts, scores and the summary rows of every organisation under ``root``;
+    ``manifest_sha256``: the provenance manifest's hash published with a one-organisation package."""
     records = {p: FileCheck.from_dict(d) for p, d in checks["files"].items()}
     orgs_out = []
     rows = []
@@ -45,7 +47,8 @@ def summarize(root: Path, checks: dict[str, Any], usage: str, ruleset: str) -> d
         except Exception as e:  # a case no check foresaw: one organisation's verdict, not the audit's end
             verdict = package.PackageVerdict()
             verdict.error(f"The package check failed on unexpected input: {type(e).__name__}: {e}")
-        org_out: dict[str, Any] = {"name": org.name, "package": asdict(verdict), "systems": []}
+        org_out: dict[str, Any] = {"name": org.name, "package": asdict(verdict), "systems": [],
+                                   "provenance": manifest.verify(org.path, manifest_sha256).to_dict()}
         for system in org.systems:
             desc = scoring.load_system_desc(org, system)
             division = (desc.desc or {}).get("division", "")

@@ -1,0 +1,191 @@
+"""Verify a package against its provenance manifest (mlrepro/provenance.py); name exactly what differs.
+
+Errors are evidence of tampering: the manifest's hash differs from its sidecar or from the hash
+published in the report; a file edited, added or removed; a packaged result with no successful launch
+in the ledger, or whose seed or run window differs from what was recorded when its run ended. Warnings:
+a successful launch of the ledger whose result is not in the package (a run dropped or superseded by
+a re-run), a tree with uncommitted changes. Notes: failed and aborted launches. A package without a
+manifest is audited as before, with a note.
+
+The audit only reads the package.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mlrepro import logs
+from mlrepro.provenance import MANIFEST, SIDECAR, package_files
+
+# A result's run window must lie within its launch (the ledger's times are the driver's, in seconds).
+_SLACK_MS = 2000
+
+
+@dataclass
+class Finding:
+    severity: str  # error | warning | note
+    kind: str
+    path: str
+    message: str
+
+
+@dataclass
+class ManifestCheck:
+    present: bool
+    manifest_sha256: str | None = None
+    findings: list[Finding] = field(default_factory=list)
+    note: str = ""
+
+    @property
+    def verified(self) -> bool:
+        return self.present and not any(f.severity == "error" for f in self.findings)
+
+    def add(self, severity: str, kind: str, path: str, message: str) -> None:
+        self.findings.append(Finding(severity, kind, path, message))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"present": self.present, "verified": self.verified, "manifest_sha256": self.manifest_sha256,
+                "note": self.note, "findings": [vars(f) for f in self.findings]}
+
+
+def _logged(path: Path) -> dict[str, Any]:
+    """The seed and run window a result file logs (None where it does not)."""
+    out: dict[str, Any] = {"seed": None, "run_start_ms": None, "run_stop_ms": None}
+    try:
+        for e in logs.events(path):
+            if e.get("key") == "seed":
+                out["seed"] = e.get("value")
+            elif e.get("key") in ("run_start", "run_stop"):
+                out[f"{e['key']}_ms"] = e.get("time_ms")
+    except (OSError, ValueError, UnicodeDecodeError) as e:
+        out["error"] = f"{type(e).__name__}: {e}"
+    return out
+
+
+def _check_hash(check: ManifestCheck, org_dir: Path, data: bytes, expected: str | None) -> None:
+    digest = check.manifest_sha256 = hashlib.sha256(data).hexdigest()
+    sidecar = org_dir / SIDECAR
+    if not sidecar.is_file():
+        check.add("error", "manifest hash missing", SIDECAR,
+                  f"{SIDECAR} is missing: the manifest's own hash cannot be checked inside the package")
+    else:
+        recorded = sidecar.read_text(errors="replace").split(maxsplit=1)[0] if sidecar.stat().st_size else ""
+        if recorded != digest:
+            check.add("error", "manifest edited", MANIFEST,
+                      f"{MANIFEST} has sha256 {digest}, but {SIDECAR} records {recorded[:64]!r}: the manifest was "
+                      "edited after it was written, without updating its hash")
+    if expected and expected.lower() != digest:
+        check.add("error", "manifest differs from the published hash", MANIFEST,
+                  f"{MANIFEST} has sha256 {digest}, but the report that came with the package published "
+                  f"{expected}: manifest (and sidecar) replaced")
+
+
+def _check_files(check: ManifestCheck, org_dir: Path, recorded: dict[str, str]) -> dict[str, str]:
+    """Compare the package's files with the manifest's; return the package's (path -> sha256)."""
+    present = package_files(org_dir)
+    for rel in sorted(recorded.keys() - present.keys()):
+        check.add("error", "file removed", rel, f"{rel} is in the manifest but not in the package (removed)")
+    for rel in sorted(present.keys() - recorded.keys()):
+        check.add("error", "file added", rel, f"{rel} is in the package but not in the manifest (added)")
+    for rel in sorted(k for k in recorded.keys() & present.keys() if recorded[k] != present[k]):
+        if rel.startswith("systems/") and rel.endswith(".json"):
+            kind, what = "system description changed", "the system description"
+        elif rel.startswith("results/"):
+            kind, what = "result edited", "the result file"
+        else:
+            kind, what = "file edited", "the file"
+        check.add("error", kind, rel, f"{what} {rel} changed: sha256 {present[rel]}, the manifest records "
+                  f"{recorded[rel]}")
+    return present
+
+
+def _check_runs(check: ManifestCheck, org_dir: Path, manifest: dict[str, Any], present: dict[str, str]) -> None:
+    ledger = {r.get("launch"): r for r in manifest.get("ledger") or []}
+    used = set()
+    for run in manifest.get("runs") or []:
+        rel = str(run.get("file"))
+        launch = ledger.get(run.get("launch"))
+        if launch is None:
+            check.add("error", "run missing from the ledger", rel,
+                      f"{rel} (seed {run.get('seed')}): no launch in the ledger wrote it (launch "
+                      f"{run.get('launch')})")
+        else:
+            used.add(run.get("launch"))
+            if launch.get("status") != "success" or launch.get("result_sha256") != run.get("result_sha256"):
+                check.add("error", "result does not match the ledger", rel,
+                          f"{rel}: the ledger's launch {launch.get('launch')} ended {launch.get('status')!r} "
+                          f"with result sha256 {launch.get('result_sha256')}, the run record says "
+                          f"{run.get('result_sha256')}")
+            if launch.get("seed") != run.get("seed"):
+                check.add("error", "seed differs from the ledger", rel,
+                          f"{rel}: seed {run.get('seed')} recorded for the result, {launch.get('seed')} in the ledger")
+        if not present.get(rel, "symlink:").isalnum():  # never read a path a manifest names outside the package
+            if rel not in (manifest.get("files") or {}):  # else named above as removed
+                check.add("error", "result missing", rel, f"the manifest's run record names {rel!r}, which is not "
+                          "a regular file of the package")
+            continue
+        path = org_dir / rel
+        logged = _logged(path)
+        if "error" in logged:
+            check.add("error", "result unreadable", rel, f"{rel}: {logged['error']}")
+            continue
+        if logged["seed"] != run.get("seed"):
+            check.add("error", "seed differs from the ledger", rel,
+                      f"{rel}: the file logs seed {logged['seed']}, the run was launched with {run.get('seed')}")
+        for key in ("run_start_ms", "run_stop_ms"):
+            if logged[key] != run.get(key):
+                check.add("error", "time differs from the ledger", rel,
+                          f"{rel}: {key.removesuffix('_ms')} time_ms is {logged[key]} in the file, "
+                          f"{run.get(key)} when the run ended")
+        if launch is not None and launch.get("start") is not None and launch.get("stop") is not None:
+            lo, hi = launch["start"] * 1000 - _SLACK_MS, launch["stop"] * 1000 + _SLACK_MS
+            outside = [k for k in ("run_start_ms", "run_stop_ms")
+                       if isinstance(logged[k], int | float) and not lo <= logged[k] <= hi]
+            if outside:
+                check.add("error", "time differs from the ledger", rel,
+                          f"{rel}: {' and '.join(k.removesuffix('_ms') for k in outside)} lie outside its launch "
+                          f"({launch['start']:.0f} to {launch['stop']:.0f} s since the epoch)")
+    for launch_id, rec in ledger.items():
+        where = f"{rec.get('run_dir')} launch {launch_id} (seed {rec.get('seed')}, slurm job {rec.get('slurm_job_id')})"
+        if launch_id in used:
+            continue
+        if rec.get("status") == "success":
+            check.add("warning", "ledger run not in the package", str(rec.get("run_dir")),
+                      f"{where} succeeded, but its result is not in the package (dropped, or superseded by a re-run)")
+        else:
+            check.add("note", "failed or aborted launch", str(rec.get("run_dir")),
+                      f"{where} ended {rec.get('status')!r} (exit status {rec.get('exit_status')})")
+
+
+def verify(org_dir: Path, expected_sha256: str | None = None) -> ManifestCheck:
+    """Check the package ``org_dir`` against its manifest; ``expected_sha256``: the hash published
+    with the package (its report), when the auditor has it."""
+    path = org_dir / MANIFEST
+    if not path.is_file():
+        return ManifestCheck(False, note=f"The package has no {MANIFEST}: audited as before, without provenance "
+                             "checks (files, ledger, seeds and times cannot be verified).")
+    check = ManifestCheck(True)
+    data = path.read_bytes()
+    _check_hash(check, org_dir, data, expected_sha256)
+    try:
+        manifest = json.loads(data)
+        if not isinstance(manifest, dict) or not isinstance(manifest.get("files"), dict):
+            raise ValueError("not a manifest object with a 'files' map")
+    except ValueError as e:
+        check.add("error", "manifest unreadable", MANIFEST, f"{MANIFEST} cannot be read: {e}")
+        return check
+    present = _check_files(check, org_dir, manifest["files"])
+    _check_runs(check, org_dir, manifest, present)
+    git = manifest.get("git") or {}
+    if git.get("dirty"):
+        changed = ", ".join(git.get("changed") or [])[:500]
+        check.add("warning", "dirty tree", MANIFEST,
+                  f"the package was made from commit {git.get('commit')} with uncommitted changes ({changed})")
+    elif git.get("commit") is None:
+        check.add("note", "no git commit", MANIFEST, f"no project commit recorded: {git.get('note')}")
+    check.note = "verified against its manifest" if check.verified else "DOES NOT MATCH its manifest"
+    return check
