@@ -15,6 +15,8 @@ from pathlib import Path
 from mlrepro import atomic, environment
 from mlrepro.engines import Engine, Mount, get_engine
 from mlrepro.logs import run_window
+from mlrepro.slurm import launch
+from mlrepro.slurm.jobs import this_job
 
 
 class RunFailed(RuntimeError):
@@ -36,13 +38,23 @@ def _image_identity(record_path: Path, ref: str | None) -> dict[str, object]:
 
 def _run(engine: Engine, argv: list[str], image: str | None, args: argparse.Namespace, run_dir: Path,
          log: Path) -> int:
+    rendezvous: dict[str, str] = {}
+    if args.nodes * args.tasks_per_node > 1:  # one run, several processes: srun or torchrun starts them
+        if args.engine != "native":
+            raise RunFailed(f"{args.benchmark}: a run of {args.nodes * args.tasks_per_node} processes runs with "
+                            f"engine native here; on Slurm with containers use pyxis or apptainer (profiles/slurm)")
+        try:
+            argv, rendezvous = launch.command(argv, sys.executable, args.nodes, args.tasks_per_node,
+                                              args.threads, os.environ)
+        except launch.LaunchError as e:
+            raise RunFailed(f"{args.benchmark} run in {run_dir}: {e}") from e
     try:
         return engine.run(
             argv,
             image=image,
             mounts=[Mount(args.data_dir.resolve(), read_only=True), Mount(run_dir, read_only=False)],
             gpus=wants_gpus(args.device),
-            env={"OMP_NUM_THREADS": str(args.threads), "PYTHONHASHSEED": "0"},
+            env={"OMP_NUM_THREADS": str(args.threads), "PYTHONHASHSEED": "0", **rendezvous},
             log=log,
         )
     except Exception as e:  # the engine's own errors (API, missing image) as one clear message
@@ -66,6 +78,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--drop-caches", action="store_true")
     p.add_argument("--telemetry-hz", type=float, default=0.0, help="0 disables the sampler")
+    p.add_argument("--nodes", type=int, default=1, help="the run's job shape: nodes")
+    p.add_argument("--tasks-per-node", type=int, default=1, help="the run's job shape: processes per node")
     args = p.parse_args(argv)
 
     run_dir: Path = args.run_dir.resolve()
@@ -110,6 +124,8 @@ def main(argv: list[str] | None = None) -> None:
     start_ms, stop_ms = run_window(result)
     record["run_start_ms"], record["run_stop_ms"] = start_ms, stop_ms
     record["engine"] = args.engine
+    record["processes"] = args.nodes * args.tasks_per_node
+    record["slurm"] = this_job(os.environ)
     record["image"] = _image_identity(args.image_record, image) if args.image_record else None
     if sampler is not None:
         from mlrepro.telemetry import summarize

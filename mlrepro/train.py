@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from mlrepro import atomic, data
+from mlrepro import atomic, data, distributed
 from mlrepro.mlperf_log import RunLog
 from mlrepro.workload import Metric, load_module, reached
 
@@ -80,7 +80,7 @@ def train(
     flush_caches: bool = False,
 ) -> RunResult:
     module = load_module(benchmark)
-    log = RunLog(result_path)
+    log = RunLog(result_path, enabled=distributed.current().is_main)
     c = log.c
     log.event(c.CACHE_CLEAR, value=drop_caches() if flush_caches else False)
     log.start(c.INIT_START)
@@ -156,6 +156,7 @@ def main(argv: list[str] | None = None) -> None:
 
     torch.set_num_threads(args.threads)
     torch.use_deterministic_algorithms(True, warn_only=True)
+    ctx = distributed.init(pick_device(args.device))
     result = train(
         args.benchmark,
         args.data_dir,
@@ -167,7 +168,9 @@ def main(argv: list[str] | None = None) -> None:
         args.threads,
         args.drop_caches,
     )
-    atomic.write_json(args.summary, asdict(result))
+    distributed.finish()
+    if ctx.is_main:  # the result is rank 0's
+        atomic.write_json(args.summary, {**asdict(result), "world_size": ctx.world_size})
 
 
 if __name__ == "__main__":

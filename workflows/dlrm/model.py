@@ -28,6 +28,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from mlrepro import distributed
+
 
 # ---------------------------------------------------------------------------------------- data
 def _hidden_logits(dense: np.ndarray, cats: np.ndarray, proj: np.ndarray, tables: list[np.ndarray], offset: float):
@@ -163,11 +165,12 @@ class Workload:
         gen = torch.Generator().manual_seed(torch.initial_seed() * 1000 + epoch)
         order = torch.randperm(len(self.labels), generator=gen).to(self.device)
         for i in range(self.steps_per_epoch):
-            idx = order[i * self.batch : (i + 1) * self.batch]
+            idx, share = distributed.shard(order[i * self.batch : (i + 1) * self.batch])
             logits = self.model(self.dense[idx], self.cats[idx])
             loss = F.binary_cross_entropy_with_logits(logits, self.labels[idx])
             self.opt.zero_grad(set_to_none=True)
             loss.backward()
+            distributed.reduce_gradients(self.model, share)
             self.opt.step()
             self.sched.step()
 

@@ -1,0 +1,71 @@
+"""Slurm's own record of a job: its id, node list and state, from ``sacct`` (accounting) or ``scontrol``.
+
+The pipeline reports what Slurm says about each run (COMPLETED, CANCELLED, TIMEOUT, NODE_FAIL,
+PREEMPTED, OUT_OF_MEMORY, FAILED), never its own guess.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass
+
+
+@dataclass(frozen=True)
+class JobState:
+    job_id: str
+    state: str  # Slurm's state word, e.g. COMPLETED, CANCELLED, TIMEOUT
+    node_list: str
+    elapsed: str = ""
+    exit_code: str = ""
+
+
+def this_job(env: Mapping[str, str]) -> dict[str, str] | None:
+    """The Slurm job a run step is part of (None outside Slurm); its node list comes from the controller
+    because the executor's job step drops SLURM_JOB_NODELIST from the environment."""
+    job_id = env.get("SLURM_JOB_ID")
+    if not job_id:
+        return None
+    nodes = env.get("SLURM_JOB_NODELIST") or _scontrol_nodes(job_id) or socket.gethostname()
+    return {"job_id": job_id, "node_list": nodes}
+
+
+def _scontrol_nodes(job_id: str) -> str | None:
+    if not shutil.which("scontrol"):
+        return None
+    proc = subprocess.run(["scontrol", "show", "job", "-o", job_id], capture_output=True, text=True, timeout=30,
+                          check=False)
+    for field in proc.stdout.split():
+        if field.startswith("NodeList="):
+            return field.split("=", 1)[1]
+    return None
+
+
+def parse_sacct(text: str) -> dict[str, JobState]:
+    """``sacct -X -P -n -o JobIDRaw,State,NodeList,Elapsed,ExitCode`` output, one job a line."""
+    states = {}
+    for line in text.splitlines():
+        parts = line.split("|")
+        if len(parts) < 5 or not parts[0]:
+            continue
+        # "CANCELLED by 0" -> CANCELLED: the word is the state, the rest who did it
+        states[parts[0]] = JobState(parts[0], parts[1].split()[0] if parts[1] else "UNKNOWN", parts[2], parts[3],
+                                    parts[4])
+    return states
+
+
+def sacct_states(job_ids: Iterable[str]) -> dict[str, JobState]:
+    ids = sorted(set(job_ids))
+    if not ids:
+        return {}
+    proc = subprocess.run(["sacct", "-X", "-P", "-n", "-o", "JobIDRaw,State,NodeList,Elapsed,ExitCode",
+                           "-j", ",".join(ids)], capture_output=True, text=True, timeout=60, check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"sacct failed ({proc.returncode}): {proc.stderr.strip()[:300]}")
+    return parse_sacct(proc.stdout)
+
+
+def as_dict(state: JobState) -> dict[str, str]:
+    return asdict(state)
