@@ -5,19 +5,22 @@
 # config, database and state file under one folder, and waits until the node is idle and `sacct`
 # answers; `stop` stops the daemons it started, by the pids they recorded, in reverse order.
 #
-#   eval "$(.ci/slurm.sh start)"     # prints: export SLURM_CONF=...
+#   eval "$(.ci/slurm.sh start)"     # prints: export SLURM_CONF=/etc/slurm/slurm.conf
 #   .ci/slurm.sh stop
 #
 # Why accounting (../shared/reference/engines-on-ci.md): the executor plugin asks `sacct` for job
 # states whenever `sacct` exists; without slurmdbd it answers "accounting storage is disabled" and
-# the pipeline waits forever. The config lives under the state folder, found through SLURM_CONF
-# (slurmdbd reads slurmdbd.conf beside it), so nothing in /etc/slurm points at a cluster that has
-# stopped: a stale /etc/slurm/slurm.conf makes every Slurm client wait for a controller.
+# the pipeline waits forever. The config goes where Slurm looks by default, /etc/slurm (the executor's
+# job step drops every SLURM_* variable, SLURM_CONF too, before its inner srun), and `stop` removes it
+# again: a slurm.conf naming a controller that is gone makes every Slurm client wait ~10 s for it.
+# An /etc/slurm/slurm.conf that this script did not write is never overwritten.
 set -euo pipefail
 
 D="${MLREPRO_SLURM_STATE:-/tmp/mlrepro-slurm}"
 DB_PORT="${MLREPRO_SLURM_DB_PORT:-3307}"
-export SLURM_CONF="$D/etc/slurm.conf"
+ETC=/etc/slurm
+MARK="# written by .ci/slurm.sh"
+export SLURM_CONF="$ETC/slurm.conf"
 
 log() { echo "slurm.sh: $*" >&2; }
 
@@ -50,8 +53,11 @@ start() {
     echo "export SLURM_CONF=$SLURM_CONF"
     return 0
   fi
+  if [ -f "$SLURM_CONF" ] && ! grep -qx "$MARK" "$SLURM_CONF"; then
+    log "$SLURM_CONF exists and was not written by this script; not touching it"; exit 1
+  fi
   rm -rf "$D"
-  mkdir -p "$D/etc" "$D/state" "$D/spool" "$D/db" "$D/run"
+  mkdir -p "$ETC" "$D/state" "$D/spool" "$D/db" "$D/run"
   local host cpus mem
   host="$(hostname)"; cpus="$(nproc)"
   # Four fifths of the host's memory, so that a job's --mem never asks for more than is there.
@@ -80,7 +86,8 @@ start() {
     CREATE USER IF NOT EXISTS 'slurm'@'127.0.0.1' IDENTIFIED BY 'slurmdbpass';
     GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1';"
 
-  cat >"$D/etc/slurmdbd.conf" <<EOF
+  cat >"$ETC/slurmdbd.conf" <<EOF
+$MARK
 AuthType=auth/munge
 DbdHost=localhost
 SlurmUser=root
@@ -93,9 +100,10 @@ StorageUser=slurm
 StoragePass=slurmdbpass
 StorageLoc=slurm_acct_db
 EOF
-  chmod 600 "$D/etc/slurmdbd.conf"
+  chmod 600 "$ETC/slurmdbd.conf"
   # KillWait/OverTimeLimit 0-5 s: a job past its walltime ends within a minute's check, not later.
   cat >"$SLURM_CONF" <<EOF
+$MARK
 ClusterName=local
 SlurmctldHost=$host
 SlurmUser=root
@@ -143,6 +151,9 @@ stop() {
     stopped+=("$f:$pid")
   done
   rm -f "$D"/*.pid
+  for f in "$ETC/slurm.conf" "$ETC/slurmdbd.conf"; do
+    if [ -f "$f" ] && grep -qx "$MARK" "$f"; then rm -f "$f"; fi
+  done
   log "stopped ${stopped[*]:-nothing (not running)}"
 }
 

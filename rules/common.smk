@@ -51,3 +51,14 @@ def submission_json():
 wildcard_constraints:
     benchmark="|".join(BENCHMARKS) or "none",
     run=r"\d+",
+
+
+onstart:
+    # profiles/slurm: one line on what would stop the cluster's jobs, before the first is submitted
+    if workflow.executor_plugin is not None and workflow.executor_plugin.name.endswith("slurm"):
+        from mlrepro.slurm.checks import PreflightError, preflight
+
+        try:
+            preflight(config, BENCHMARKS)
+        except PreflightError as error:
+            sys.exit(f"error: {error}")
