@@ -16,7 +16,7 @@ from mlrepro import atomic, environment
 from mlrepro.engines import Engine, Mount, get_engine
 from mlrepro.logs import run_window
 from mlrepro.slurm import launch
-from mlrepro.slurm.jobs import this_job
+from mlrepro.slurm.jobs import SLURM_RECORD, this_job
 
 
 class RunFailed(RuntimeError):
@@ -86,6 +86,9 @@ def main(argv: list[str] | None = None) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
     result, summary, log = run_dir / "result.txt", run_dir / "run.json", run_dir / "train.log"
     log.unlink(missing_ok=True)
+    job = this_job(os.environ)
+    if job is not None:  # kept when the job is cancelled or times out: which Slurm job this attempt was
+        atomic.write_json(run_dir / SLURM_RECORD, job)
     engine = get_engine(args.engine, socket=args.engine_socket)
     image = None
     if args.image_record:
@@ -125,7 +128,7 @@ def main(argv: list[str] | None = None) -> None:
     record["run_start_ms"], record["run_stop_ms"] = start_ms, stop_ms
     record["engine"] = args.engine
     record["processes"] = args.nodes * args.tasks_per_node
-    record["slurm"] = this_job(os.environ)
+    record["slurm"] = job
     record["image"] = _image_identity(args.image_record, image) if args.image_record else None
     if sampler is not None:
         from mlrepro.telemetry import summarize

@@ -6,11 +6,16 @@ PREEMPTED, OUT_OF_MEMORY, FAILED), never its own guess.
 
 from __future__ import annotations
 
+import json
 import shutil
 import socket
 import subprocess
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+SLURM_RECORD = "slurm_job.json"  # in a run's folder: the Slurm job of its latest attempt
 
 
 @dataclass(frozen=True)
@@ -69,3 +74,50 @@ def sacct_states(job_ids: Iterable[str]) -> dict[str, JobState]:
 
 def as_dict(state: JobState) -> dict[str, str]:
     return asdict(state)
+
+
+def slurm_states(jobs: Iterable[dict[str, Any]]) -> None:
+    """Add Slurm's state (and its node list) to each run's ``{"job_id", "node_list"}``, in place."""
+    jobs = list(jobs)
+    try:
+        states = sacct_states(j["job_id"] for j in jobs)
+    except (OSError, RuntimeError, subprocess.TimeoutExpired) as e:
+        states, reason = {}, f"unknown (sacct: {str(e)[:200]})"
+    else:
+        reason = "unknown (not in sacct)"
+    for j in jobs:
+        found = states.get(j["job_id"])
+        j["state"] = found.state if found else reason
+        if found and found.node_list not in ("", "None assigned"):
+            j["node_list"] = found.node_list
+
+
+def run_states(outdir: Path) -> list[dict[str, Any]]:
+    """Every run folder's latest Slurm job with Slurm's state for it, and whether the run finished."""
+    records = []
+    for record in sorted((outdir / "runs").glob(f"*/*/{SLURM_RECORD}")):
+        job = json.loads(record.read_text())
+        records.append({"benchmark": record.parent.parent.name, "run": record.parent.name, **job,
+                        "finished": (record.parent / "run.json").is_file()})
+    slurm_states(records)
+    return records
+
+
+def describe(records: Iterable[Mapping[str, Any]]) -> str:
+    return "\n".join(f"  {r['benchmark']} run {r['run']}: Slurm job {r['job_id']} on {r['node_list']}: {r['state']}"
+                     f"{'' if r['finished'] else ' (no result; the next invocation runs it again)'}"
+                     for r in records)
+
+
+def main(argv: list[str] | None = None) -> None:
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m mlrepro.slurm.jobs",
+                                description="Each run's Slurm job, node list and state (sacct).")
+    p.add_argument("outdir", type=Path, nargs="?", default=Path("results"))
+    args = p.parse_args(argv)
+    print(describe(run_states(args.outdir)) or "no run has run on Slurm")
+
+
+if __name__ == "__main__":
+    main()
