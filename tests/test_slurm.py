@@ -86,7 +86,7 @@ def test_pipeline_through_slurm(plugin: Path, tmp_path: Path) -> None:
     """Every run a Slurm job of its shape (dlrm: 2 processes through srun), checkers pass, the report names
     each job; the 2-process run ends on the metric of a 1-process run with the same seed and global batch."""
     write_config(tmp_path, {
-        "only": ["resnet", "dlrm"], "allow_fewer_runs": True, "telemetry": {"hz": 2},
+        "only": ["resnet", "dlrm"], "allow_fewer_runs": True, "telemetry": {"enabled": False},
         "slurm": {"account": "root", "exclusive": False},
         "benchmarks": {"resnet": {"runs": 2},
                        "dlrm": {"runs": 1, "max_epochs": 3, "data": {"train_samples": 4096, "eval_samples": 1024}}},
