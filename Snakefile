@@ -67,3 +67,14 @@ else:
     include: "rules/score.smk"
     include: "rules/report.smk"
     include: "rules/inference.smk"
+
+    # On a cluster (profiles/slurm) these run on the submit host: seconds of work each, or (images) a
+    # build through the host's engine socket; runs and data generation are cluster jobs.
+    localrules:
+        all,
+        compliance,
+        package,
+        score,
+        report,
+        container_image,
+        image_bundle,

@@ -20,14 +20,17 @@ class RunLog:
     runs in one process would write into each other's files; a logger per run avoids that.
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, enabled: bool = True) -> None:
+        """``enabled=False`` (ranks other than 0 of a multi-process run): every event goes nowhere."""
         self.path = path
         self.partial = path.with_name(f".{path.name}.part")
-        self.partial.parent.mkdir(parents=True, exist_ok=True)
         self._logger = logging.getLogger(f"mlrepro.mllog.{os.getpid()}.{path}")
         self._logger.propagate = False
         self._logger.setLevel(logging.INFO)
-        self._handler = logging.FileHandler(self.partial, mode="w", encoding="utf-8")
+        self._handler: logging.Handler = logging.NullHandler()
+        if enabled:
+            self.partial.parent.mkdir(parents=True, exist_ok=True)
+            self._handler = logging.FileHandler(self.partial, mode="w", encoding="utf-8")
         self._logger.addHandler(self._handler)
         self.ml = MLLogger(logger=self._logger, default_stack_offset=2, root_dir=str(PROJECT_ROOT))
         self.c = _c
@@ -45,4 +48,5 @@ class RunLog:
         """Close the file and move it into place: only a finished run has a result file."""
         self._handler.close()
         self._logger.removeHandler(self._handler)
-        os.replace(self.partial, self.path)
+        if isinstance(self._handler, logging.FileHandler):
+            os.replace(self.partial, self.path)

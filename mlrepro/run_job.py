@@ -16,6 +16,8 @@ from mlrepro import atomic, environment, ledger
 from mlrepro.data import sha256_file
 from mlrepro.engines import Engine, Mount, get_engine
 from mlrepro.logs import run_window
+from mlrepro.slurm import launch
+from mlrepro.slurm.jobs import SLURM_RECORD, this_job
 
 CHECKPOINT = "checkpoint.pt"  # a converged run's weights, served by the inference stage
 
@@ -39,13 +41,23 @@ def _image_identity(record_path: Path, ref: str | None) -> dict[str, object]:
 
 def _run(engine: Engine, argv: list[str], image: str | None, args: argparse.Namespace, run_dir: Path,
          log: Path) -> int:
+    rendezvous: dict[str, str] = {}
+    if args.nodes * args.tasks_per_node > 1:  # one run, several processes: srun or torchrun starts them
+        if args.engine != "native":
+            raise RunFailed(f"{args.benchmark}: a run of {args.nodes * args.tasks_per_node} processes runs with "
+                            f"engine native here; on Slurm with containers use pyxis or apptainer (profiles/slurm)")
+        try:
+            argv, rendezvous = launch.command(argv, sys.executable, args.nodes, args.tasks_per_node,
+                                              args.threads, os.environ)
+        except launch.LaunchError as e:
+            raise RunFailed(f"{args.benchmark} run in {run_dir}: {e}") from e
     try:
         return engine.run(
             argv,
             image=image,
             mounts=[Mount(args.data_dir.resolve(), read_only=True), Mount(run_dir, read_only=False)],
             gpus=wants_gpus(args.device),
-            env={"OMP_NUM_THREADS": str(args.threads), "PYTHONHASHSEED": "0"},
+            env={"OMP_NUM_THREADS": str(args.threads), "PYTHONHASHSEED": "0", **rendezvous},
             log=log,
         )
     except Exception as e:  # the engine's own errors (API, missing image) as one clear message
@@ -69,6 +81,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--drop-caches", action="store_true")
     p.add_argument("--telemetry-hz", type=float, default=0.0, help="0 disables the sampler")
+    p.add_argument("--nodes", type=int, default=1, help="the run's job shape: nodes")
+    p.add_argument("--tasks-per-node", type=int, default=1, help="the run's job shape: processes per node")
     args = p.parse_args(argv)
     run_dir: Path = args.run_dir.resolve()
     with ledger.recorded(run_dir, benchmark=args.benchmark, seed=args.seed):  # every launch, on record
@@ -80,6 +94,9 @@ def _drive(args: argparse.Namespace, run_dir: Path) -> None:
     result, summary, log = run_dir / "result.txt", run_dir / "run.json", run_dir / "train.log"
     log.unlink(missing_ok=True)
     (run_dir / CHECKPOINT).unlink(missing_ok=True)  # a re-run that does not converge must not keep old weights
+    job = this_job(os.environ)
+    if job is not None:  # kept when the job is cancelled or times out: which Slurm job this attempt was
+        atomic.write_json(run_dir / SLURM_RECORD, job)
     engine = get_engine(args.engine, socket=args.engine_socket)
     image = None
     if args.image_record:
@@ -121,6 +138,8 @@ def _drive(args: argparse.Namespace, run_dir: Path) -> None:
     record["engine"] = args.engine
     if (run_dir / CHECKPOINT).is_file():
         record["checkpoint"] = {"file": CHECKPOINT, "sha256": sha256_file(run_dir / CHECKPOINT)}
+    record["processes"] = args.nodes * args.tasks_per_node
+    record["slurm"] = job
     record["image"] = _image_identity(args.image_record, image) if args.image_record else None
     if sampler is not None:
         from mlrepro.telemetry import summarize

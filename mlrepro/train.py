@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from mlrepro import atomic, data
+from mlrepro import atomic, data, distributed
 from mlrepro.mlperf_log import RunLog
 from mlrepro.workload import Metric, Workload, load_module, reached
 
@@ -58,10 +58,18 @@ def seed_everything(seed: int) -> None:
 def train_epoch(workload: Workload, epoch: int) -> None:
     """One epoch of optimizer steps: the one step loop of every benchmark."""
     workload.model.train()
+    # A data-parallel workload's batches are index tensors of the global batch: each rank takes its
+    # share and the gradients are summed across ranks (a no-op in one process).
+    data_parallel = getattr(workload, "data_parallel", False)
     for batch in workload.batches(epoch):
+        share = 1.0
+        if data_parallel:
+            batch, share = distributed.shard(batch)
         loss = workload.loss(batch)
         workload.optimizer.zero_grad(set_to_none=True)
         loss.backward()
+        if data_parallel:
+            distributed.reduce_gradients(workload.model, share)
         if workload.grad_clip_norm is not None:
             torch.nn.utils.clip_grad_norm_(workload.model.parameters(), workload.grad_clip_norm)
         workload.optimizer.step()
@@ -97,7 +105,7 @@ def train(
     checkpoint: Path | None = None,
 ) -> RunResult:
     module = load_module(benchmark)
-    log = RunLog(result_path)
+    log = RunLog(result_path, enabled=distributed.current().is_main)
     c = log.c
     log.event(c.CACHE_CLEAR, value=drop_caches() if flush_caches else False)
     log.start(c.INIT_START)
@@ -178,6 +186,7 @@ def main(argv: list[str] | None = None) -> None:
 
     torch.set_num_threads(args.threads)
     torch.use_deterministic_algorithms(True, warn_only=True)
+    ctx = distributed.init(pick_device(args.device))
     result = train(
         args.benchmark,
         args.data_dir,
@@ -190,7 +199,9 @@ def main(argv: list[str] | None = None) -> None:
         args.drop_caches,
         args.checkpoint,
     )
-    atomic.write_json(args.summary, asdict(result))
+    distributed.finish()
+    if ctx.is_main:  # the result is rank 0's
+        atomic.write_json(args.summary, {**asdict(result), "world_size": ctx.world_size})
 
 
 if __name__ == "__main__":

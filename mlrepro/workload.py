@@ -41,6 +41,9 @@ class Workload(Protocol):
     optimizer: torch.optim.Optimizer
     scheduler: torch.optim.lr_scheduler.LRScheduler  # stepped after every optimizer step
     grad_clip_norm: float | None  # the gradients' total norm is clipped to it before each step
+    # Optional, default False: batches are index tensors of the global batch, so a run spanning several
+    # processes (mlrepro.distributed) trains data-parallel, each rank on its share.
+    data_parallel: bool
 
     def __init__(self, data_dir: Path, params: dict[str, Any], device: torch.device, seed: int) -> None:
         """``seed`` is the run's: every random draw after the weights' initialisation (data order,

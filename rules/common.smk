@@ -51,3 +51,24 @@ def submission_json():
 wildcard_constraints:
     benchmark="|".join(BENCHMARKS) or "none",
     run=r"\d+",
+
+
+onstart:
+    # profiles/slurm: one line on what would stop the cluster's jobs, before the first is submitted
+    if workflow.executor_plugin is not None and workflow.executor_plugin.name.endswith("slurm"):
+        from mlrepro.slurm.checks import PreflightError, preflight
+
+        try:
+            preflight(config, BENCHMARKS)
+        except PreflightError as error:
+            sys.exit(f"error: {error}")
+
+
+onerror:
+    # On Slurm, say what Slurm recorded for each run that did not finish (CANCELLED, TIMEOUT, NODE_FAIL...).
+    if workflow.executor_plugin is not None and workflow.executor_plugin.name.endswith("slurm"):
+        from mlrepro.slurm.jobs import describe, run_states
+
+        unfinished = [r for r in run_states(OUT) if not r["finished"]]
+        if unfinished:
+            print("Runs that did not finish, with Slurm's state (sacct):\n" + describe(unfinished), file=sys.stderr)

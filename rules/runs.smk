@@ -1,4 +1,5 @@
 # Stage 3: N runs per benchmark, each its own job with its own seed, the telemetry sampler beside it.
+from mlrepro.slurm.resources import run_resources, shape_for
 
 
 
@@ -26,7 +27,11 @@ rule run:
         device=config["device"],
         drop_caches="--drop-caches" if config["drop_caches"] else "",
         hz=config["telemetry"]["hz"] if config["telemetry"]["enabled"] else 0,
+        shape=lambda w: f"--nodes {shape_for(config, w.benchmark).nodes} "
+        f"--tasks-per-node {shape_for(config, w.benchmark).tasks_per_node}",
     threads: config["threads_per_run"]
+    resources:
+        **run_resources(config, config["threads_per_run"]),  # the job shape, on Slurm (profiles/slurm)
     log:
         INFO / "logs" / "run_{benchmark}_{run}.log",
     benchmark:
@@ -36,4 +41,4 @@ rule run:
         "--params {params.spec:q} --seed {params.seed} --run-dir {params.run_dir:q} "
         "--submission {params.submission:q} {params.engine} "
         "--device {params.device} --threads {threads} {params.drop_caches} "
-        "--telemetry-hz {params.hz} > {log} 2>&1"
+        "--telemetry-hz {params.hz} {params.shape} > {log} 2>&1"

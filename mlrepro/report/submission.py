@@ -89,6 +89,11 @@ def build_context(outdir: Path, system: str, config: dict[str, Any], config_hash
             "status": status, "valid": minutes is not None and submittable,
             "runs": spec["runs"], "required_runs": spec["required_runs"],
         })
+        on_slurm = [r for r in runs if r.get("slurm")]
+        if on_slurm:  # Slurm's own word on each run's job
+            from mlrepro.slurm.jobs import slurm_states
+
+            slurm_states(r["slurm"] for r in on_slurm)
         manifest = outdir / "data" / name / data.MANIFEST
         scored = [r["energy_j"] for r in runs if r["status"] == "success"]
         warned: dict[str, list[int]] = {}
@@ -96,7 +101,7 @@ def build_context(outdir: Path, system: str, config: dict[str, Any], config_hash
             for w in r["telemetry_warnings"]:
                 warned.setdefault(w, []).append(r["index"])
         sections.append({
-            "telemetry_warnings": warned,
+            "telemetry_warnings": warned, "slurm": bool(on_slurm),
             "energy_per_run_j": sum(scored) / len(scored) if scored and None not in scored else None,
             "name": name, "title": rulesets.TITLES.get(name, name), "score": score, "runs": runs,
             "target": spec["params"]["target"], "params": spec["params"],

@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from torch import nn
 
 
+
 # ---------------------------------------------------------------------------------------- data
 def _hidden_logits(dense: np.ndarray, cats: np.ndarray, proj: np.ndarray, tables: list[np.ndarray], offset: float):
     vecs = np.stack([dense @ proj] + [t[cats[:, i]] for i, t in enumerate(tables)], axis=1)  # (n, F, k)
@@ -113,6 +114,7 @@ class DLRM(nn.Module):
 class Workload:
     higher_is_better = True
     grad_clip_norm = None
+    data_parallel = True  # batches are index tensors: mlrepro.train shards them across processes
 
     def __init__(self, data_dir: Path, params: dict[str, Any], device: torch.device, seed: int) -> None:
         self.device, self.seed = device, seed

@@ -1,0 +1,1 @@
+"""Slurm: job shapes as Slurm resources, the multi-process launcher, container command lines, job states."""

@@ -1,0 +1,105 @@
+"""A run's job shape (nodes, processes and GPUs per node, walltime) and the Slurm resources that ask for it.
+
+The shape comes from the configuration (``job_shapes: {<benchmark>: ...}``) or, for a vendor implementation,
+from its ``config_*.sh`` (DGXNNODES, DGXNGPU, WALLTIME: :func:`shape_from_config_sh`). The resources are the
+names Snakemake's Slurm executor plugin reads (nodes, tasks, cpus_per_task, mem_mb, runtime, gres,
+slurm_partition, slurm_account, qos, constraint, slurm_extra); other executors ignore them. A run of more than
+one process is an ``mpi`` job to the plugin: its command runs once in the allocation, and our launcher starts
+the processes with ``srun``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+WALLTIME = re.compile(r"^(?:(\d+)-)?(\d{1,2}):(\d{2})(?::(\d{2}))?$")
+
+
+class ShapeError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class JobShape:
+    nodes: int = 1
+    tasks_per_node: int = 1
+    gpus_per_node: int = 0
+    walltime: str = "00:30:00"  # Slurm's [D-]HH:MM[:SS]
+    mem_mb: int | None = None  # per node; None: the configured slurm.mem_mb
+
+    @property
+    def processes(self) -> int:
+        return self.nodes * self.tasks_per_node
+
+    @property
+    def minutes(self) -> int:
+        return walltime_minutes(self.walltime)
+
+
+def walltime_minutes(walltime: str) -> int:
+    m = WALLTIME.match(walltime.strip())
+    if not m:
+        raise ShapeError(f"walltime {walltime!r}: expected [D-]HH:MM[:SS], as Slurm and config_*.sh write it")
+    days, hours, minutes, seconds = (int(g or 0) for g in m.groups())
+    return max(1, days * 1440 + hours * 60 + minutes + (1 if seconds else 0))
+
+
+def shape_from_config_sh(env: Mapping[str, str]) -> JobShape:
+    """NVIDIA's convention: config_DGXA100_8x8x56.sh exports DGXNNODES, DGXNGPU (GPUs and so processes per
+    node) and WALLTIME (minutes, or HH:MM:SS)."""
+    try:
+        nodes, gpus = int(env.get("DGXNNODES", 1)), int(env.get("DGXNGPU", 0))
+    except ValueError as e:
+        raise ShapeError(f"DGXNNODES/DGXNGPU must be integers: {e}") from None
+    wall = str(env.get("WALLTIME", "30"))
+    walltime = f"{int(wall) // 60:02d}:{int(wall) % 60:02d}:00" if wall.isdigit() else wall
+    walltime_minutes(walltime)
+    return JobShape(nodes=nodes, tasks_per_node=max(1, gpus), gpus_per_node=gpus, walltime=walltime)
+
+
+def shape_for(config: Mapping[str, Any], benchmark: str) -> JobShape:
+    """The benchmark's configured shape (job_shapes.<benchmark>), defaults for what it leaves out."""
+    raw = dict(config.get("job_shapes", {}).get(benchmark) or {})
+    shape = JobShape(**raw)
+    walltime_minutes(shape.walltime)
+    return shape
+
+
+def slurm_resources(shape: JobShape, config: Mapping[str, Any], threads: int) -> dict[str, Any]:
+    """The executor plugin's resources for one run of ``shape``; keys without a value are left out."""
+    slurm = config.get("slurm", {})
+    res: dict[str, Any] = {
+        "nodes": shape.nodes,
+        "tasks": shape.processes,
+        "cpus_per_task": threads,
+        "mem_mb": shape.mem_mb or slurm.get("mem_mb", 4000),
+        "runtime": shape.minutes,
+        "slurm_partition": slurm.get("partition"),
+        "slurm_account": slurm.get("account"),
+        "qos": slurm.get("qos"),
+        "constraint": slurm.get("constraint"),
+        # Timed runs own their nodes: another job's load would change the time to train.
+        "slurm_extra": "--exclusive" if slurm.get("exclusive", True) else None,
+    }
+    if shape.processes > 1:
+        res["mpi"] = "srun"  # the plugin then runs our command once; the launcher's srun starts the ranks
+    if shape.gpus_per_node:
+        res["gres"] = f"gpu:{shape.gpus_per_node}"
+        res["tasks_per_gpu"] = 1
+    return {k: v for k, v in res.items() if v is not None}
+
+
+RESOURCE_NAMES = ("nodes", "tasks", "cpus_per_task", "mem_mb", "runtime", "slurm_partition", "slurm_account",
+                  "qos", "constraint", "slurm_extra", "mpi", "gres", "tasks_per_gpu")
+
+
+def run_resources(config: Mapping[str, Any], threads: int) -> dict[str, Callable[..., Any]]:
+    """The run rule's ``resources:``, one callable per name, each evaluated for the run's benchmark."""
+
+    def one(name: str) -> Callable[..., Any]:
+        return lambda wildcards: slurm_resources(shape_for(config, wildcards.benchmark), config, threads).get(name)
+
+    return {name: one(name) for name in RESOURCE_NAMES}

@@ -1,0 +1,85 @@
+"""Job shapes as Slurm resources, the multi-process launcher, and a 2-process run under torchrun (no Slurm)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from mlrepro import distributed
+from mlrepro.slurm import launch
+from mlrepro.slurm.resources import JobShape, ShapeError, shape_from_config_sh, slurm_resources, walltime_minutes
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_shape_from_nvidia_config_sh() -> None:
+    shape = shape_from_config_sh({"DGXNNODES": "8", "DGXNGPU": "8", "WALLTIME": "40"})
+    assert shape == JobShape(nodes=8, tasks_per_node=8, gpus_per_node=8, walltime="00:40:00")
+    assert shape_from_config_sh({"DGXNNODES": "1", "DGXNGPU": "8", "WALLTIME": "01:30:00"}).minutes == 90
+    assert walltime_minutes("1-00:00") == 1440 and walltime_minutes("00:00:30") == 1
+    with pytest.raises(ShapeError, match="walltime '90 minutes'"):
+        shape_from_config_sh({"WALLTIME": "90 minutes"})
+
+
+def test_resources_of_a_shape() -> None:
+    config = {"slurm": {"partition": "gpu", "account": "mlperf", "qos": None, "constraint": "a100",
+                        "exclusive": True, "mem_mb": 1000}}
+    res = slurm_resources(JobShape(nodes=2, tasks_per_node=8, gpus_per_node=8, walltime="00:40:00"), config, 4)
+    assert res == {"nodes": 2, "tasks": 16, "cpus_per_task": 4, "mem_mb": 1000, "runtime": 40,
+                   "slurm_partition": "gpu", "slurm_account": "mlperf", "constraint": "a100",
+                   "slurm_extra": "--exclusive", "mpi": "srun", "gres": "gpu:8", "tasks_per_gpu": 1}
+    single = slurm_resources(JobShape(), {"slurm": {"exclusive": False}}, 1)
+    assert single == {"nodes": 1, "tasks": 1, "cpus_per_task": 1, "mem_mb": 4000, "runtime": 30}
+
+
+def test_launcher_command_lines() -> None:
+    argv = ["python", "-m", "mlrepro.train", "--seed", "1"]
+    assert launch.command(argv, "/py", 1, 1, 1, {}) == (["/py", "-m", "mlrepro.train", "--seed", "1"], {})
+    inside, env = launch.command(argv, "/py", 2, 4, 3, {"SLURM_JOB_ID": "42"})
+    if inside[0] == "srun":  # where Slurm's srun is installed
+        assert inside[:8] == ["srun", "--jobid=42", "--nodes=2", "--ntasks=8", "--ntasks-per-node=4",
+                              "--cpus-per-task=3", "--kill-on-bad-exit=1", "--export=ALL"]
+        assert set(env) == {"MASTER_ADDR", "MASTER_PORT"}
+    torchrun, env = launch.command(argv, "/py", 1, 2, 1, {})
+    assert torchrun[:3] == ["/py", "-m", "torch.distributed.run"] and "--nproc-per-node=2" in torchrun
+    assert torchrun[-4:] == ["-m", "mlrepro.train", "--seed", "1"] and env == {}
+    with pytest.raises(launch.LaunchError, match="needs a Slurm allocation"):
+        launch.command(argv, "/py", 2, 1, 1, {})
+
+
+def test_rank_from_launcher_variables() -> None:
+    assert distributed.context_from_env({}) == distributed.Context()
+    slurm = {"SLURM_PROCID": "3", "SLURM_NTASKS": "4", "SLURM_LOCALID": "1", "SLURM_NODEID": "1"}
+    assert distributed.context_from_env(slurm) == distributed.Context(3, 4, 1, 1)
+    torchrun = {**slurm, "RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0"}
+    assert distributed.context_from_env(torchrun) == distributed.Context(0, 2, 0, 0)
+
+
+@pytest.mark.slow
+def test_two_processes_under_torchrun_match_one(tmp_path: Path) -> None:
+    """Without Slurm: torchrun starts 2 ranks; one MLPerf log, from rank 0; the metric of 1 process."""
+    params = yaml.safe_load((REPO / "workflows" / "dlrm" / "defaults.yaml").read_text())
+    params.update(max_epochs=1, data={**params["data"], "train_samples": 1024, "eval_samples": 256})
+    py = [sys.executable, "-m"]
+    subprocess.run([*py, "mlrepro.data", "--benchmark", "dlrm", "--out", str(tmp_path / "data"),
+                    "--params", json.dumps(params), "--seed", "3"], check=True, capture_output=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    results = {}
+    for n in (1, 2):
+        subprocess.run([*py, "mlrepro.run_job", "--benchmark", "dlrm", "--data-dir", str(tmp_path / "data"),
+                        "--params", json.dumps(params), "--seed", "11", "--run-dir", str(tmp_path / f"run{n}"),
+                        "--submission", json.dumps({"org": "o", "platform": "p"}), "--device", "cpu",
+                        "--tasks-per-node", str(n)], check=True, env=env, timeout=300)
+        results[n] = json.loads((tmp_path / f"run{n}" / "run.json").read_text())
+    assert results[2]["world_size"] == 2 and results[2]["processes"] == 2 and results[2]["slurm"] is None
+    assert results[1]["epochs"] == results[2]["epochs"]
+    assert abs(results[1]["final_metric"] - results[2]["final_metric"]) < 1e-5
+    log = (tmp_path / "run2" / "result.txt").read_text()
+    assert log.count('"key": "run_start"') == 1
+    assert sorted(p.name for p in (tmp_path / "run2").iterdir()) == ["result.txt", "run.json", "train.log"]
