@@ -30,7 +30,6 @@ import torch.nn.functional as F
 from torch import nn
 
 
-
 # ---------------------------------------------------------------------------------------- data
 def _hidden_logits(dense: np.ndarray, cats: np.ndarray, proj: np.ndarray, tables: list[np.ndarray], offset: float):
     vecs = np.stack([dense @ proj] + [t[cats[:, i]] for i, t in enumerate(tables)], axis=1)  # (n, F, k)
