@@ -10,7 +10,7 @@ from mlrepro import config as mlconfig
 configfile: Path(workflow.basedir) / "config" / "config.yaml"
 
 try:
-    config, BENCHMARKS = mlconfig.load(config, source="config/config.yaml and --config")
+    config, BENCHMARKS = mlconfig.load(config, source="config/config.yaml and --config", base_dir=Path.cwd())
 except mlconfig.ConfigError as error:
     raise WorkflowError(str(error)) from None
 

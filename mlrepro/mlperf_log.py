@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,14 +21,19 @@ class RunLog:
     runs in one process would write into each other's files; a logger per run avoids that.
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path | None) -> None:
+        """``path`` None: the log goes to stdout, where a run driver keeps its ``:::MLLOG`` lines."""
         self.path = path
-        self.partial = path.with_name(f".{path.name}.part")
-        self.partial.parent.mkdir(parents=True, exist_ok=True)
+        self.partial = path.with_name(f".{path.name}.part") if path else None
         self._logger = logging.getLogger(f"mlrepro.mllog.{os.getpid()}.{path}")
         self._logger.propagate = False
         self._logger.setLevel(logging.INFO)
-        self._handler = logging.FileHandler(self.partial, mode="w", encoding="utf-8")
+        self._handler: logging.Handler
+        if path is None or self.partial is None:
+            self._handler = logging.StreamHandler(sys.stdout)
+        else:
+            self.partial.parent.mkdir(parents=True, exist_ok=True)
+            self._handler = logging.FileHandler(self.partial, mode="w", encoding="utf-8")
         self._logger.addHandler(self._handler)
         self.ml = MLLogger(logger=self._logger, default_stack_offset=2, root_dir=str(PROJECT_ROOT))
         self.c = _c
@@ -43,6 +49,8 @@ class RunLog:
 
     def commit(self) -> None:
         """Close the file and move it into place: only a finished run has a result file."""
+        self._handler.flush()
         self._handler.close()
         self._logger.removeHandler(self._handler)
-        os.replace(self.partial, self.path)
+        if self.partial is not None and self.path is not None:
+            os.replace(self.partial, self.path)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import resource
 import time
@@ -46,6 +47,13 @@ class RunResult:
     peak_rss_mb: float = 0.0
 
 
+def submission_from_env() -> Submission:
+    """The submission the run driver names in the environment (as NVIDIA's launchers pass it)."""
+    env = os.environ
+    return Submission(env.get("MLPERF_SUBMISSION_ORG", "mlrepro"), env.get("MLPERF_SUBMISSION_PLATFORM", "unknown"),
+                      env.get("MLPERF_SUBMISSION_DIVISION", "open"), env.get("MLPERF_SUBMISSION_STATUS", "research"))
+
+
 def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % 2**32)
@@ -73,7 +81,7 @@ def train(
     data_dir: Path,
     params: dict[str, Any],
     seed: int,
-    result_path: Path,
+    result_path: Path | None,
     submission: Submission,
     device: torch.device,
     threads: int,
@@ -146,9 +154,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--data-dir", type=Path, required=True)
     p.add_argument("--params", required=True, help="the benchmark's config as JSON")
     p.add_argument("--seed", type=int, required=True)
-    p.add_argument("--result", type=Path, required=True, help="the MLPerf log to write")
-    p.add_argument("--summary", type=Path, required=True, help="a JSON summary of the run")
-    p.add_argument("--submission", required=True, help="JSON: org, platform, division, status")
+    p.add_argument("--result", type=Path, default=None, help="the MLPerf log to write (default: stdout)")
+    p.add_argument("--summary", type=Path, default=None, help="a JSON summary of the run")
+    p.add_argument("--submission", default=None, help="JSON: org, platform, division, status "
+                   "(default: $MLPERF_SUBMISSION_ORG, _PLATFORM, _DIVISION, _STATUS)")
     p.add_argument("--device", default="auto")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--drop-caches", action="store_true")
@@ -162,12 +171,13 @@ def main(argv: list[str] | None = None) -> None:
         json.loads(args.params),
         args.seed,
         args.result,
-        Submission(**json.loads(args.submission)),
+        Submission(**json.loads(args.submission)) if args.submission else submission_from_env(),
         pick_device(args.device),
         args.threads,
         args.drop_caches,
     )
-    atomic.write_json(args.summary, asdict(result))
+    if args.summary:
+        atomic.write_json(args.summary, asdict(result))
 
 
 if __name__ == "__main__":

@@ -4,6 +4,8 @@ rule package:
         results=all_runs(OUT / "runs" / "{benchmark}" / "{run}" / "result.txt"),
         verdicts=all_runs(OUT / "compliance" / "{benchmark}" / "{run}.json"),
         environment=INFO / "environment.json",
+        images=lambda w: [] if config["engine"] == "native" else
+        [OUT / "containers" / f"{image}.json" for image in sorted({b.image for b in BENCHMARKS.values()})],
     output:
         tree=directory(OUT / "submission"),
         verdict=OUT / "package_check.json",
@@ -14,7 +16,12 @@ rule package:
             "system_desc": json.loads(Path(input.environment).read_text())["system_desc"],
             "runs": {b: [str(OUT / "runs" / b / str(i) / "result.txt") for i in run_indices(b)]
                      for b in ordered_benchmarks()},
-            "images": {b: BENCHMARKS[b].image for b in BENCHMARKS},
+            "implementations": {b: {
+                "kind": BENCHMARKS[b].implementation.kind, "name": BENCHMARKS[b].implementation.name,
+                "folder": str(BENCHMARKS[b].implementation.folder), "image": BENCHMARKS[b].image,
+                "config_file": BENCHMARKS[b].implementation.config_file.name,
+                "image_record": None if config["engine"] == "native" else
+                str(OUT / "containers" / f"{BENCHMARKS[b].image}.json")} for b in BENCHMARKS},
         }),
         spec_file=INFO / "package_spec.json",
     log:

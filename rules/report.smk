@@ -17,7 +17,9 @@ rule report:
         system=SYSTEM,
         submittable_flag="" if SUBMITTABLE else "--not-submittable",
         benchmarks=json.dumps({b: {"params": BENCHMARKS[b].params, "runs": BENCHMARKS[b].runs,
-                                   "required_runs": BENCHMARKS[b].required_runs} for b in ordered_benchmarks()}),
+                                   "required_runs": BENCHMARKS[b].required_runs,
+                                   "implementation": describe_implementation(BENCHMARKS[b].implementation)}
+                               for b in ordered_benchmarks()}),
     log:
         INFO / "logs" / "report.log",
     shell:

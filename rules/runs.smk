@@ -1,5 +1,37 @@
 # Stage 3: N runs per benchmark, each its own job with its own seed, the telemetry sampler beside it.
+# Every implementation, ours and a vendor's, runs through its run_and_time.sh (mlrepro.run_job).
+import hashlib
 
+from mlrepro import atomic as _atomic
+from mlrepro.accelerators import machine_gpus
+
+# The GPUs runs share out; the default profile passes the same count as --resources gpus.
+MACHINE_GPUS = machine_gpus() if config["gpus"] == "auto" else int(config["gpus"])
+
+
+def _launch_digest(b):
+    """What a run computes from: captured config, hyperparameters, implementation files. Not runs, image
+    name, implementation path or mounts (pipeline keys: changing them keeps finished runs)."""
+    spec = {"env": b.implementation.env, "params": b.params, "files": b.implementation.digest()}
+    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
+
+
+LAUNCH_DIGEST = {name: _launch_digest(b) for name, b in BENCHMARKS.items()}
+
+
+def run_gpus(benchmark):
+    """Accelerators a run holds: nodes x GPUs per node of its config; ours one when it trains on a GPU."""
+    b = BENCHMARKS[benchmark]
+    if b.implementation.gpus == 0 and b.mini and run_device() == "cuda":
+        return 1
+    return b.implementation.gpus
+
+
+def run_device():
+    device = config["device"]
+    if device == "auto":
+        return "cuda" if MACHINE_GPUS else "cpu"
+    return "cuda" if device.startswith("cuda") else "cpu"
 
 
 def image_record(wildcards):
@@ -9,31 +41,51 @@ def image_record(wildcards):
     return [OUT / "containers" / f"{BENCHMARKS[wildcards.benchmark].image}.json"]
 
 
+def run_inputs(wildcards):
+    inputs = {"image": image_record(wildcards)}
+    if BENCHMARKS[wildcards.benchmark].mini:  # ours trains on generated data; a vendor's on data_dir
+        inputs["manifest"] = OUT / "data" / wildcards.benchmark / _data.MANIFEST
+    return inputs
+
+
+def launch_spec(benchmark, run, seed):
+    b = BENCHMARKS[benchmark]
+    impl = b.implementation
+    data_dir = (OUT / "data" / benchmark).resolve() if b.mini else b.data_dir
+    return {"benchmark": benchmark, "run": run, "seed": seed, "kind": impl.kind, "name": impl.name,
+            "folder": str(impl.folder), "config_file": impl.config_file.name,
+            "script_in_container": impl.script_in_container(), "env": impl.env, "params": b.params,
+            "data_dir": str(data_dir), "data_mount": impl.data_mount, "log_mount": impl.log_mount,
+            "gpus": run_gpus(benchmark), "threads": config["threads_per_run"],
+            "device": config["device"], "drop_caches": config["drop_caches"],
+            "submission": json.loads(submission_json())}
+
+
 rule run:
     input:
-        manifest=OUT / "data" / "{benchmark}" / _data.MANIFEST,
-        image=image_record,
+        unpack(run_inputs),
     output:
         result=OUT / "runs" / "{benchmark}" / "{run}" / "result.txt",
         summary=OUT / "runs" / "{benchmark}" / "{run}" / "run.json",
     params:
-        data=lambda w: OUT / "data" / w.benchmark,
-        run_dir=lambda w: OUT / "runs" / w.benchmark / w.run,
-        spec=lambda w: json.dumps(BENCHMARKS[w.benchmark].params, sort_keys=True),
+        # In params, so that they re-run a run when they change; the pipeline keys stay out (run:).
+        launch=lambda w: LAUNCH_DIGEST[w.benchmark],
         seed=lambda w: run_seed(config["seed"], w.benchmark, int(w.run)),
-        submission=submission_json(),
-        engine=lambda w, input: engine_options(input.image),
         device=config["device"],
-        drop_caches="--drop-caches" if config["drop_caches"] else "",
+        drop_caches=config["drop_caches"],
         hz=config["telemetry"]["hz"] if config["telemetry"]["enabled"] else 0,
     threads: config["threads_per_run"]
+    resources:
+        gpus=lambda w: run_gpus(w.benchmark),
     log:
         INFO / "logs" / "run_{benchmark}_{run}.log",
     benchmark:
         INFO / "benchmarks" / "run_{benchmark}_{run}.tsv"
-    shell:
-        "{PY} -m mlrepro.run_job --benchmark {wildcards.benchmark} --data-dir {params.data:q} "
-        "--params {params.spec:q} --seed {params.seed} --run-dir {params.run_dir:q} "
-        "--submission {params.submission:q} {params.engine} "
-        "--device {params.device} --threads {threads} {params.drop_caches} "
-        "--telemetry-hz {params.hz} > {log} 2>&1"
+    run:
+        run_dir = OUT / "runs" / wildcards.benchmark / wildcards.run
+        launch = run_dir / "launch.json"
+        _atomic.write_json(launch, launch_spec(wildcards.benchmark, int(wildcards.run), params.seed))
+        engine = engine_options(input.image)
+        locks = OUT / ".gpu_locks"
+        shell("{PY} -m mlrepro.run_job --launch {launch:q} --run-dir {run_dir:q} {engine} "
+              "--gpu-locks {locks:q} --machine-gpus {MACHINE_GPUS} --telemetry-hz {params.hz} > {log:q} 2>&1")
