@@ -1,6 +1,7 @@
 # Stage 3: N runs per benchmark, each its own job with its own seed, the telemetry sampler beside it.
 # Every implementation, ours and a vendor's, runs through its run_and_time.sh (mlrepro.run_job).
 import hashlib
+import math
 
 from mlrepro import atomic as _atomic
 from mlrepro.accelerators import machine_gpus
@@ -76,7 +77,10 @@ rule run:
         hz=config["telemetry"]["hz"] if config["telemetry"]["enabled"] else 0,
     threads: config["threads_per_run"]
     resources:
+        # the job's shape from the implementation's config file (Slurm reads nodes and runtime)
         gpus=lambda w: run_gpus(w.benchmark),
+        nodes=lambda w: BENCHMARKS[w.benchmark].implementation.nodes,
+        runtime=lambda w: math.ceil(BENCHMARKS[w.benchmark].implementation.walltime_minutes or 60),
     log:
         INFO / "logs" / "run_{benchmark}_{run}.log",
     benchmark:

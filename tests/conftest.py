@@ -70,3 +70,19 @@ def write_mllog(path: Path, benchmark: str, run_start_ms: int, minutes: float, s
 @pytest.fixture
 def mllog() -> Callable[..., Path]:
     return write_mllog
+
+
+NVIDIA_V11 = REPO.parent / "shared" / "data" / "mlperf_training_nvidia_implementations_v1.1.tar.xz"
+
+
+@pytest.fixture(scope="session")
+def nvidia_benchmarks(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """NVIDIA's eight v1.1 implementation folders (``<benchmark>/implementations/<impl>/``), unpacked once."""
+    if not NVIDIA_V11.is_file():
+        pytest.skip(f"{NVIDIA_V11} is absent")
+    import tarfile
+
+    out = tmp_path_factory.mktemp("nvidia_v1.1")
+    with tarfile.open(NVIDIA_V11) as tar:
+        tar.extractall(out, filter="data")
+    return out / "NVIDIA" / "benchmarks"
