@@ -21,12 +21,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args(argv)
     sub = json.loads(args.submission)
+    software = engine_for(args.engine, args.image_record).describe(
+        image_ref(args.image_record, locked=args.locked) if args.image_record else None)
     record = {
-        "engine": engine_for(args.engine, args.image_record).describe(
-            image_ref(args.image_record, locked=args.locked) if args.image_record else None),
+        "engine": software,
         "host": environment.host(),
         "system_desc": system_desc.describe(sub["org"], sub["division"], sub["status"],
-                                            system_name(sub["system"]), sub["threads"], sub["device"]),
+                                            system_name(sub["system"]), sub["threads"], sub["device"], software),
     }
     atomic.write_json(args.out, record)
 

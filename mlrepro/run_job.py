@@ -52,7 +52,7 @@ def launch_env(launch: dict[str, Any], data_dir: str, log_dir: str) -> dict[str,
 
 
 def execute(engine: Engine, launch: dict[str, Any], image: str | None, run_dir: Path, log: Path,
-            gpus: list[int]) -> int:
+            gpus: list[int], roots: Path | None = None) -> int:
     """Start run_and_time.sh once: natively in its folder, or in the image with data and logs mounted."""
     data = Path(launch["data_dir"])
     if engine.name == "native":
@@ -65,7 +65,12 @@ def execute(engine: Engine, launch: dict[str, Any], image: str | None, run_dir: 
                   Mount(run_dir, read_only=False, target=launch["log_mount"])]
         workdir = None
     try:
-        return engine.run(argv, image=image, mounts=mounts, gpus=gpus, env=env, log=log, workdir=workdir)
+        def started(pid: int) -> None:  # the sampler measures the container's processes too
+            if roots is not None:
+                atomic.write_text(roots, f"{pid}\n")
+
+        return engine.run(argv, image=image, mounts=mounts, gpus=gpus, env=env, log=log, workdir=workdir,
+                          started=started)
     except Exception as e:  # the engine's own errors (API, missing image) as one clear message
         raise RunFailed(f"{launch['benchmark']} run in {run_dir}: engine {engine.name} could not start "
                         f"{argv[-1]} (image {image}): {type(e).__name__}: {e}") from e
@@ -124,12 +129,17 @@ def main(argv: list[str] | None = None) -> None:
         image = image_ref(args.image_record, locked=args.locked)
     sampler = None
     with claim(args.gpu_locks, args.machine_gpus, int(launch["gpus"])) as gpus:
+        roots = None
         if args.telemetry_hz > 0:
             from mlrepro.telemetry import start_sampler
+            from mlrepro.telemetry.host import ROOTS_ENV
 
+            roots = run_dir / "telemetry" / "container.pids"
+            roots.unlink(missing_ok=True)
+            os.environ[ROOTS_ENV] = str(roots)  # the sampler inherits it
             sampler = start_sampler(run_dir / "telemetry", hz=args.telemetry_hz, watch_pid=os.getpid())
         try:
-            code = execute(engine, launch, image, run_dir, log, gpus)
+            code = execute(engine, launch, image, run_dir, log, gpus, roots)
         finally:
             if sampler is not None:
                 sampler.stop()

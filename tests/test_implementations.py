@@ -244,3 +244,21 @@ def test_run_without_mllog_lines_fails_naming_its_log(tmp_path: Path) -> None:
     assert "printed no :::MLLOG lines" in log and str(tmp_path / "results/runs/resnet/0/train.log") in log
     assert not (tmp_path / "results/runs/resnet/0/result.txt").exists()
     assert os.path.exists(tmp_path / "results/runs/resnet/0/train.log")
+
+
+def test_host_telemetry_follows_a_container_init_that_is_no_descendant(tmp_path: Path) -> None:
+    """Under docker/podman the training runs under the engine, not under the driver: its pid file counts."""
+    from mlrepro.telemetry.host import HostSampler
+
+    # an orphan (its parent shell has exited): not in this process's tree, as a container's init is not
+    orphan = int(subprocess.run(["bash", "-c", "sleep 30 >/dev/null 2>&1 & echo $!"], capture_output=True,
+                                text=True, check=True).stdout)
+    try:
+        roots = tmp_path / "container.pids"
+        alone = HostSampler(os.getpid(), roots_file=str(roots)).read()
+        roots.write_text(f"{orphan}\n")
+        both = HostSampler(os.getpid(), roots_file=str(roots)).read()
+        assert both["proc_count"] == alone["proc_count"] + 1
+        assert both["proc_rss_bytes"] > alone["proc_rss_bytes"]
+    finally:
+        os.kill(orphan, 9)

@@ -36,7 +36,7 @@ def test_nvidia_build_fails_naming_the_missing_base_image(client: Any, socket: s
 def test_outside_implementation_runs_under_podman(base: str, socket: str, tmp_path: Path) -> None:  # noqa: F811
     _points(tmp_path / "data")
     cfg = {"engine": "podman", "engine_socket": socket, "build_args": {"FROM_IMAGE_NAME": base},
-           "image_tag_prefix": "localhost/mlrepro-test-", "allow_fewer_runs": True, "telemetry": {"enabled": False},
+           "image_tag_prefix": "localhost/mlrepro-test-", "allow_fewer_runs": True, "telemetry": {"hz": 10},
            "only": ["resnet"], "benchmarks": {"resnet": {
                "implementation": str(OUTSIDE), "system_config": "config_CPU.sh", "data_dir": "data", "runs": 1}}}
     (tmp_path / "podman.yaml").write_text(yaml.safe_dump(cfg))
@@ -50,3 +50,6 @@ def test_outside_implementation_runs_under_podman(base: str, socket: str, tmp_pa
     assert run["engine"] == "podman" and run["image"]["id"] == record["id"] and run["status"] == "success"
     assert json.loads((results / "compliance/resnet/0.json").read_text())["valid"]
     assert "/workspace/outside/train.py" in (results / "runs/resnet/0/result.txt").read_text()
+    # the container's processes are measured, not only the driver's (which imports no torch)
+    assert (results / "runs/resnet/0/telemetry/container.pids").read_text().strip().isdigit()
+    assert run["telemetry"]["host"]["peak_rss_mb"] > 150, run["telemetry"]["host"]

@@ -43,11 +43,13 @@ class Engine(Protocol):
         env: dict[str, str],
         log: Path,
         workdir: str | None = None,
+        started: Callable[[int], None] | None = None,
     ) -> int:
         """Run ``argv``, appending its output to ``log``; return its exit code.
 
         ``gpus``: the host's GPU indices the run may see (none: a CPU run); ``workdir``: where it
-        starts (None: the image's WORKDIR, or the current folder natively).
+        starts (None: the image's WORKDIR, or the current folder natively); ``started``: called with
+        the host pid of a container's init process, whose processes are not the caller's descendants.
         """
         ...
 

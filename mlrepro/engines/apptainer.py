@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +41,8 @@ class ApptainerEngine:
         return [*cmd, sif, *argv]
 
     def run(self, argv: Sequence[str], *, image: str | None, mounts: Sequence[Mount], gpus: Sequence[int],
-            env: dict[str, str], log: Path, workdir: str | None = None) -> int:
+            env: dict[str, str], log: Path, workdir: str | None = None,
+            started: Callable[[int], None] | None = None) -> int:  # its processes are the caller's children
         if not image or not image.endswith(".sif"):
             raise ValueError(f"apptainer runs a .sif file, got {image!r}")
         with log.open("ab") as out:

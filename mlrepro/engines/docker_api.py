@@ -10,14 +10,18 @@ from __future__ import annotations
 import json
 import os
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from mlrepro import environment
 from mlrepro.engines import Mount, register
 
-DESCRIBE = ("import json, mlrepro.environment as e, platform; "
-            "print('MLREPRO_ENV ' + json.dumps({**e.python_environment(), 'os': platform.platform()}))")
+# What a run's image holds, read inside it by mlrepro/environment.py's own source (standard library
+# only): a vendor's image has no mlrepro installed, and the host's versions are not what the runs use.
+DESCRIBE = (Path(environment.__file__).read_text()
+            + "\nimport json, platform\nprint('MLREPRO_ENV ' + json.dumps({**python_environment(), "
+              "'os': platform.platform()}))\n")
 
 
 class DockerApiEngine:
@@ -47,6 +51,7 @@ class DockerApiEngine:
         env: dict[str, str],
         log: Path,
         workdir: str | None = None,
+        started: Callable[[int], None] | None = None,
     ) -> int:
         """Run argv in a fresh container; its output goes to ``log`` as it comes, and is kept on failure."""
         if not image:
@@ -69,6 +74,10 @@ class DockerApiEngine:
         log.parent.mkdir(parents=True, exist_ok=True)
         try:
             container.start()
+            if started is not None:
+                container.reload()
+                if pid := int(container.attrs.get("State", {}).get("Pid") or 0):
+                    started(pid)
             with log.open("ab") as out:
                 for chunk in container.logs(stream=True, follow=True, stdout=True, stderr=True):
                     out.write(chunk)

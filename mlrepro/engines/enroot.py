@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import subprocess
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +46,8 @@ class EnrootEngine:
             subprocess.run([self.tool, "remove", "--force", name], check=False, stdout=subprocess.DEVNULL)
 
     def run(self, argv: Sequence[str], *, image: str | None, mounts: Sequence[Mount], gpus: Sequence[int],
-            env: dict[str, str], log: Path, workdir: str | None = None) -> int:
+            env: dict[str, str], log: Path, workdir: str | None = None,
+            started: Callable[[int], None] | None = None) -> int:  # its processes are the caller's children
         if not image or not image.endswith(".sqsh"):
             raise ValueError(f"enroot runs a .sqsh file, got {image!r}")
         if workdir:  # enroot start has no working-directory option

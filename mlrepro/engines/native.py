@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ class NativeEngine:
         env: dict[str, str],
         log: Path,
         workdir: str | None = None,
+        started: Callable[[int], None] | None = None,  # the process is the caller's child: nothing to report
     ) -> int:
         cmd = [sys.executable if argv[0] == "python" else argv[0], *argv[1:]]
         # A launcher script's `python` is this interpreter, activated or not.
