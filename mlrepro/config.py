@@ -19,6 +19,7 @@ import jsonschema
 import yaml
 
 from mlrepro import PROJECT_ROOT, rulesets
+from mlrepro.containers.context import base_images
 from mlrepro.implementation import MINI, Implementation, ImplementationError, resolve
 from mlrepro.workload import implemented_benchmarks, workflow_dir
 
@@ -187,6 +188,11 @@ def load(raw: Mapping[str, Any], source: str = "config",
                            dict(pipeline.get("mounts") or {}), base_dir, pipeline.get("image"))
         except ImplementationError as e:
             problems.append(f"  {key}: {e}")
+            continue
+        if choice != MINI and config["engine"] != "native" and not base_images(
+                impl.folder / "Dockerfile", {k: str(v) for k, v in config["build_args"].items()}):
+            problems.append(f"  {key}: {impl.folder / 'Dockerfile'} names no base image (no FROM, or only FROM "
+                            "scratch); start it with `ARG FROM_IMAGE_NAME=<image>` and `FROM ${FROM_IMAGE_NAME}`")
             continue
         benchmarks[name] = Benchmark(name, params, runs, required, impl, data_dir)
     if problems:

@@ -125,7 +125,9 @@ def _walltime(value: str | None, config: Path) -> float | None:
         return float(value)  # minutes, as sbatch --time takes a bare number
     if m := re.fullmatch(r"(?:(\d+)-)?(\d+(?::\d+){0,2})", value):  # sbatch --time forms
         parts = [int(x) for x in m.group(2).split(":")]
-        h, mins, s = ([0, *parts] if len(parts) == 2 else parts) if len(parts) > 1 else (0, parts[0], 0)
+        if len(parts) == 1:  # minutes, or with days: hours ("2-12")
+            parts = [parts[0], 0, 0] if m.group(1) else [0, parts[0], 0]
+        h, mins, s = [0, *parts] if len(parts) == 2 else parts
         return int(m.group(1) or 0) * 1440 + h * 60 + mins + s / 60
     raise ImplementationError(f"{config}: WALLTIME={value!r} is neither minutes nor [D-]HH:MM[:SS]")
 

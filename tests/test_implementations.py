@@ -233,6 +233,11 @@ def test_dockerfile_without_base_is_named(tmp_path: Path) -> None:
     (impl / "Dockerfile").write_text("# no FROM at all\nCOPY . .\n")
     with pytest.raises(BaseImageMissing, match=r"Dockerfile: names no base image"):
         build_image(None, "x", folder=impl, log=tmp_path / "build.log")
+    (tmp_path / "d").mkdir()
+    with pytest.raises(mlconfig.ConfigError, match=rf"{impl}/Dockerfile names no base image"):  # before any job
+        mlconfig.load({"engine": "podman", "only": ["resnet"], "allow_fewer_runs": True,
+                       "benchmarks": {"resnet": {"implementation": "impl", "data_dir": "d",
+                                                 "system_config": "config_CPU.sh"}}}, base_dir=tmp_path)
 
 
 def test_run_without_mllog_lines_fails_naming_its_log(tmp_path: Path) -> None:
