@@ -105,6 +105,7 @@ def collect(launch: dict[str, Any], run_dir: Path, log: Path, code: int) -> dict
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m mlrepro.run_job", description=__doc__)
     p.add_argument("--launch", type=Path, required=True, help="JSON written by the run rule (rules/runs.smk)")
+    p.add_argument("--seed", type=int, required=True)
     p.add_argument("--run-dir", type=Path, required=True)
     p.add_argument("--engine", default="native", help="without an image record: native")
     p.add_argument("--image-record", type=Path, default=None,
@@ -115,7 +116,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--telemetry-hz", type=float, default=0.0, help="0 disables the sampler")
     args = p.parse_args(argv)
 
-    launch = json.loads(args.launch.read_text())
+    launch = {**json.loads(args.launch.read_text()), "seed": args.seed}
     run_dir: Path = args.run_dir.resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
     log = run_dir / LOG

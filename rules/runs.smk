@@ -3,7 +3,6 @@
 import hashlib
 import math
 
-from mlrepro import atomic as _atomic
 from mlrepro.accelerators import machine_gpus
 
 # The GPUs runs share out; the default profile passes the same count as --resources gpus.
@@ -49,11 +48,11 @@ def run_inputs(wildcards):
     return inputs
 
 
-def launch_spec(benchmark, run, seed):
+def launch_spec(benchmark):
     b = BENCHMARKS[benchmark]
     impl = b.implementation
     data_dir = (OUT / "data" / benchmark).resolve() if b.mini else b.data_dir
-    return {"benchmark": benchmark, "run": run, "seed": seed, "kind": impl.kind, "name": impl.name,
+    return {"benchmark": benchmark, "kind": impl.kind, "name": impl.name,
             "folder": str(impl.folder), "config_file": impl.config_file.name,
             "script_in_container": impl.script_in_container(), "env": impl.env, "params": b.params,
             "data_dir": str(data_dir), "data_mount": impl.data_mount, "log_mount": impl.log_mount,
@@ -62,9 +61,26 @@ def launch_spec(benchmark, run, seed):
             "submission": json.loads(submission_json())}
 
 
+# How every run of a benchmark is launched, pipeline keys included. The runs read it as an ancient
+# input: rewriting it (a moved folder, other mounts) does not make finished runs stale; what they
+# compute from is in their params (LAUNCH_DIGEST).
+rule launch:
+    output:
+        OUT / "runs" / "{benchmark}" / "launch.json",
+    params:
+        spec=lambda w: json.dumps(launch_spec(w.benchmark), sort_keys=True),
+    # shell, not run: a run: job is a whole new snakemake process (a second parse of the workflow)
+    shell:
+        "printf '%s\\n' {params.spec:q} > {output:q}.$$ && mv -f {output:q}.$$ {output:q}"
+
+
+localrules: launch
+
+
 rule run:
     input:
         unpack(run_inputs),
+        launch=ancient(OUT / "runs" / "{benchmark}" / "launch.json"),
     output:
         result=OUT / "runs" / "{benchmark}" / "{run}" / "result.txt",
         summary=OUT / "runs" / "{benchmark}" / "{run}" / "run.json",
@@ -75,6 +91,10 @@ rule run:
         device=config["device"],
         drop_caches=config["drop_caches"],
         hz=config["telemetry"]["hz"] if config["telemetry"]["enabled"] else 0,
+        # not run-changing: where the run's folder is, how the engine is reached, which GPUs it may claim
+        run_dir=lambda w: OUT / "runs" / w.benchmark / w.run,
+        engine=lambda w, input: engine_options(input.image),
+        locks=OUT / ".gpu_locks",
     threads: config["threads_per_run"]
     resources:
         # the job's shape from the implementation's config file (Slurm reads nodes and runtime)
@@ -85,11 +105,7 @@ rule run:
         INFO / "logs" / "run_{benchmark}_{run}.log",
     benchmark:
         INFO / "benchmarks" / "run_{benchmark}_{run}.tsv"
-    run:
-        run_dir = OUT / "runs" / wildcards.benchmark / wildcards.run
-        launch = run_dir / "launch.json"
-        _atomic.write_json(launch, launch_spec(wildcards.benchmark, int(wildcards.run), params.seed))
-        engine = engine_options(input.image)
-        locks = OUT / ".gpu_locks"
-        shell("{PY} -m mlrepro.run_job --launch {launch:q} --run-dir {run_dir:q} {engine} "
-              "--gpu-locks {locks:q} --machine-gpus {MACHINE_GPUS} --telemetry-hz {params.hz} > {log:q} 2>&1")
+    shell:
+        "{PY} -m mlrepro.run_job --launch {input.launch:q} --seed {params.seed} --run-dir {params.run_dir:q} "
+        "{params.engine} --gpu-locks {params.locks:q} --machine-gpus {MACHINE_GPUS} "
+        "--telemetry-hz {params.hz} > {log:q} 2>&1"
