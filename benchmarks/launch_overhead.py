@@ -51,8 +51,8 @@ def main() -> None:
         direct = [sys.executable, "-m", "mlrepro.train", "--benchmark", "resnet", "--data-dir", str(tmp / "data"),
                   "--params", json.dumps(params), "--seed", "7", "--result", str(tmp / "direct.txt"),
                   "--device", "cpu", "--submission", json.dumps(launch["submission"])]
-        driver = [sys.executable, "-m", "mlrepro.run_job", "--launch", str(tmp / "launch.json"), "--run-dir",
-                  str(tmp / "run"), "--engine", "native", "--gpu-locks", str(tmp / "locks")]
+        driver = [sys.executable, "-m", "mlrepro.run_job", "--launch", str(tmp / "launch.json"), "--seed", "7",
+                  "--run-dir", str(tmp / "run"), "--engine", "native", "--gpu-locks", str(tmp / "locks")]
         script = ["bash", str(folder / "run_and_time.sh")]
         env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
                **launch_env(launch, str(tmp / "data"), str(tmp))}
