@@ -35,8 +35,8 @@ SKIP_STDLIB = {"test", "idlelib", "tkinter", "turtledemo", "site-packages", "ens
 SKIP_PREFIXES = ("torch/test/", "torch/include/", "../", "/")
 PY = f"python{sys.version_info.major}.{sys.version_info.minor}"
 SITE = f"usr/local/lib/{PY}/site-packages"
-LIBDIR = "usr/lib/x86_64-linux-gnu"
-ROOTFS_VERSION = "rootfs 2: dash and bash"  # in the fingerprint: a changed layout is a new base image  # a default search dir of the loader: no ld.so.cache needed
+LIBDIR = "usr/lib/x86_64-linux-gnu"  # a default search dir of the loader: no ld.so.cache needed
+ROOTFS_VERSION = "rootfs 2: dash and bash"  # in the fingerprint: a changed layout is a new base image
 
 
 def _norm(name: str) -> str:
