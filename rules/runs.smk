@@ -3,6 +3,8 @@
 import hashlib
 import math
 
+from mlrepro import atomic as _atomic
+
 from mlrepro.accelerators import machine_gpus
 
 # The GPUs runs share out; the default profile passes the same count as --resources gpus.
@@ -61,38 +63,33 @@ def launch_spec(benchmark):
             "submission": json.loads(submission_json())}
 
 
-# How every run of a benchmark is launched, pipeline keys included. The runs read it as an ancient
-# input: rewriting it (a moved folder, other mounts) does not make finished runs stale; what they
-# compute from is in their params (LAUNCH_DIGEST).
-rule launch:
-    output:
-        OUT / "runs" / "{benchmark}" / "launch.json",
-    params:
-        spec=lambda w: json.dumps(launch_spec(w.benchmark), sort_keys=True),
-    # shell, not run: a run: job is a whole new snakemake process (a second parse of the workflow)
-    shell:
-        "printf '%s\\n' {params.spec:q} > {output:q}.$$ && mv -f {output:q}.$$ {output:q}"
-
-
-localrules: launch
+# How every run of a benchmark is launched, pipeline keys included: written when the DAG is built
+# (not a job: a rewritten input would re-run the runs), read by each run. What a run computes from is
+# in its params (LAUNCH_DIGEST), so a moved folder or other mounts keep finished runs.
+if not workflow.dryrun:
+    for _name in BENCHMARKS:
+        _launch = OUT / "runs" / _name / "launch.json"
+        _text = json.dumps(launch_spec(_name), sort_keys=True, indent=1) + "\n"
+        if not _launch.is_file() or _launch.read_text() != _text:
+            _atomic.write_text(_launch, _text)
 
 
 rule run:
     input:
         unpack(run_inputs),
-        launch=ancient(OUT / "runs" / "{benchmark}" / "launch.json"),
     output:
         result=OUT / "runs" / "{benchmark}" / "{run}" / "result.txt",
         summary=OUT / "runs" / "{benchmark}" / "{run}" / "run.json",
     params:
         # In params, so that they re-run a run when they change; the pipeline keys stay out (run:).
-        launch=lambda w: LAUNCH_DIGEST[w.benchmark],
+        computes=lambda w: LAUNCH_DIGEST[w.benchmark],
         seed=lambda w: run_seed(config["seed"], w.benchmark, int(w.run)),
         device=config["device"],
         drop_caches=config["drop_caches"],
         hz=config["telemetry"]["hz"] if config["telemetry"]["enabled"] else 0,
         # not run-changing: where the run's folder is, how the engine is reached, which GPUs it may claim
         run_dir=lambda w: OUT / "runs" / w.benchmark / w.run,
+        launch=lambda w: OUT / "runs" / w.benchmark / "launch.json",
         engine=lambda w, input: engine_options(input.image),
         locks=OUT / ".gpu_locks",
     threads: config["threads_per_run"]
@@ -106,6 +103,6 @@ rule run:
     benchmark:
         INFO / "benchmarks" / "run_{benchmark}_{run}.tsv"
     shell:
-        "{PY} -m mlrepro.run_job --launch {input.launch:q} --seed {params.seed} --run-dir {params.run_dir:q} "
+        "{PY} -m mlrepro.run_job --launch {params.launch:q} --seed {params.seed} --run-dir {params.run_dir:q} "
         "{params.engine} --gpu-locks {params.locks:q} --machine-gpus {MACHINE_GPUS} "
         "--telemetry-hz {params.hz} > {log:q} 2>&1"

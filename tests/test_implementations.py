@@ -8,6 +8,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -128,6 +129,22 @@ def test_adding_a_run_schedules_exactly_one_new_run(tmp_path: Path) -> None:
     record = json.loads((tmp_path / "results/runs/resnet/0/run.json").read_text())
     assert record["status"] == "success" and record["implementation"]["kind"] == "folder"
     assert record["result_sha256"] and record["time_to_train_ms"] >= 0
+
+    def scheduled_runs(config: Path) -> int:
+        out = snakemake(tmp_path, *_run_targets({"resnet": 4}), "-n", "--configfile", str(config))
+        found = re.search(r"^run\s+(\d+)$", out.stdout + out.stderr, re.M)
+        return int(found.group(1)) if found else 0
+
+    # a moved implementation folder (same content) is a pipeline key: still only the new run
+    shutil.copytree(tmp_path / "impl", tmp_path / "moved")
+    moved = yaml.safe_load((tmp_path / "four.yaml").read_text())
+    moved["benchmarks"]["resnet"]["implementation"] = str(tmp_path / "moved")
+    (tmp_path / "moved.yaml").write_text(yaml.safe_dump(moved))
+    assert scheduled_runs(tmp_path / "moved.yaml") == 1
+    # the config file's content is not: every run again
+    with (tmp_path / "moved" / "config_CPU.sh").open("a") as f:
+        f.write("export LR=0.2\n")
+    assert scheduled_runs(tmp_path / "moved.yaml") == 4
 
 
 def _intervals(workdir: Path, runs: dict[str, int]) -> list[tuple[float, float, set[str]]]:
