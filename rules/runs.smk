@@ -4,7 +4,6 @@ import hashlib
 import math
 
 from mlrepro import atomic as _atomic
-
 from mlrepro.accelerators import machine_gpus
 
 # The GPUs runs share out; the default profile passes the same count as --resources gpus.
