@@ -15,7 +15,7 @@ configfile: Path(workflow.basedir) / "config" / "config.yaml"
 try:
     # benchmarks.<bm>.data: generated (the generator's block), recipe, {recipe: FILE} or {path: DIR}
     config, DATA_CHOICES = dataset_recipe.split_choices(config)
-    config, BENCHMARKS = mlconfig.load(config, source="config/config.yaml and --config")
+    config, BENCHMARKS = mlconfig.load(config, source="config/config.yaml and --config", base_dir=Path.cwd())
 except (mlconfig.ConfigError, dataset_recipe.RecipeError) as error:
     raise WorkflowError(str(error)) from None
 

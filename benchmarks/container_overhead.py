@@ -23,9 +23,9 @@ import yaml
 from mlrepro import PROJECT_ROOT, data
 from mlrepro.containers.build import build_image
 from mlrepro.containers.bundle import save_image
-from mlrepro.containers.client import connect
 from mlrepro.containers.localbase import ensure_base_image
 from mlrepro.engines import Mount, get_engine
+from mlrepro.engines.client import connect
 
 
 def tiny_resnet(work: Path) -> tuple[list[str], list[Mount], Path]:
@@ -43,7 +43,7 @@ def tiny_resnet(work: Path) -> tuple[list[str], list[Mount], Path]:
 
 def timed_run(engine: Any, argv: list[str], image: str | None, mounts: list[Mount], log: Path) -> float:
     start = time.monotonic()
-    code = engine.run(argv, image=image, mounts=mounts, gpus=False, env={"OMP_NUM_THREADS": "1"}, log=log)
+    code = engine.run(argv, image=image, mounts=mounts, gpus=[], env={"OMP_NUM_THREADS": "1"}, log=log)
     if code != 0:
         raise SystemExit(f"run failed ({code}); see {log}")
     return time.monotonic() - start

@@ -19,9 +19,14 @@ import jsonschema
 import yaml
 
 from mlrepro import PROJECT_ROOT, rulesets
+from mlrepro.containers.context import base_images
+from mlrepro.implementation import MINI, Implementation, ImplementationError, resolve
 from mlrepro.workload import implemented_benchmarks, workflow_dir
 
 SCHEMA = PROJECT_ROOT / "config" / "schema.yaml"
+# Keys of a benchmark's block that say how and where it runs, not what it computes: changing them
+# does not make finished runs stale (rules/runs.smk keeps them out of the run rule's params).
+PIPELINE_KEYS = ("runs", "image", "implementation", "system_config", "mounts", "data_dir")
 
 
 class ConfigError(ValueError):
@@ -82,9 +87,15 @@ def config_hash(obj: Any) -> str:
 @dataclass(frozen=True)
 class Benchmark:
     name: str
-    params: dict[str, Any]  # defaults merged with the config's overrides
+    params: dict[str, Any]  # ours: defaults merged with the config's overrides, pipeline keys left out
     runs: int
     required_runs: int
+    implementation: Implementation
+    data_dir: Path | None = None  # a vendor's dataset on this host; ours is generated into {outdir}/data
+
+    @property
+    def mini(self) -> bool:
+        return self.implementation.kind == MINI
 
     @property
     def data_params(self) -> dict[str, Any]:
@@ -92,11 +103,16 @@ class Benchmark:
 
     @property
     def image(self) -> str:
-        return str(self.params["image"])
+        return self.implementation.image
 
 
-def load(raw: Mapping[str, Any], source: str = "config") -> tuple[dict[str, Any], dict[str, Benchmark]]:
-    """Validate ``raw`` (Snakemake's ``config``); return it with defaults filled, and the benchmarks."""
+def load(raw: Mapping[str, Any], source: str = "config",
+         base_dir: Path | None = None) -> tuple[dict[str, Any], dict[str, Benchmark]]:
+    """Validate ``raw`` (Snakemake's ``config``); return it with defaults filled, and the benchmarks.
+
+    Relative implementation and data folders are taken from ``base_dir`` (the working directory).
+    """
+    base_dir = base_dir or Path.cwd()
     config = copy.deepcopy(dict(raw))
     schema = _load_yaml(SCHEMA)
     _validate(config, schema, [], source)
@@ -123,21 +139,35 @@ def load(raw: Mapping[str, Any], source: str = "config") -> tuple[dict[str, Any]
         if config["only"] and name not in config["only"]:
             continue
         key = f"benchmarks.{name}"
-        if name not in implemented:
-            problems.append(f"  {key}: no implementation of {name!r} (workflows/ has: {', '.join(implemented)})")
+        overrides = dict(overrides or {})
+        choice = overrides.get("implementation", MINI)
+        if choice == MINI and name not in implemented:
+            problems.append(f"  {key}: no implementation of {name!r} (workflows/ has: {', '.join(implemented)}); "
+                            "set implementation: <folder> for one of your own")
             continue
         if name not in allowed:
             problems.append(f"  {key}: ruleset {usage} {ruleset} has no benchmark {name!r} "
                             f"(it has: {', '.join(allowed)})")
             continue
-        params = deep_merge(_load_yaml(workflow_dir(name) / "defaults.yaml"), overrides or {})
-        try:
-            _validate(params, _load_yaml(workflow_dir(name) / "params.schema.yaml"), ["benchmarks", name], source)
-        except ConfigError as e:
-            problems.extend(str(e).splitlines()[1:])
-            continue
+        if choice == MINI:
+            params = deep_merge(_load_yaml(workflow_dir(name) / "defaults.yaml"), overrides)
+            pipeline = {k: params[k] for k in PIPELINE_KEYS if k in params}
+            own = {k: v for k, v in params.items() if k not in PIPELINE_KEYS or k in ("runs", "image")}
+            try:  # each workflow's schema documents runs and image; the other pipeline keys are config/schema.yaml's
+                _validate(own, _load_yaml(workflow_dir(name) / "params.schema.yaml"), ["benchmarks", name], source)
+            except ConfigError as e:
+                problems.extend(str(e).splitlines()[1:])
+                continue
+            params = {k: v for k, v in params.items() if k not in PIPELINE_KEYS}
+        else:
+            pipeline = {k: overrides.pop(k) for k in PIPELINE_KEYS if k in overrides}
+            params = {}
+            if overrides:
+                problems.append(f"  {key}: {', '.join(sorted(overrides))}: an implementation folder takes its "
+                                "hyperparameters from its config file; set system_config instead")
+                continue
         required = rulesets.required_runs(name, usage)
-        runs = int(params.get("runs", required))
+        runs = int(pipeline.get("runs", required))
         if runs != required and not config["allow_fewer_runs"]:
             problems.append(f"  {key}.runs: {runs} runs, but {usage} {ruleset} requires exactly {required}; "
                             "set allow_fewer_runs: true for a result that is marked not submittable")
@@ -145,7 +175,29 @@ def load(raw: Mapping[str, Any], source: str = "config") -> tuple[dict[str, Any]
         if runs > required:
             problems.append(f"  {key}.runs: {runs} runs, more than the {required} a submission holds")
             continue
-        benchmarks[name] = Benchmark(name, params, runs, required)
+        data_dir = None
+        if choice != MINI:
+            if not pipeline.get("data_dir"):
+                problems.append(f"  {key}.data_dir: an implementation folder needs its dataset: give the host "
+                                "folder that is mounted where the implementation expects it")
+                continue
+            data_dir = (base_dir / str(pipeline["data_dir"])).resolve()
+            if not data_dir.is_dir():
+                problems.append(f"  {key}.data_dir: {data_dir} does not exist; prepare the dataset there "
+                                "(the implementation's README says how) or point data_dir at it")
+                continue
+        try:
+            impl = resolve(name, str(choice), system_name(config["system"]), pipeline.get("system_config"),
+                           dict(pipeline.get("mounts") or {}), base_dir, pipeline.get("image"))
+        except ImplementationError as e:
+            problems.append(f"  {key}: {e}")
+            continue
+        if choice != MINI and config["engine"] != "native" and not base_images(
+                impl.folder / "Dockerfile", {k: str(v) for k, v in config["build_args"].items()}):
+            problems.append(f"  {key}: {impl.folder / 'Dockerfile'} names no base image (no FROM, or only FROM "
+                            "scratch); start it with `ARG FROM_IMAGE_NAME=<image>` and `FROM ${FROM_IMAGE_NAME}`")
+            continue
+        benchmarks[name] = Benchmark(name, params, runs, required, impl, data_dir)
     if problems:
         raise ConfigError(f"invalid configuration ({source}):\n" + "\n".join(problems))
     return config, benchmarks

@@ -36,3 +36,42 @@ def run_status(path: Path) -> str | None:
         if e["key"] == "run_stop":
             return str((e.get("metadata") or {}).get("status"))
     return None
+
+
+def mllog_lines(text: str) -> list[str]:
+    """The ``:::MLLOG`` lines of a run's whole output, from the prefix on (launchers put rank tags before it)."""
+    out = []
+    for line in text.splitlines():
+        i = line.find(PREFIX.rstrip())
+        if i >= 0:
+            out.append(line[i:] + "\n")
+    return out
+
+
+def run_summary(path: Path) -> dict[str, Any]:
+    """What run.json says of a run, from its result file alone (any implementation's).
+
+    status, epochs, the metric curve (eval_accuracy per epoch, ms after run_start), time to train,
+    seed; ValueError naming the file when it has no run_start or run_stop.
+    """
+    start, stop = run_window(path)
+    seed = status = None
+    epochs = 0
+    metrics: list[dict[str, Any]] = []
+    for e in events(path):
+        md = e.get("metadata") or {}
+        key = e["key"]
+        if key == "seed":
+            seed = e["value"]
+        elif key == "run_stop":
+            status = md.get("status")
+        elif key == "eval_accuracy":
+            epoch = md.get("epoch_num")
+            metrics.append({"epoch": epoch, "value": e["value"], "time_ms": int(e["time_ms"]) - start})
+        if key in ("epoch_stop", "eval_accuracy") and isinstance(md.get("epoch_num"), (int, float)):
+            epochs = max(epochs, int(md["epoch_num"]))
+        elif key == "block_stop" and isinstance(md.get("first_epoch_num"), (int, float)):
+            epochs = max(epochs, int(md["first_epoch_num"]) + int(md.get("epoch_count") or 1) - 1)
+    return {"seed": seed, "status": str(status), "epochs": epochs, "time_to_train_ms": stop - start,
+            "final_metric": metrics[-1]["value"] if metrics else None, "metrics": metrics,
+            "run_start_ms": start, "run_stop_ms": stop}

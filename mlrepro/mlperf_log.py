@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,15 +21,20 @@ class RunLog:
     runs in one process would write into each other's files; a logger per run avoids that.
     """
 
-    def __init__(self, path: Path, enabled: bool = True) -> None:
-        """``enabled=False`` (ranks other than 0 of a multi-process run): every event goes nowhere."""
+    def __init__(self, path: Path | None, enabled: bool = True) -> None:
+        """``path`` None: the log goes to stdout, where a run driver keeps its ``:::MLLOG`` lines.
+        ``enabled=False`` (ranks other than 0 of a multi-process run): every event goes nowhere."""
         self.path = path
-        self.partial = path.with_name(f".{path.name}.part")
+        self.partial = path.with_name(f".{path.name}.part") if path else None
         self._logger = logging.getLogger(f"mlrepro.mllog.{os.getpid()}.{path}")
         self._logger.propagate = False
         self._logger.setLevel(logging.INFO)
-        self._handler: logging.Handler = logging.NullHandler()
-        if enabled:
+        self._handler: logging.Handler
+        if not enabled:
+            self._handler = logging.NullHandler()
+        elif path is None or self.partial is None:
+            self._handler = logging.StreamHandler(sys.stdout)
+        else:
             self.partial.parent.mkdir(parents=True, exist_ok=True)
             self._handler = logging.FileHandler(self.partial, mode="w", encoding="utf-8")
         self._logger.addHandler(self._handler)
@@ -46,7 +52,8 @@ class RunLog:
 
     def commit(self) -> None:
         """Close the file and move it into place: only a finished run has a result file."""
+        self._handler.flush()
         self._handler.close()
         self._logger.removeHandler(self._handler)
-        if isinstance(self._handler, logging.FileHandler):
+        if isinstance(self._handler, logging.FileHandler) and self.partial is not None and self.path is not None:
             os.replace(self.partial, self.path)

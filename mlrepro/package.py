@@ -19,7 +19,7 @@ from pathlib import Path
 from mlrepro import PROJECT_ROOT, atomic, provenance, rulesets
 
 SUCCESS = "PACKAGE CHECKER FOUND NO ERRORS"
-IMPLEMENTATION = "mlrepro-pytorch"
+IMAGE_RECORD = "image.json"  # in the implementation's folder of the package: the image its runs used
 
 
 @dataclass
@@ -33,24 +33,34 @@ class PackageVerdict:
     submittable: bool = True
 
 
-def _copy_implementation(benchmark: str, image: str, dest: Path) -> None:
+def _copy_implementation(benchmark: str, impl: dict, dest: Path) -> None:
+    """What ran: a vendor's folder as it is; ours, its folder with the shared training code and image."""
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
-    shutil.copytree(PROJECT_ROOT / "workflows" / benchmark, dest / "workflow", ignore=ignore)
-    shutil.copytree(PROJECT_ROOT / "mlrepro", dest / "mlrepro", ignore=ignore)
-    if (PROJECT_ROOT / "containers" / image).is_dir():
-        shutil.copytree(PROJECT_ROOT / "containers" / image, dest / "container", ignore=ignore)
-    for name in ("pyproject.toml", "requirements.txt"):
-        shutil.copy2(PROJECT_ROOT / name, dest / name)
-    (dest / "README.md").write_text(
-        f"# {benchmark}: mlrepro mini implementation\n\n"
-        f"`workflow/model.py` is the model and its data generator; `mlrepro/train.py` is the training\n"
-        f"loop shared by every benchmark. Reproduce a run with\n"
-        f"`python -m mlrepro.train --benchmark {benchmark} ...` (see the pipeline's Snakefile).\n"
-    )
+    if impl["kind"] != "mini":
+        shutil.copytree(impl["folder"], dest, ignore=ignore, symlinks=True)
+    else:
+        shutil.copytree(impl["folder"], dest / "workflows" / benchmark, ignore=ignore)
+        shutil.copytree(PROJECT_ROOT / "mlrepro", dest / "mlrepro", ignore=ignore)
+        image_dir = PROJECT_ROOT / "containers" / impl["image"]
+        if image_dir.is_dir():
+            shutil.copytree(image_dir, dest / "containers" / impl["image"], ignore=ignore)
+        for name in ("pyproject.toml", "requirements.txt"):
+            shutil.copy2(PROJECT_ROOT / name, dest / name)
+        (dest / "README.md").write_text(
+            f"# {benchmark}: mlrepro mini implementation\n\n"
+            f"`workflows/{benchmark}/` is the implementation folder (model.py, {impl['config_file']}, "
+            f"run_and_time.sh);\n`mlrepro/train.py` is the training loop shared by every benchmark. "
+            f"The image is built from\n`containers/{impl['image']}/Dockerfile` with this folder as context.\n"
+        )
+    if impl.get("image_record"):
+        record = json.loads(Path(impl["image_record"]).read_text())
+        keep = ("image", "tag", "id", "repo_digests", "base_images", "build_args", "dockerfile_sha256",
+                "context_sha256", "engine")
+        (dest / IMAGE_RECORD).write_text(json.dumps({k: record.get(k) for k in keep}, indent=2) + "\n")
 
 
 def assemble(out: Path, org: str, system: str, system_desc: dict, runs: dict[str, list[Path]],
-             images: dict[str, str], ruleset: str) -> Path:
+             implementations: dict[str, dict], ruleset: str) -> Path:
     """Write the tree for ``runs`` (benchmark -> result files in run order) under ``out/org``."""
     root = out / org
     (root / "systems").mkdir(parents=True)
@@ -60,8 +70,8 @@ def assemble(out: Path, org: str, system: str, system_desc: dict, runs: dict[str
         folder.mkdir(parents=True)
         for i, path in enumerate(files):
             shutil.copy2(path, folder / rulesets.result_filename(benchmark, i, ruleset))
-        _copy_implementation(benchmark, images[benchmark],
-                             root / "benchmarks" / benchmark / "implementations" / IMPLEMENTATION)
+        impl = implementations[benchmark]
+        _copy_implementation(benchmark, impl, root / "benchmarks" / benchmark / "implementations" / impl["name"])
     return root
 
 
@@ -88,7 +98,8 @@ def check(org_dir: Path, usage: str, ruleset: str, log: Path) -> PackageVerdict:
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m mlrepro.package", description=__doc__)
     p.add_argument("--spec", type=Path, required=True, help="JSON: org, system, usage, ruleset, submittable, "
-                   "system_desc, runs {benchmark: [result files]}, images {benchmark: image}")
+                   "system_desc, runs {benchmark: [result files]}, implementations {benchmark: {kind, name, folder, "
+                   "config_file, image, image_record}}")
     p.add_argument("--out", type=Path, required=True, help="the submission folder to write")
     p.add_argument("--verdict", type=Path, required=True)
     p.add_argument("--log", type=Path, required=True)
@@ -96,7 +107,7 @@ def main(argv: list[str] | None = None) -> None:
     spec = json.loads(args.spec.read_text())
     runs = {b: [Path(f) for f in files] for b, files in spec["runs"].items()}
     with atomic.atomic_dir(args.out) as tmp:
-        org_dir = assemble(tmp, spec["org"], spec["system"], spec["system_desc"], runs, spec["images"],
+        org_dir = assemble(tmp, spec["org"], spec["system"], spec["system_desc"], runs, spec["implementations"],
                            spec["ruleset"])
         if spec.get("provenance"):  # written before the check, so that the checker judges the package with it
             provenance.write_for_package(org_dir, spec, spec["provenance"])

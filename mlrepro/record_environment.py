@@ -9,25 +9,25 @@ from pathlib import Path
 from mlrepro import atomic, environment, system_desc
 from mlrepro.config import system_name
 from mlrepro.containers.lock import image_ref
-from mlrepro.engines import get_engine
+from mlrepro.engines import engine_for
 
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m mlrepro.record_environment", description=__doc__)
-    p.add_argument("--engine", default="native")
-    p.add_argument("--engine-socket", default=None)
+    p.add_argument("--engine", default="native", help="without an image record: native")
     p.add_argument("--image-record", type=Path, default=None, help="the image's build record (container engines)")
     p.add_argument("--locked", action="store_true")
     p.add_argument("--submission", required=True, help="JSON: org, system, division, status, threads, device")
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args(argv)
     sub = json.loads(args.submission)
+    software = engine_for(args.engine, args.image_record).describe(
+        image_ref(args.image_record, locked=args.locked) if args.image_record else None)
     record = {
-        "engine": get_engine(args.engine, socket=args.engine_socket).describe(
-            image_ref(args.image_record, locked=args.locked) if args.image_record else None),
+        "engine": software,
         "host": environment.host(),
         "system_desc": system_desc.describe(sub["org"], sub["division"], sub["status"],
-                                            system_name(sub["system"]), sub["threads"], sub["device"]),
+                                            system_name(sub["system"]), sub["threads"], sub["device"], software),
     }
     atomic.write_json(args.out, record)
 

@@ -1,7 +1,10 @@
-"""One run of one benchmark, as one Snakemake job: the sampler beside it, training in its engine.
+"""One run of one benchmark, as one Snakemake job: any implementation's ``run_and_time.sh``, once.
 
-The training process (``python -m mlrepro.train``) runs through the configured engine; the telemetry
-sampler is a separate process on the host that watches this driver and stops with it.
+The launch file (written by the run rule) names the implementation folder, its captured config,
+the dataset and the seed. The script runs through the configured engine with SEED, DATADIR,
+LOGDIR and the config's variables in its environment, on GPUs no other run holds. Its whole
+output is the run's log (``train.log``); its ``:::MLLOG`` lines, and only those, are
+``result.txt``; ``run.json`` is derived from ``result.txt``.
 """
 
 from __future__ import annotations
@@ -11,26 +14,22 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
-from mlrepro import atomic, environment, ledger
+from mlrepro import atomic, ledger
+from mlrepro.accelerators import claim
 from mlrepro.data import sha256_file
-from mlrepro.engines import Engine, Mount, get_engine
-from mlrepro.logs import run_window
-from mlrepro.slurm import launch
+from mlrepro.engines import Engine, Mount, engine_for
+from mlrepro.logs import mllog_lines, run_summary
+from mlrepro.slurm import launch as launcher
 from mlrepro.slurm.jobs import SLURM_RECORD, this_job
 
+LOG = "train.log"
 CHECKPOINT = "checkpoint.pt"  # a converged run's weights, served by the inference stage
 
 
 class RunFailed(RuntimeError):
     pass
-
-
-def wants_gpus(device: str) -> bool:
-    """GPU device requests only for GPU jobs: "auto" asks for them only where NVML sees a GPU."""
-    if device == "cpu":
-        return False
-    return device.startswith("cuda") or bool(environment.gpus()["devices"])
 
 
 def _image_identity(record_path: Path, ref: str | None) -> dict[str, object]:
@@ -39,113 +38,155 @@ def _image_identity(record_path: Path, ref: str | None) -> dict[str, object]:
             "repo_digests": record.get("repo_digests", []), "file": record.get("file")}
 
 
-def _run(engine: Engine, argv: list[str], image: str | None, args: argparse.Namespace, run_dir: Path,
-         log: Path) -> int:
-    rendezvous: dict[str, str] = {}
-    if args.nodes * args.tasks_per_node > 1:  # one run, several processes: srun or torchrun starts them
-        if args.engine != "native":
-            raise RunFailed(f"{args.benchmark}: a run of {args.nodes * args.tasks_per_node} processes runs with "
-                            f"engine native here; on Slurm with containers use pyxis or apptainer (profiles/slurm)")
+def launch_env(launch: dict[str, Any], data_dir: str, log_dir: str) -> dict[str, str]:
+    """The run's environment: the captured config, then what the driver sets (it wins)."""
+    sub = launch["submission"]
+    return {
+        **launch["env"],
+        "SEED": str(launch["seed"]), "DATADIR": data_dir, "LOGDIR": log_dir, "NEXP": "1",
+        "MLPERF_SUBMISSION_ORG": sub["org"], "MLPERF_SUBMISSION_PLATFORM": sub["platform"],
+        "MLPERF_SUBMISSION_DIVISION": sub["division"], "MLPERF_SUBMISSION_STATUS": sub["status"],
+        "OMP_NUM_THREADS": str(launch["threads"]), "PYTHONHASHSEED": "0", "PYTHONUNBUFFERED": "1",
+        **({"MLREPRO_PARAMS": json.dumps(launch["params"], sort_keys=True), "MLREPRO_DEVICE": launch["device"]}
+           if launch["kind"] == "mini" else {}),
+        **({"MLREPRO_DROP_CACHES": "1"} if launch.get("drop_caches") else {}),
+    }
+
+
+def execute(engine: Engine, launch: dict[str, Any], image: str | None, run_dir: Path, log: Path,
+            gpus: list[int], roots: Path | None = None) -> int:
+    """Start run_and_time.sh once: natively in its folder, or in the image with data and logs mounted."""
+    data = Path(launch["data_dir"])
+    if engine.name == "native":
+        argv = ["bash", str(Path(launch["folder"]) / "run_and_time.sh")]
+        env, mounts, workdir = launch_env(launch, str(data), str(run_dir)), [], launch["folder"]
+    else:
+        argv = ["bash", launch["script_in_container"]]
+        env = launch_env(launch, launch["data_mount"], launch["log_mount"])
+        mounts = [Mount(data, read_only=True, target=launch["data_mount"]),
+                  Mount(run_dir, read_only=False, target=launch["log_mount"])]
+        workdir = None
+    processes = int(launch.get("nodes", 1)) * int(launch.get("tasks_per_node", 1))
+    if processes > 1:  # one run, several processes: srun inside a Slurm allocation, torchrun elsewhere
+        if engine.name != "native":
+            raise RunFailed(f"{launch['benchmark']}: a run of {processes} processes runs with engine native here; "
+                            "on Slurm with containers use pyxis or apptainer (mlrepro/slurm/containers.py)")
         try:
-            argv, rendezvous = launch.command(argv, sys.executable, args.nodes, args.tasks_per_node,
-                                              args.threads, os.environ)
-        except launch.LaunchError as e:
-            raise RunFailed(f"{args.benchmark} run in {run_dir}: {e}") from e
+            argv, rendezvous = launcher.command(argv, sys.executable, int(launch.get("nodes", 1)),
+                                                int(launch.get("tasks_per_node", 1)), int(launch["threads"]),
+                                                os.environ)
+        except launcher.LaunchError as e:
+            raise RunFailed(f"{launch['benchmark']} run in {run_dir}: {e}") from e
+        env = {**env, **rendezvous}
     try:
-        return engine.run(
-            argv,
-            image=image,
-            mounts=[Mount(args.data_dir.resolve(), read_only=True), Mount(run_dir, read_only=False)],
-            gpus=wants_gpus(args.device),
-            env={"OMP_NUM_THREADS": str(args.threads), "PYTHONHASHSEED": "0", **rendezvous},
-            log=log,
-        )
+        def started(pid: int) -> None:  # the sampler measures the container's processes too
+            if roots is not None:
+                atomic.write_text(roots, f"{pid}\n")
+
+        return engine.run(argv, image=image, mounts=mounts, gpus=gpus, env=env, log=log, workdir=workdir,
+                          started=started)
     except Exception as e:  # the engine's own errors (API, missing image) as one clear message
-        raise RunFailed(f"{args.benchmark} run in {run_dir}: engine {args.engine} could not run it "
-                        f"(image {image}): {type(e).__name__}: {e}") from e
+        raise RunFailed(f"{launch['benchmark']} run in {run_dir}: engine {engine.name} could not start "
+                        f"{argv[-1]} (image {image}): {type(e).__name__}: {e}") from e
+
+
+def _tail(log: Path, n: int = 15) -> str:
+    return "".join(log.read_text(errors="replace").splitlines(keepends=True)[-n:])
+
+
+def collect(launch: dict[str, Any], run_dir: Path, log: Path, code: int) -> dict[str, Any]:
+    """result.txt from the log's :::MLLOG lines and the run's summary; RunFailed naming the log otherwise."""
+    what = f"{launch['benchmark']} run in {run_dir} ({launch['folder']}/run_and_time.sh)"
+    if code != 0:
+        raise RunFailed(f"{what} exited with status {code}; its log is kept at {log}. Last lines:\n{_tail(log)}")
+    lines = mllog_lines(log.read_text(errors="replace"))
+    if not lines:
+        raise RunFailed(f"{what} printed no :::MLLOG lines, so there is no result; its log is {log}. An "
+                        "implementation logs with mlperf_logging's mllog to stdout (or prints its log file)")
+    partial = run_dir / f".result.txt.{os.getpid()}.check"
+    partial.write_text("".join(lines))
+    try:
+        summary = run_summary(partial)
+    except ValueError as e:
+        raise RunFailed(f"{what} logged no complete run ({str(e).split(': ', 1)[-1]}): a run without run_stop "
+                        f"failed; its log is {log}. Last lines:\n{_tail(log)}") from None
+    finally:
+        partial.unlink(missing_ok=True)
+    atomic.write_text(run_dir / "result.txt", "".join(lines))
+    return summary
 
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m mlrepro.run_job", description=__doc__)
-    p.add_argument("--benchmark", required=True)
-    p.add_argument("--data-dir", type=Path, required=True)
-    p.add_argument("--params", required=True)
+    p.add_argument("--launch", type=Path, required=True, help="JSON written by the run rule (rules/runs.smk)")
     p.add_argument("--seed", type=int, required=True)
     p.add_argument("--run-dir", type=Path, required=True)
-    p.add_argument("--submission", required=True)
-    p.add_argument("--engine", default="native")
-    p.add_argument("--engine-socket", default=None, help="Docker API URL (docker/podman engines)")
-    p.add_argument("--image-record", type=Path, default=None, help="the image's build record (container engines)")
+    p.add_argument("--engine", default="native", help="without an image record: native")
+    p.add_argument("--image-record", type=Path, default=None,
+                   help="the image's build record (container engines): it names the image, engine and socket")
     p.add_argument("--locked", action="store_true", help="run the locked image id; refuse a mismatch")
-    p.add_argument("--device", default="auto")
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--drop-caches", action="store_true")
+    p.add_argument("--gpu-locks", type=Path, required=True, help="the folder of per-GPU lock files")
+    p.add_argument("--machine-gpus", type=int, default=0, help="the GPUs this machine has")
     p.add_argument("--telemetry-hz", type=float, default=0.0, help="0 disables the sampler")
-    p.add_argument("--nodes", type=int, default=1, help="the run's job shape: nodes")
-    p.add_argument("--tasks-per-node", type=int, default=1, help="the run's job shape: processes per node")
     args = p.parse_args(argv)
+
+    launch = {**json.loads(args.launch.read_text()), "seed": args.seed}
     run_dir: Path = args.run_dir.resolve()
-    with ledger.recorded(run_dir, benchmark=args.benchmark, seed=args.seed):  # every launch, on record
-        _drive(args, run_dir)
+    with ledger.recorded(run_dir, benchmark=launch["benchmark"], seed=args.seed):  # every launch, on record
+        _drive(args, launch, run_dir)
 
 
-def _drive(args: argparse.Namespace, run_dir: Path) -> None:
+def _drive(args: argparse.Namespace, launch: dict[str, Any], run_dir: Path) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
-    result, summary, log = run_dir / "result.txt", run_dir / "run.json", run_dir / "train.log"
+    log = run_dir / LOG
     log.unlink(missing_ok=True)
+    (run_dir / "result.txt").unlink(missing_ok=True)
     (run_dir / CHECKPOINT).unlink(missing_ok=True)  # a re-run that does not converge must not keep old weights
     job = this_job(os.environ)
     if job is not None:  # kept when the job is cancelled or times out: which Slurm job this attempt was
         atomic.write_json(run_dir / SLURM_RECORD, job)
-    engine = get_engine(args.engine, socket=args.engine_socket)
+    engine = engine_for(args.engine, args.image_record)
     image = None
     if args.image_record:
         from mlrepro.containers.lock import image_ref  # the Docker SDK only where a container runs
 
         image = image_ref(args.image_record, locked=args.locked)
-    train_argv = [
-        "python", "-m", "mlrepro.train",
-        "--benchmark", args.benchmark,
-        "--data-dir", str(args.data_dir.resolve()),
-        "--params", args.params,
-        "--seed", str(args.seed),
-        "--result", str(result),
-        "--summary", str(run_dir / ".run.json.part"),
-        "--submission", args.submission,
-        "--device", args.device,
-        "--threads", str(args.threads),
-        *(["--drop-caches"] if args.drop_caches else []),
-        "--checkpoint", str(run_dir / CHECKPOINT),
-    ]
     sampler = None
-    if args.telemetry_hz > 0:
-        from mlrepro.telemetry import start_sampler
+    with claim(args.gpu_locks, args.machine_gpus, int(launch["gpus"])) as gpus:
+        roots = None
+        if args.telemetry_hz > 0:
+            from mlrepro.telemetry import start_sampler
+            from mlrepro.telemetry.host import ROOTS_ENV
 
-        sampler = start_sampler(run_dir / "telemetry", hz=args.telemetry_hz, watch_pid=os.getpid())
-    try:
-        code = _run(engine, train_argv, image, args, run_dir, log)
-    finally:
-        if sampler is not None:
-            sampler.stop()
-    if code != 0:
-        tail = "".join(log.read_text(errors="replace").splitlines(keepends=True)[-15:])
-        raise RunFailed(f"{args.benchmark} run in {run_dir}: training exited with status {code} "
-                        f"(engine {args.engine}); its log is kept at {log}. Last lines:\n{tail}")
-    record = json.loads((run_dir / ".run.json.part").read_text())
-    (run_dir / ".run.json.part").unlink()
-    start_ms, stop_ms = run_window(result)
-    record["run_start_ms"], record["run_stop_ms"] = start_ms, stop_ms
-    record["engine"] = args.engine
+            roots = run_dir / "telemetry" / "container.pids"
+            roots.unlink(missing_ok=True)
+            os.environ[ROOTS_ENV] = str(roots)  # the sampler inherits it
+            sampler = start_sampler(run_dir / "telemetry", hz=args.telemetry_hz, watch_pid=os.getpid())
+        try:
+            code = execute(engine, launch, image, run_dir, log, gpus, roots)
+        finally:
+            if sampler is not None:
+                sampler.stop()
+    summary = collect(launch, run_dir, log, code)
+    record: dict[str, Any] = {
+        "benchmark": launch["benchmark"], **summary,
+        "seed": summary["seed"] if summary["seed"] is not None else launch["seed"],
+        "result_sha256": sha256_file(run_dir / "result.txt"),
+        "engine": engine.name, "gpus": gpus,
+        "image": _image_identity(args.image_record, image) if args.image_record else None,
+        "implementation": {k: launch[k] for k in ("kind", "name", "folder", "config_file")},
+        "processes": int(launch.get("nodes", 1)) * int(launch.get("tasks_per_node", 1)),
+        "slurm": job,
+    }
     if (run_dir / CHECKPOINT).is_file():
         record["checkpoint"] = {"file": CHECKPOINT, "sha256": sha256_file(run_dir / CHECKPOINT)}
-    record["processes"] = args.nodes * args.tasks_per_node
-    record["slurm"] = job
-    record["image"] = _image_identity(args.image_record, image) if args.image_record else None
+    record["peak_rss_mb"] = 0.0
     if sampler is not None:
         from mlrepro.telemetry import summarize
 
-        record["telemetry"] = summarize(run_dir / "telemetry", start_ms, stop_ms)
-    atomic.write_json(summary, record)
+        record["telemetry"] = summarize(run_dir / "telemetry", summary["run_start_ms"], summary["run_stop_ms"])
+        record["peak_rss_mb"] = ((record["telemetry"] or {}).get("host") or {}).get("peak_rss_mb") or 0.0
+    atomic.write_json(run_dir / "run.json", record)
 
 
 if __name__ == "__main__":

@@ -39,12 +39,17 @@ def _storage() -> tuple[str, str]:
 
 
 def describe(submitter: str, division: str, status: str, system_name: str, threads: int,
-             device: str) -> dict[str, Any]:
-    """Every field ``mlperf_logging.system_desc_checker`` requires, filled from this host."""
+             device: str, software: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Every field ``mlperf_logging.system_desc_checker`` requires, filled from this host.
+
+    ``software``: what the runs' engine saw (``Engine.describe``: inside the image for container runs);
+    None: this interpreter.
+    """
     host = environment.host()
     gpus = host["gpus"]["devices"] if device != "cpu" else []
     storage_type, storage_capacity = _storage()
-    torch_version = environment.python_environment()["packages"].get("torch")
+    software = software or environment.python_environment()
+    torch_version = software["packages"].get("torch")
     return {
         "submitter": submitter,
         "division": division,
@@ -76,7 +81,7 @@ def describe(submitter: str, division: str, status: str, system_name: str, threa
         "cooling": "air",
         "hw_notes": f"{threads} CPU thread(s) per run" if not gpus else "",
         "framework": f"PyTorch {torch_version}",
-        "other_software_stack": f"Python {platform.python_version()}, mlrepro mini implementations",
+        "other_software_stack": f"Python {software.get('python') or platform.python_version()}",
         "operating_system": platform.platform(),
         "sw_notes": "mini workloads of mlrepro on generated data (open division)",
     }

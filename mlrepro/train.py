@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import resource
 import time
@@ -45,6 +46,13 @@ class RunResult:
     threads: int
     metrics: list[dict[str, Any]] = field(default_factory=list)  # one {"epoch", "value", "time_ms"} per eval
     peak_rss_mb: float = 0.0
+
+
+def submission_from_env() -> Submission:
+    """The submission the run driver names in the environment (as NVIDIA's launchers pass it)."""
+    env = os.environ
+    return Submission(env.get("MLPERF_SUBMISSION_ORG", "mlrepro"), env.get("MLPERF_SUBMISSION_PLATFORM", "unknown"),
+                      env.get("MLPERF_SUBMISSION_DIVISION", "open"), env.get("MLPERF_SUBMISSION_STATUS", "research"))
 
 
 def seed_everything(seed: int) -> None:
@@ -97,7 +105,7 @@ def train(
     data_dir: Path,
     params: dict[str, Any],
     seed: int,
-    result_path: Path,
+    result_path: Path | None,
     submission: Submission,
     device: torch.device,
     threads: int,
@@ -175,9 +183,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--data-dir", type=Path, required=True)
     p.add_argument("--params", required=True, help="the benchmark's config as JSON")
     p.add_argument("--seed", type=int, required=True)
-    p.add_argument("--result", type=Path, required=True, help="the MLPerf log to write")
-    p.add_argument("--summary", type=Path, required=True, help="a JSON summary of the run")
-    p.add_argument("--submission", required=True, help="JSON: org, platform, division, status")
+    p.add_argument("--result", type=Path, default=None, help="the MLPerf log to write (default: stdout)")
+    p.add_argument("--summary", type=Path, default=None, help="a JSON summary of the run")
+    p.add_argument("--submission", default=None, help="JSON: org, platform, division, status "
+                   "(default: $MLPERF_SUBMISSION_ORG, _PLATFORM, _DIVISION, _STATUS)")
     p.add_argument("--device", default="auto")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--drop-caches", action="store_true")
@@ -193,14 +202,14 @@ def main(argv: list[str] | None = None) -> None:
         json.loads(args.params),
         args.seed,
         args.result,
-        Submission(**json.loads(args.submission)),
+        Submission(**json.loads(args.submission)) if args.submission else submission_from_env(),
         pick_device(args.device),
         args.threads,
         args.drop_caches,
-        args.checkpoint,
+        args.checkpoint if ctx.is_main else None,
     )
     distributed.finish()
-    if ctx.is_main:  # the result is rank 0's
+    if args.summary and ctx.is_main:  # the result is rank 0's
         atomic.write_json(args.summary, {**asdict(result), "world_size": ctx.world_size})
 
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from mlrepro import rulesets
 from mlrepro.config import config_hash, run_seed, submittable, system_name
+from mlrepro.implementation import describe as describe_implementation
 
 # The interpreter running snakemake runs every stage too (a venv need not be activated).
 PY = shlex.quote(sys.executable)
@@ -32,12 +33,11 @@ def ordered_benchmarks():
 
 
 def engine_options(image_records):
-    """The options that point a stage at its engine and, for container engines, at the image it runs."""
-    options = ["--engine", config["engine"]]
-    if config["engine_socket"]:
-        options += ["--engine-socket", config["engine_socket"]]
-    if image_records:
-        options += ["--image-record", str(image_records[0])]
+    """The options that point a stage at its engine: for container engines the image's build record,
+    which names the image, the engine and its socket (one source: the record the image was built for)."""
+    if not image_records:
+        return shlex.join(["--engine", "native"])
+    options = ["--image-record", str(image_records[0])]
     if config["images"] == "locked":
         options.append("--locked")
     return shlex.join(options)

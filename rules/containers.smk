@@ -2,7 +2,7 @@
 # their ids, bundle them for auditors. Runs depend on {outdir}/containers/{image}.json (rules/runs.smk).
 #
 # Config: engine, engine_socket, images (build | locked), build_args, image_tag_prefix, images_lock.
-from mlrepro.containers.context import context_digest, context_files
+from mlrepro.containers.context import context_digest, context_files, folder_files
 
 CONTAINER_ENGINE = config.get("engine", "native")
 CONTAINER_SOCKET = config.get("engine_socket") or None
@@ -10,6 +10,9 @@ IMAGES_MODE = config.get("images", "build")
 # The lock sits with the outputs unless the config names one (e.g. a committed containers/images.lock.json).
 IMAGES_LOCK = Path(config.get("images_lock") or OUT / "containers" / "images.lock.json")
 CONTAINER_IMAGES = sorted({spec.image for spec in BENCHMARKS.values()})
+# An implementation folder's image is built from its own Dockerfile with the folder as context;
+# ours from containers/<image>/ with this repository as context.
+IMAGE_FOLDERS = {b.image: b.implementation.folder for b in BENCHMARKS.values() if not b.mini}
 REPO = Path(workflow.basedir)
 
 # Builds talk to the local daemon/service, not to a cluster node.
@@ -21,7 +24,15 @@ def container_inputs(wildcards):
     Locked mode: the lock file only (nothing is built)."""
     if IMAGES_MODE == "locked":
         return [IMAGES_LOCK]
+    if folder := IMAGE_FOLDERS.get(wildcards.image):
+        return [folder / p for p in folder_files(folder)]
     return [REPO / p for p in context_files(wildcards.image, REPO)]
+
+
+def build_context_digest(image):
+    if folder := IMAGE_FOLDERS.get(image):
+        return context_digest(image, folder, folder_files(folder))
+    return context_digest(image, REPO)
 
 
 rule container_image:
@@ -38,13 +49,14 @@ rule container_image:
         mode=IMAGES_MODE,
         # The content of the build context, so that an edit rebuilds even where time stamps do not tell
         # (Snakemake skips an input that is only newer when its checksum is unchanged).
-        context=lambda w: context_digest(w.image, REPO) if IMAGES_MODE != "locked" else "",
+        context=lambda w: build_context_digest(w.image) if IMAGES_MODE != "locked" else "",
     run:
         from mlrepro.containers.jobs import image_record
 
         image_record(wildcards.image, Path(output.record), Path(log[0]), engine=CONTAINER_ENGINE,
                      socket=CONTAINER_SOCKET, mode=params.mode, build_args=dict(params.build_args),
-                     tag_prefix=params.tag_prefix, lock_path=IMAGES_LOCK, root=REPO)
+                     tag_prefix=params.tag_prefix, lock_path=IMAGES_LOCK, root=REPO,
+                     folder=IMAGE_FOLDERS.get(wildcards.image))
 
 
 if IMAGES_MODE != "locked":

@@ -6,7 +6,9 @@ rule package:
         environment=INFO / "environment.json",
         # the provenance manifest records each run's summary and each dataset's manifest
         summaries=all_runs(OUT / "runs" / "{benchmark}" / "{run}" / "run.json"),
-        data_manifests=expand(OUT / "data" / "{benchmark}" / _data.MANIFEST, benchmark=ordered_benchmarks()),
+        data_manifests=[dataset_ready(b) for b in ordered_benchmarks() if BENCHMARKS[b].mini],
+        images=lambda w: [] if config["engine"] == "native" else
+        [OUT / "containers" / f"{image}.json" for image in sorted({b.image for b in BENCHMARKS.values()})],
     output:
         tree=directory(OUT / "submission"),
         verdict=OUT / "package_check.json",
@@ -17,9 +19,15 @@ rule package:
             "system_desc": json.loads(Path(input.environment).read_text())["system_desc"],
             "runs": {b: [str(OUT / "runs" / b / str(i) / "result.txt") for i in run_indices(b)]
                      for b in ordered_benchmarks()},
-            "images": {b: BENCHMARKS[b].image for b in BENCHMARKS},
+            "implementations": {b: {
+                "kind": BENCHMARKS[b].implementation.kind, "name": BENCHMARKS[b].implementation.name,
+                "folder": str(BENCHMARKS[b].implementation.folder), "image": BENCHMARKS[b].image,
+                "config_file": BENCHMARKS[b].implementation.config_file.name,
+                "image_record": None if config["engine"] == "native" else
+                str(OUT / "containers" / f"{BENCHMARKS[b].image}.json")} for b in BENCHMARKS},
             "provenance": {"outdir": str(OUT), "config": config, "config_hash": CONFIG_HASH,
-                           "data_manifests": {b: str(OUT / "data" / b / _data.MANIFEST) for b in BENCHMARKS}},
+                           "data_manifests": {b: str(Path(dataset_dir(b)) / _data.MANIFEST) for b in BENCHMARKS
+                                              if BENCHMARKS[b].mini}},
         }, default=str),
         spec_file=INFO / "package_spec.json",
     log:

@@ -8,7 +8,8 @@ rule report:
         verdicts=all_runs(OUT / "compliance" / "{benchmark}" / "{run}.json"),
         # the default DAG with a container engine locks the image ids it ran
         lock=[] if config["engine"] == "native" or config["images"] == "locked" else [IMAGES_LOCK],
-        manifests=expand(OUT / "data" / "{benchmark}" / _data.MANIFEST, benchmark=ordered_benchmarks()),
+        manifests=expand(OUT / "data" / "{benchmark}" / _data.MANIFEST,
+                         benchmark=[b for b in ordered_benchmarks() if BENCHMARKS[b].mini]),
     output:
         REPORT,
     params:
@@ -17,7 +18,9 @@ rule report:
         system=SYSTEM,
         submittable_flag="" if SUBMITTABLE else "--not-submittable",
         benchmarks=json.dumps({b: {"params": BENCHMARKS[b].params, "runs": BENCHMARKS[b].runs,
-                                   "required_runs": BENCHMARKS[b].required_runs} for b in ordered_benchmarks()}),
+                                   "required_runs": BENCHMARKS[b].required_runs,
+                                   "implementation": describe_implementation(BENCHMARKS[b].implementation)}
+                               for b in ordered_benchmarks()}),
     log:
         INFO / "logs" / "report.log",
     shell:

@@ -79,3 +79,19 @@ def tiny_package(tmp_path_factory: pytest.TempPathFactory) -> Path:
     workdir = tmp_path_factory.mktemp("tiny_package")
     snakemake(workdir, "--configfile", str(REPO / "config" / "test.yaml"))
     return workdir / "results"
+
+
+NVIDIA_V11 = REPO.parent / "shared" / "data" / "mlperf_training_nvidia_implementations_v1.1.tar.xz"
+
+
+@pytest.fixture(scope="session")
+def nvidia_benchmarks(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """NVIDIA's eight v1.1 implementation folders (``<benchmark>/implementations/<impl>/``), unpacked once."""
+    if not NVIDIA_V11.is_file():
+        pytest.skip(f"{NVIDIA_V11} is absent")
+    import tarfile
+
+    out = tmp_path_factory.mktemp("nvidia_v1.1")
+    with tarfile.open(NVIDIA_V11) as tar:
+        tar.extractall(out, filter="data")
+    return out / "NVIDIA" / "benchmarks"

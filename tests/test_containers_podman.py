@@ -21,10 +21,10 @@ from mlrepro import data
 from mlrepro.compliance import check
 from mlrepro.containers import BaseImageMissing, BuildFailed, ImageMismatch, image_ref
 from mlrepro.containers.build import build_image
-from mlrepro.containers.client import connect
 from mlrepro.containers.jobs import image_record, lock, make_bundle
 from mlrepro.containers.localbase import ensure_base_image
 from mlrepro.engines import Mount, get_engine
+from mlrepro.engines.client import connect
 
 pytestmark = pytest.mark.podman
 REPO = Path(__file__).resolve().parent.parent
@@ -88,7 +88,7 @@ def test_mini_benchmark_runs_in_the_container_and_passes_compliance(built: dict[
     log = tmp_path / "run.log"
     code = engine.run(argv, image=image_ref(built["record"], locked=False),
                       mounts=[Mount(data_dir, read_only=True), Mount(run_dir, read_only=False)],
-                      gpus=False, env={"OMP_NUM_THREADS": "1"}, log=log)
+                      gpus=[], env={"OMP_NUM_THREADS": "1"}, log=log)
     assert code == 0, log.read_text()[-3000:]
     verdict = check(run_dir / "result.txt", "training", "2.0.0")
     assert verdict.valid, verdict.messages
@@ -101,7 +101,7 @@ def test_data_mount_is_read_only_and_failures_keep_their_log(built: dict[str, An
     (tmp_path / "data").mkdir()
     log = tmp_path / "fail.log"
     code = engine.run(["python", "-c", f"print('before the crash'); open('{tmp_path}/data/x', 'w')"],
-                      image=built["tag"], mounts=[Mount(tmp_path / "data")], gpus=False, env={}, log=log)
+                      image=built["tag"], mounts=[Mount(tmp_path / "data")], gpus=[], env={}, log=log)
     assert code != 0
     assert "before the crash" in log.read_text() and "Read-only file system" in log.read_text()
 

@@ -35,7 +35,8 @@ def test_package_passes_the_official_package_checker(submission: Path) -> None:
     results = sorted((org / "results").glob("*/resnet/result_*.txt"))
     assert len(results) == 5
     assert len(list((org / "systems").glob("*.json"))) == 1
-    assert (org / "benchmarks" / "resnet" / "implementations" / "mlrepro-pytorch" / "workflow" / "model.py").is_file()
+    impl = org / "benchmarks" / "resnet" / "implementations" / "mlrepro-pytorch"
+    assert (impl / "workflows" / "resnet" / "run_and_time.sh").is_file() and (impl / "mlrepro" / "train.py").is_file()
 
 
 def test_every_result_passes_the_official_compliance_checker(submission: Path) -> None:

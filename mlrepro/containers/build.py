@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from mlrepro import PROJECT_ROOT, atomic
-from mlrepro.containers.client import server_name
-from mlrepro.containers.context import base_images, context_digest, context_tar, image_dir
+from mlrepro.containers.context import base_images, context_digest, context_tar, folder_files, image_dir
 from mlrepro.containers.errors import BaseImageMissing, BuildFailed
 from mlrepro.data import sha256_file
+from mlrepro.engines.client import inspect_image, server_name
 
 # Docker prints "Step 3/7 : RUN ...", Podman "STEP 3/7: RUN ...".
 _STEP = re.compile(r"^\s*(?:Step|STEP)\s+\d+/\d+\s*:\s*(.*)$")
@@ -37,13 +37,6 @@ def inputs_digest(dockerfile_sha: str, context_sha: str, build_args: dict[str, s
     text = json.dumps({"dockerfile": dockerfile_sha, "context": context_sha, "build_args": build_args},
                       sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()
-
-
-def inspect_image(client: Any, ref: str) -> dict[str, Any]:
-    attrs = client.api.inspect_image(ref)
-    return {"ref": ref, "id": attrs["Id"] if attrs["Id"].startswith("sha256:") else f"sha256:{attrs['Id']}",
-            "repo_digests": sorted(attrs.get("RepoDigests") or []), "tags": sorted(attrs.get("RepoTags") or []),
-            "created": attrs.get("Created"), "size_bytes": attrs.get("Size")}
 
 
 def ensure_base(client: Any, ref: str) -> dict[str, Any]:
@@ -104,19 +97,31 @@ def build_image(
     log: Path,
     root: Path = PROJECT_ROOT,
     nocache: bool = False,
+    folder: Path | None = None,
 ) -> dict[str, Any]:
-    """Build ``containers/<image>/Dockerfile`` with the repository as context; return its build record."""
+    """Build ``containers/<image>/Dockerfile`` with the repository as context; return its build record.
+
+    ``folder``: an implementation folder instead, built from its own Dockerfile with itself as context.
+    """
     args = {k: str(v) for k, v in (build_args or {}).items()}
-    folder = image_dir(image, root)
-    dockerfile = folder / "Dockerfile"
+    files = None
+    if folder is not None:
+        root, files = folder, folder_files(folder)
+        dockerfile = folder / "Dockerfile"
+    else:
+        dockerfile = image_dir(image, root) / "Dockerfile"
     dockerfile_sha = sha256_file(dockerfile)
-    context_sha = context_digest(image, root)
+    context_sha = context_digest(image, root, files)
     tag = image_tag(image, tag_prefix, inputs_digest(dockerfile_sha, context_sha, args))
-    bases = [ensure_base(client, ref) for ref in base_images(dockerfile, args)]
+    refs = base_images(dockerfile, args)
+    if not refs:
+        raise BaseImageMissing(f"{dockerfile}: names no base image (no FROM line, or only FROM scratch); "
+                               "start it with `ARG FROM_IMAGE_NAME=<image>` and `FROM ${FROM_IMAGE_NAME}`")
+    bases = [ensure_base(client, ref) for ref in refs]
     log.parent.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     chunks = client.api.build(
-        fileobj=context_tar(image, root), custom_context=True,
+        fileobj=context_tar(image, root, files), custom_context=True,
         dockerfile=dockerfile.relative_to(root).as_posix(), tag=tag, buildargs=args,
         rm=True, forcerm=True, pull=False, nocache=nocache, decode=True)
     _, steps, cached = _stream(chunks, log)

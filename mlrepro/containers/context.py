@@ -20,7 +20,8 @@ from mlrepro.data import sha256_file
 # What the Dockerfiles may COPY: the package, its metadata and the benchmarks' implementations.
 # Only what runs in the container: a benchmark's defaults.yaml reaches it as --params, so editing
 # hyperparameters re-runs that benchmark without rebuilding the image every benchmark uses.
-CONTEXT_GLOBS = ("pyproject.toml", "README.md", "LICENSE", "mlrepro/**/*.py", "workflows/*/*.py")
+CONTEXT_GLOBS = ("pyproject.toml", "README.md", "LICENSE", "mlrepro/**/*.py", "workflows/*/*.py",
+                 "workflows/*/run_and_time.sh")
 
 
 def containers_dir(root: Path = PROJECT_ROOT) -> Path:
@@ -34,6 +35,12 @@ def image_dir(image: str, root: Path = PROJECT_ROOT) -> Path:
     return path
 
 
+def folder_files(folder: Path) -> list[Path]:
+    """An implementation folder's own context: every file in it (its Dockerfile COPYs from there)."""
+    return sorted(p.relative_to(folder) for p in folder.rglob("*")
+                  if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc")
+
+
 def context_files(image: str, root: Path = PROJECT_ROOT) -> list[Path]:
     """Repository-relative paths of the context, sorted; the image's own folder is always in it."""
     files: set[Path] = set()
@@ -43,18 +50,19 @@ def context_files(image: str, root: Path = PROJECT_ROOT) -> list[Path]:
     return sorted(files)
 
 
-def context_digest(image: str, root: Path = PROJECT_ROOT) -> str:
+def context_digest(image: str, root: Path = PROJECT_ROOT, files: list[Path] | None = None) -> str:
+    """The context's content; ``files`` (relative to ``root``) instead of the image's own list."""
     h = hashlib.sha256()
-    for rel in context_files(image, root):
+    for rel in files if files is not None else context_files(image, root):
         h.update(f"{rel.as_posix()}\0{sha256_file(root / rel)}\n".encode())
     return h.hexdigest()
 
 
-def context_tar(image: str, root: Path = PROJECT_ROOT) -> io.BytesIO:
+def context_tar(image: str, root: Path = PROJECT_ROOT, files: list[Path] | None = None) -> io.BytesIO:
     """The context as an uncompressed tar with fixed owners and mtimes (same files, same bytes)."""
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        for rel in context_files(image, root):
+        for rel in files if files is not None else context_files(image, root):
             info = tar.gettarinfo(str(root / rel), arcname=rel.as_posix())
             info.uid = info.gid = 0
             info.uname = info.gname = ""

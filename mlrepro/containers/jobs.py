@@ -11,11 +11,11 @@ from typing import Any
 from mlrepro import PROJECT_ROOT, atomic
 from mlrepro.containers import bundle
 from mlrepro.containers.build import build_image, read_record
-from mlrepro.containers.client import connect, server_name
 from mlrepro.containers.errors import ContainerError, ImageMismatch
 from mlrepro.containers.lock import check_locked, check_locked_file, locked_entry, write_lock
 from mlrepro.data import sha256_file
 from mlrepro.engines import EngineUnavailable
+from mlrepro.engines.client import connect, server_name
 
 # apptainer/enroot run a file made from the image the Docker API built.
 FILE_SUFFIX = {"apptainer": ".sif", "enroot": ".sqsh"}
@@ -53,6 +53,7 @@ def image_record(
     tag_prefix: str,
     lock_path: Path,
     root: Path = PROJECT_ROOT,
+    folder: Path | None = None,
 ) -> dict[str, Any]:
     """Write ``{outdir}/containers/{image}.json``: build the image (mode build) or check it against the lock.
 
@@ -60,7 +61,7 @@ def image_record(
     """
     try:
         return _image_record(image, out, log, engine=engine, socket=socket, mode=mode, build_args=build_args,
-                             tag_prefix=tag_prefix, lock_path=lock_path, root=root)
+                             tag_prefix=tag_prefix, lock_path=lock_path, root=root, folder=folder)
     except (ContainerError, EngineUnavailable) as exc:
         log.parent.mkdir(parents=True, exist_ok=True)
         with log.open("a", encoding="utf-8") as f:
@@ -69,7 +70,8 @@ def image_record(
 
 
 def _image_record(image: str, out: Path, log: Path, *, engine: str, socket: str | None, mode: str,
-                  build_args: dict[str, Any], tag_prefix: str, lock_path: Path, root: Path) -> dict[str, Any]:
+                  build_args: dict[str, Any], tag_prefix: str, lock_path: Path, root: Path,
+                  folder: Path | None) -> dict[str, Any]:
     client = connect(builder_engine(engine), socket)
     if mode == "locked":
         entry = locked_entry(lock_path, image)
@@ -84,7 +86,8 @@ def _image_record(image: str, out: Path, log: Path, *, engine: str, socket: str 
             record["id"] = found["id"]
         atomic.write_text(log, f"{image}: locked {record['id']} present\n")
     else:
-        record = build_image(client, image, build_args=build_args, tag_prefix=tag_prefix, log=log, root=root)
+        record = build_image(client, image, build_args=build_args, tag_prefix=tag_prefix, log=log, root=root,
+                             folder=folder)
         record.update(engine=engine, socket=socket)
         if engine in FILE_SUFFIX:
             file = out.with_suffix(FILE_SUFFIX[engine])

@@ -36,6 +36,7 @@ SKIP_PREFIXES = ("torch/test/", "torch/include/", "../", "/")
 PY = f"python{sys.version_info.major}.{sys.version_info.minor}"
 SITE = f"usr/local/lib/{PY}/site-packages"
 LIBDIR = "usr/lib/x86_64-linux-gnu"  # a default search dir of the loader: no ld.so.cache needed
+ROOTFS_VERSION = "rootfs 2: dash and bash"  # in the fingerprint: a changed layout is a new base image
 
 
 def _norm(name: str) -> str:
@@ -64,7 +65,7 @@ def closure(roots: Iterable[str] = ROOTS) -> list[md.Distribution]:
 
 def fingerprint(dists: list[md.Distribution]) -> str:
     """Names the base by what it holds, so a test session reuses the one a previous session imported."""
-    text = "\n".join([sys.version, *(f"{d.metadata['Name']}=={d.version}" for d in dists)])
+    text = "\n".join([ROOTFS_VERSION, sys.version, *(f"{d.metadata['Name']}=={d.version}" for d in dists)])
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
@@ -210,6 +211,9 @@ def write_rootfs(out: Path, dists: list[md.Distribution]) -> dict[str, Any]:
         fs.file("usr/bin/dash", dash)
         fs.symlink("usr/bin/sh", "dash")
         elves.append(dash)
+        # bash for the implementations' run_and_time.sh, as NGC images have it
+        fs.file("usr/bin/bash", Path("/usr/bin/bash"))
+        elves.append(Path("/usr/bin/bash"))
         libs = _needed_libs(elves, own) | {Path(p) for p in ("/lib/x86_64-linux-gnu/libgcc_s.so.1",)
                                             if Path(p).exists()}
         for lib in sorted(libs):

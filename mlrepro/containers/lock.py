@@ -47,7 +47,7 @@ def locked_entry(lock_path: Path, image: str) -> dict[str, Any]:
 def local_image(client: Any, ref: str) -> dict[str, Any] | None:
     import docker.errors
 
-    from mlrepro.containers.build import inspect_image
+    from mlrepro.engines.client import inspect_image
 
     try:
         return inspect_image(client, ref)
@@ -98,7 +98,7 @@ def image_ref(record_path: str | Path, locked: bool, client: Any | None = None) 
     if entry.get("file"):
         return str(check_locked_file(record["image"], entry, lock_path))
     if client is None:
-        from mlrepro.containers.client import connect
+        from mlrepro.engines.client import connect
 
         client = connect(record.get("engine", "docker"), record.get("socket"))
     return str(check_locked(client, record["image"], entry, lock_path)["id"])

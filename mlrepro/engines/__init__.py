@@ -1,11 +1,14 @@
 """Where a run's training process executes: the host's Python ("native") or a container engine.
 
-Every engine runs the same argv (``python -m mlrepro.train ...``). Container engines mount each
-host path at the same absolute path inside the container, so the argv needs no translation.
+Every engine runs the same argv (``bash run_and_time.sh`` of the run's implementation). Container
+engines mount each host path at its ``target`` (by default the same absolute path).
+This package owns the run boundary: the engine interface, its errors and the Docker API client
+(:mod:`mlrepro.engines.client`); the image building in :mod:`mlrepro.containers` depends on it.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,8 +17,13 @@ from typing import Any, Protocol
 
 @dataclass(frozen=True)
 class Mount:
-    path: Path  # the same absolute path on the host and in the container
+    path: Path  # on the host
     read_only: bool = True
+    target: str | None = None  # in the container; None: the host path
+
+    @property
+    def inside(self) -> str:
+        return self.target or str(self.path)
 
 
 class EngineUnavailable(RuntimeError):
@@ -31,11 +39,18 @@ class Engine(Protocol):
         *,
         image: str | None,
         mounts: Sequence[Mount],
-        gpus: bool,
+        gpus: Sequence[int],
         env: dict[str, str],
         log: Path,
+        workdir: str | None = None,
+        started: Callable[[int], None] | None = None,
     ) -> int:
-        """Run ``argv`` (argv[0] is "python"), appending its output to ``log``; return its exit code."""
+        """Run ``argv``, appending its output to ``log``; return its exit code.
+
+        ``gpus``: the host's GPU indices the run may see (none: a CPU run); ``workdir``: where it
+        starts (None: the image's WORKDIR, or the current folder natively); ``started``: called with
+        the host pid of a container's init process, whose processes are not the caller's descendants.
+        """
         ...
 
     def describe(self, image: str | None) -> dict[str, Any]:
@@ -65,3 +80,12 @@ def get_engine(name: str, **options: Any) -> Engine:
     if name not in ENGINES:
         raise EngineUnavailable(f"engine {name!r} is not available; known engines: {', '.join(sorted(ENGINES))}")
     return ENGINES[name](**options)
+
+
+def engine_for(name: str, image_record: Path | None) -> Engine:
+    """The engine a stage uses: for a container image the one its build record names, with its socket
+    (one source, so a run cannot reach another engine than the one its image was built on)."""
+    if image_record is None:
+        return get_engine(name)
+    record = json.loads(Path(image_record).read_text())
+    return get_engine(record["engine"], socket=record.get("socket"))

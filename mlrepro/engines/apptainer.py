@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,30 +26,34 @@ class ApptainerEngine:
     def __init__(self, **_: Any) -> None:
         self.tool = require_tool("apptainer", INSTALL)
 
-    def _exec(self, sif: str, argv: Sequence[str], mounts: Sequence[Mount], gpus: bool,
-              env: dict[str, str]) -> list[str]:
+    def _exec(self, sif: str, argv: Sequence[str], mounts: Sequence[Mount], gpus: Sequence[int],
+              env: dict[str, str], workdir: str | None = None) -> list[str]:
         cmd = [self.tool, "exec", "--containall", "--cleanenv", "--no-home"]
         if gpus:
             cmd.append("--nv")
         for m in mounts:
-            cmd += ["--bind", f"{m.path}:{m.path}:{'ro' if m.read_only else 'rw'}"]
-        for k, v in env.items():
+            cmd += ["--bind", f"{m.path}:{m.inside}:{'ro' if m.read_only else 'rw'}"]
+        if workdir:
+            cmd += ["--pwd", workdir]
+        # --nv binds every GPU; CUDA sees only the run's own
+        for k, v in {**env, **({"CUDA_VISIBLE_DEVICES": ",".join(map(str, gpus))} if gpus else {})}.items():
             cmd += ["--env", f"{k}={v}"]
         return [*cmd, sif, *argv]
 
-    def run(self, argv: Sequence[str], *, image: str | None, mounts: Sequence[Mount], gpus: bool,
-            env: dict[str, str], log: Path) -> int:
+    def run(self, argv: Sequence[str], *, image: str | None, mounts: Sequence[Mount], gpus: Sequence[int],
+            env: dict[str, str], log: Path, workdir: str | None = None,
+            started: Callable[[int], None] | None = None) -> int:  # its processes are the caller's children
         if not image or not image.endswith(".sif"):
             raise ValueError(f"apptainer runs a .sif file, got {image!r}")
         with log.open("ab") as out:
-            return subprocess.run(self._exec(image, argv, mounts, gpus, env), stdout=out,
+            return subprocess.run(self._exec(image, argv, mounts, gpus, env, workdir), stdout=out,
                                   stderr=subprocess.STDOUT, check=False).returncode
 
     def describe(self, image: str | None) -> dict[str, Any]:
         from mlrepro.data import sha256_file
 
         assert image
-        out = subprocess.run(self._exec(image, ["python", "-c", DESCRIBE], [], False, {}), capture_output=True,
+        out = subprocess.run(self._exec(image, ["python", "-c", DESCRIBE], [], [], {}), capture_output=True,
                              text=True, check=True).stdout
         line = next(x for x in out.splitlines() if x.startswith("MLREPRO_ENV "))
         version = subprocess.run([self.tool, "--version"], capture_output=True, text=True, check=False).stdout

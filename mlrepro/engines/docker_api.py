@@ -10,31 +10,36 @@ from __future__ import annotations
 import json
 import os
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from mlrepro import environment
 from mlrepro.engines import Mount, register
 
-DESCRIBE = ("import json, mlrepro.environment as e, platform; "
-            "print('MLREPRO_ENV ' + json.dumps({**e.python_environment(), 'os': platform.platform()}))")
+# What a run's image holds, read inside it by mlrepro/environment.py's own source (standard library
+# only): a vendor's image has no mlrepro installed, and the host's versions are not what the runs use.
+DESCRIBE = (Path(environment.__file__).read_text()
+            + "\nimport json, platform\nprint('MLREPRO_ENV ' + json.dumps({**python_environment(), "
+              "'os': platform.platform()}))\n")
 
 
 class DockerApiEngine:
     def __init__(self, name: str, socket: str | None = None) -> None:
-        from mlrepro.containers.client import connect
+        from mlrepro.engines.client import connect
 
         self.name = name
         self.socket = socket
         self.client = connect(name, socket)  # fails here, in one line, when the engine is not there
 
-    def _gpu_options(self) -> dict[str, Any]:
+    def _gpu_options(self, gpus: Sequence[int]) -> dict[str, Any]:
+        """Only the run's own GPUs enter the container (they are numbered from 0 inside)."""
         import docker.types
 
         if self.name == "podman":
-            return {"devices": ["nvidia.com/gpu=all"], "ipc_mode": "host"}
-        return {"device_requests": [docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])],
-                "ipc_mode": "host"}
+            return {"devices": [f"nvidia.com/gpu={i}" for i in gpus], "ipc_mode": "host"}
+        return {"device_requests": [docker.types.DeviceRequest(device_ids=[str(i) for i in gpus],
+                                                               capabilities=[["gpu"]])], "ipc_mode": "host"}
 
     def run(
         self,
@@ -42,18 +47,22 @@ class DockerApiEngine:
         *,
         image: str | None,
         mounts: Sequence[Mount],
-        gpus: bool,
+        gpus: Sequence[int],
         env: dict[str, str],
         log: Path,
+        workdir: str | None = None,
+        started: Callable[[int], None] | None = None,
     ) -> int:
         """Run argv in a fresh container; its output goes to ``log`` as it comes, and is kept on failure."""
         if not image:
             raise ValueError(f"engine {self.name} needs an image")
-        volumes = {str(m.path): {"bind": str(m.path), "mode": "ro" if m.read_only else "rw"} for m in mounts}
+        volumes = {str(m.path): {"bind": m.inside, "mode": "ro" if m.read_only else "rw"} for m in mounts}
         for m in mounts:
             if not m.read_only:
                 m.path.mkdir(parents=True, exist_ok=True)  # else the engine creates it, owned by root
-        options: dict[str, Any] = self._gpu_options() if gpus else {}
+        options: dict[str, Any] = self._gpu_options(list(gpus)) if gpus else {}
+        if workdir:
+            options["working_dir"] = workdir
         if os.getuid() != 0:
             # Results on the host belong to whoever ran the pipeline, not to the container's root.
             options["user"] = f"{os.getuid()}:{os.getgid()}"
@@ -65,6 +74,10 @@ class DockerApiEngine:
         log.parent.mkdir(parents=True, exist_ok=True)
         try:
             container.start()
+            if started is not None:
+                container.reload()
+                if pid := int(container.attrs.get("State", {}).get("Pid") or 0):
+                    started(pid)
             with log.open("ab") as out:
                 for chunk in container.logs(stream=True, follow=True, stdout=True, stderr=True):
                     out.write(chunk)
@@ -75,7 +88,7 @@ class DockerApiEngine:
 
     def describe(self, image: str | None) -> dict[str, Any]:
         """The image's identity plus the Python environment and ``pip freeze`` seen inside it."""
-        from mlrepro.containers.build import inspect_image
+        from mlrepro.engines.client import inspect_image
 
         if not image:
             raise ValueError(f"engine {self.name} needs an image")

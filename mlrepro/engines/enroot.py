@@ -10,10 +10,11 @@ from __future__ import annotations
 import json
 import subprocess
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from mlrepro.accelerators import visible_env
 from mlrepro.engines import Mount, register
 from mlrepro.engines._tools import require_tool
 from mlrepro.engines.docker_api import DESCRIBE
@@ -27,25 +28,30 @@ class EnrootEngine:
     def __init__(self, **_: Any) -> None:
         self.tool = require_tool("enroot", INSTALL)
 
-    def _start(self, sqsh: str, argv: Sequence[str], mounts: Sequence[Mount], gpus: bool,
+    def _start(self, sqsh: str, argv: Sequence[str], mounts: Sequence[Mount], gpus: Sequence[int],
                env: dict[str, str], out: Any) -> int:
         name = f"mlrepro-{uuid.uuid4().hex[:12]}"
         subprocess.run([self.tool, "create", "--name", name, sqsh], check=True, stdout=subprocess.DEVNULL)
         try:
             cmd = [self.tool, "start"]
             for m in mounts:
-                cmd += ["--mount", f"{m.path}:{m.path}:none,bind,{'ro' if m.read_only else 'rw'}"]
-            for k, v in {"NVIDIA_VISIBLE_DEVICES": "all" if gpus else "void", **env}.items():
+                cmd += ["--mount", f"{m.path}:{m.inside}:none,bind,{'ro' if m.read_only else 'rw'}"]
+            # enroot's NVIDIA hook exposes exactly NVIDIA_VISIBLE_DEVICES ("void": none)
+            # (inside, they are numbered from 0: CUDA_VISIBLE_DEVICES is not set)
+            for k, v in {**env, "NVIDIA_VISIBLE_DEVICES": visible_env(list(gpus))["NVIDIA_VISIBLE_DEVICES"]}.items():
                 cmd += ["--env", f"{k}={v}"]
             return subprocess.run([*cmd, name, *argv], stdout=out, stderr=subprocess.STDOUT,
                                   check=False).returncode
         finally:
             subprocess.run([self.tool, "remove", "--force", name], check=False, stdout=subprocess.DEVNULL)
 
-    def run(self, argv: Sequence[str], *, image: str | None, mounts: Sequence[Mount], gpus: bool,
-            env: dict[str, str], log: Path) -> int:
+    def run(self, argv: Sequence[str], *, image: str | None, mounts: Sequence[Mount], gpus: Sequence[int],
+            env: dict[str, str], log: Path, workdir: str | None = None,
+            started: Callable[[int], None] | None = None) -> int:  # its processes are the caller's children
         if not image or not image.endswith(".sqsh"):
             raise ValueError(f"enroot runs a .sqsh file, got {image!r}")
+        if workdir:  # enroot start has no working-directory option
+            argv = ["sh", "-c", 'cd "$0" && exec "$@"', workdir, *argv]
         with log.open("ab") as out:
             return self._start(image, argv, mounts, gpus, env, out)
 
@@ -56,7 +62,7 @@ class EnrootEngine:
 
         assert image
         with tempfile.TemporaryFile() as out:
-            self._start(image, ["python", "-c", DESCRIBE], [], False, {}, out)
+            self._start(image, ["python", "-c", DESCRIBE], [], [], {}, out)
             out.seek(0)
             line = next(x for x in out.read().decode().splitlines() if x.startswith("MLREPRO_ENV "))
         version = subprocess.run([self.tool, "version"], capture_output=True, text=True, check=False).stdout

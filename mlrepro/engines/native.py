@@ -5,10 +5,11 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from mlrepro.accelerators import visible_env
 from mlrepro.engines import Mount, register
 from mlrepro.environment import python_environment
 
@@ -22,13 +23,18 @@ class NativeEngine:
         *,
         image: str | None,
         mounts: Sequence[Mount],
-        gpus: bool,
+        gpus: Sequence[int],
         env: dict[str, str],
         log: Path,
+        workdir: str | None = None,
+        started: Callable[[int], None] | None = None,  # the process is the caller's child: nothing to report
     ) -> int:
         cmd = [sys.executable if argv[0] == "python" else argv[0], *argv[1:]]
+        # A launcher script's `python` is this interpreter, activated or not.
+        path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+        full = {**os.environ, "PATH": path, **env, **visible_env(list(gpus or []))}
         with log.open("ab") as out:
-            return subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **env},
+            return subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, env=full, cwd=workdir,
                                   check=False).returncode
 
     def describe(self, image: str | None) -> dict[str, Any]:

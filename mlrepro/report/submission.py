@@ -43,10 +43,10 @@ def convergence_charts(benchmark: str, runs: list[dict[str, Any]], target: Any) 
             per_key.setdefault(key, {})[f"run {run['index']} (seed {run['seed']})"] = points
     charts = []
     for key, series in per_key.items():
-        goal = target[key] if isinstance(target, dict) else target
+        goal = target.get(key) if isinstance(target, dict) else target
         label = f"eval_accuracy {key}".strip()
         charts.append(svg.line_chart(series, title=f"{benchmark}: {label} per epoch", x_label="epoch",
-                                     y_label=label, hlines=[(goal, f"target {goal}")]))
+                                     y_label=label, hlines=[(goal, f"target {goal}")] if goal is not None else []))
     return charts
 
 
@@ -104,9 +104,10 @@ def build_context(outdir: Path, system: str, config: dict[str, Any], config_hash
             "telemetry_warnings": warned, "slurm": bool(on_slurm),
             "energy_per_run_j": sum(scored) / len(scored) if scored and None not in scored else None,
             "name": name, "title": rulesets.TITLES.get(name, name), "score": score, "runs": runs,
-            "target": spec["params"]["target"], "params": spec["params"],
-            "charts": convergence_charts(name, runs, spec["params"]["target"]),
-            "manifest": data.read_manifest(manifest.parent),
+            "target": spec["params"].get("target"), "params": spec["params"],
+            "implementation": spec.get("implementation"),
+            "charts": convergence_charts(name, runs, spec["params"].get("target")),
+            "manifest": data.read_manifest(manifest.parent) if manifest.exists() else {},
         })
     return {
         "system": system, "org": config["org"], "division": config["division"], "ruleset": config["ruleset"],

@@ -28,7 +28,7 @@ def in_allocation(env: Mapping[str, str]) -> bool:
 
 def command(train_argv: Sequence[str], python: str, nodes: int, tasks_per_node: int, threads: int,
             env: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
-    """The command line that starts ``train_argv`` (``python -m ...``) as nodes x tasks_per_node processes,
+    """The command line that starts ``train_argv`` (``python -m ...`` or a script) as nodes x tasks_per_node processes,
     and the environment it needs added. One process: the command as it is."""
     argv = [python if train_argv[0] == "python" else train_argv[0], *train_argv[1:]]
     if nodes * tasks_per_node == 1:
@@ -42,8 +42,8 @@ def command(train_argv: Sequence[str], python: str, nodes: int, tasks_per_node: 
     if nodes > 1:
         raise LaunchError(f"a run on {nodes} nodes needs a Slurm allocation (SLURM_JOB_ID is not set or srun "
                           "is missing); run it through `snakemake --profile profiles/slurm`")
-    if argv[1:3] != ["-m", "mlrepro.train"]:
-        raise LaunchError(f"torchrun launches `python -m mlrepro.train`, not {' '.join(argv[:3])}")
-    torchrun = [argv[0], "-m", "torch.distributed.run", "--nnodes=1", f"--nproc-per-node={tasks_per_node}",
+    torchrun = [python, "-m", "torch.distributed.run", "--nnodes=1", f"--nproc-per-node={tasks_per_node}",
                 f"--master-addr={rendezvous['MASTER_ADDR']}", f"--master-port={rendezvous['MASTER_PORT']}"]
-    return [*torchrun, "-m", *argv[2:]], {}
+    # A Python module runs as torchrun's own child; any other command (run_and_time.sh) as it is.
+    target = ["-m", *argv[2:]] if argv[0] == python and argv[1:2] == ["-m"] else ["--no-python", *argv]
+    return [*torchrun, *target], {}

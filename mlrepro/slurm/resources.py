@@ -96,10 +96,11 @@ RESOURCE_NAMES = ("nodes", "tasks", "cpus_per_task", "mem_mb", "runtime", "slurm
                   "qos", "constraint", "slurm_extra", "mpi", "gres", "tasks_per_gpu")
 
 
-def run_resources(config: Mapping[str, Any], threads: int) -> dict[str, Callable[..., Any]]:
+def run_resources(config: Mapping[str, Any], threads: int,
+                  shape_of: Callable[[str], JobShape]) -> dict[str, Callable[..., Any]]:
     """The run rule's ``resources:``, one callable per name, each evaluated for the run's benchmark."""
 
     def one(name: str) -> Callable[..., Any]:
-        return lambda wildcards: slurm_resources(shape_for(config, wildcards.benchmark), config, threads).get(name)
+        return lambda wildcards: slurm_resources(shape_of(wildcards.benchmark), config, threads).get(name)
 
     return {name: one(name) for name in RESOURCE_NAMES}

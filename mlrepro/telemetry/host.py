@@ -1,5 +1,9 @@
 """Host backend: system CPU and memory (psutil), and the watched process tree's RSS and CPU.
 
+Under docker/podman the training process is no descendant of the watched run driver: the engine
+reports the container's init pid (its host pid) into the file ``$MLREPRO_TELEMETRY_ROOTS`` names,
+and that process's tree is measured with the driver's.
+
 The tree is read every tick, so on Linux its members' counters come straight from
 ``/proc/<pid>/stat`` (one read gives CPU time and RSS, a few times cheaper than psutil's two calls)
 and its membership from ``/proc/<pid>/task/*/children`` once a second (psutil's recursive
@@ -73,9 +77,23 @@ def tree_pids(root: int) -> list[int]:
     return out
 
 
+ROOTS_ENV = "MLREPRO_TELEMETRY_ROOTS"
+
+
+def extra_roots(path: str | None) -> list[int]:
+    """Pids written one a line into ``path`` (container init processes); none when it is absent."""
+    if not path:
+        return []
+    try:
+        return [int(x) for x in Path(path).read_text().split() if x.isdigit()]
+    except OSError:
+        return []
+
+
 class HostSampler:
-    def __init__(self, watch_pid: int | None, tree_refresh_s: float = 1.0) -> None:
+    def __init__(self, watch_pid: int | None, tree_refresh_s: float = 1.0, roots_file: str | None = None) -> None:
         self.watch_pid = watch_pid
+        self.roots_file = roots_file or os.environ.get(ROOTS_ENV)
         self.tree_refresh_s = tree_refresh_s
         self._pids: list[int] = []
         self._prev: dict[tuple[int, float], float] = {}  # (pid, start time) -> cpu seconds
@@ -93,7 +111,10 @@ class HostSampler:
         if self.watch_pid is None:
             return row
         if now - self._tree_t >= self.tree_refresh_s:
-            self._tree_t, self._pids = now, tree_pids(self.watch_pid)
+            pids = tree_pids(self.watch_pid)
+            for root in extra_roots(self.roots_file):
+                pids += [p for p in tree_pids(root) if p not in pids]
+            self._tree_t, self._pids = now, pids
         rss, cpu_delta, cur = 0, 0.0, {}
         for pid in self._pids:
             st = read_stat(pid)

@@ -1,6 +1,7 @@
 """One connection to a Docker Engine API: Docker's daemon or Podman's compatible service.
 
 The ``docker`` SDK speaks the same API to both, so building, saving and running share one code path.
+The docker/podman engines run through it; mlrepro.containers builds, locks and bundles through it.
 """
 
 from __future__ import annotations
@@ -49,6 +50,14 @@ def connect(engine: str = "docker", socket: str | None = None, timeout: int = 60
     except (docker.errors.DockerException, OSError) as exc:
         raise EngineUnavailable(f"{kind}: the API at {url} does not answer ({exc}); {INSTALL[kind]}") from exc
     return client
+
+
+def inspect_image(client: Any, ref: str) -> dict[str, Any]:
+    """An image's identity: id, digests, tags (``docker.errors.ImageNotFound`` when absent)."""
+    attrs = client.api.inspect_image(ref)
+    return {"ref": ref, "id": attrs["Id"] if attrs["Id"].startswith("sha256:") else f"sha256:{attrs['Id']}",
+            "repo_digests": sorted(attrs.get("RepoDigests") or []), "tags": sorted(attrs.get("RepoTags") or []),
+            "created": attrs.get("Created"), "size_bytes": attrs.get("Size")}
 
 
 def server_name(client: Any) -> str:
