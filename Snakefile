@@ -28,6 +28,7 @@ if config.get("audit"):
 else:
 
     include: "rules/common.smk"
+    include: "rules/integrity.smk"
 
     rule all:
         input:

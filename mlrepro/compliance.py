@@ -16,7 +16,7 @@ from pathlib import Path
 
 from mlperf_logging.compliance_checker import mlp_compliance
 
-from mlrepro import atomic
+from mlrepro import atomic, integrity
 
 
 @dataclass
@@ -46,7 +46,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--usage", default="training")
     p.add_argument("--ruleset", required=True)
     p.add_argument("--out", type=Path, required=True, help="the verdict as JSON (written only when compliant)")
+    p.add_argument("--run-json", type=Path, default=None,
+                   help="the run's record: check the result against the sha256 it recorded first")
     args = p.parse_args(argv)
+    if args.run_json and (problem := integrity.result_problem(args.result, args.run_json)):
+        sys.exit(f"error: {problem}\nRestore the file, or delete its run folder to run it again.")
     verdict = check(args.result, args.usage, args.ruleset)
     if not verdict.valid:
         details = "\n".join(f"  {m}" for m in verdict.messages) or "  (the checker gave no message)"

@@ -10,7 +10,7 @@ from typing import Any
 from mlperf_logging.mllog import constants as _c
 from mlperf_logging.mllog.mllog import MLLogger
 
-from mlrepro import PROJECT_ROOT
+from mlrepro import PROJECT_ROOT, atomic
 
 
 class RunLog:
@@ -22,7 +22,7 @@ class RunLog:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.partial = path.with_name(f".{path.name}.part")
+        self.partial = atomic.temp_name(path)  # unique: a second invocation never renames ours
         self.partial.parent.mkdir(parents=True, exist_ok=True)
         self._logger = logging.getLogger(f"mlrepro.mllog.{os.getpid()}.{path}")
         self._logger.propagate = False

@@ -16,7 +16,7 @@ import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from mlrepro import PROJECT_ROOT, atomic, rulesets
+from mlrepro import PROJECT_ROOT, atomic, integrity, paths, rulesets
 
 SUCCESS = "PACKAGE CHECKER FOUND NO ERRORS"
 IMPLEMENTATION = "mlrepro-pytorch"
@@ -37,8 +37,9 @@ def _copy_implementation(benchmark: str, image: str, dest: Path) -> None:
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
     shutil.copytree(PROJECT_ROOT / "workflows" / benchmark, dest / "workflow", ignore=ignore)
     shutil.copytree(PROJECT_ROOT / "mlrepro", dest / "mlrepro", ignore=ignore)
-    if (PROJECT_ROOT / "containers" / image).is_dir():
-        shutil.copytree(PROJECT_ROOT / "containers" / image, dest / "container", ignore=ignore)
+    container = paths.inside(PROJECT_ROOT / "containers", image)  # never a folder outside containers/
+    if container.is_dir():
+        shutil.copytree(container, dest / "container", ignore=ignore)
     for name in ("pyproject.toml", "requirements.txt"):
         shutil.copy2(PROJECT_ROOT / name, dest / name)
     (dest / "README.md").write_text(
@@ -95,6 +96,10 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     spec = json.loads(args.spec.read_text())
     runs = {b: [Path(f) for f in files] for b, files in spec["runs"].items()}
+    try:  # only results that match the hashes their runs recorded are packaged
+        integrity.verify_results(f for files in runs.values() for f in files)
+    except integrity.Tampered as e:
+        sys.exit(f"error: {e}")
     with atomic.atomic_dir(args.out) as tmp:
         org_dir = assemble(tmp, spec["org"], spec["system"], spec["system_desc"], runs, spec["images"],
                            spec["ruleset"])
@@ -105,7 +110,8 @@ def main(argv: list[str] | None = None) -> None:
             errors = "\n".join(f"  {e}" for e in verdict.errors)
             sys.exit(f"error: the submission package {args.out / spec['org']} fails the official package "
                      f"checker ({spec['usage']} {spec['ruleset']}):\n{errors}\nFull output: {args.log}")
-    atomic.write_json(args.verdict, asdict(verdict))
+        files = integrity.tree_hashes(tmp)  # what later steps verify the package against
+    atomic.write_json(args.verdict, {**asdict(verdict), "files": files})
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from mlrepro import atomic, environment
+from mlrepro.data import sha256_file
 from mlrepro.engines import Engine, Mount, get_engine
 from mlrepro.logs import run_window
 
@@ -78,6 +79,7 @@ def main(argv: list[str] | None = None) -> None:
         from mlrepro.containers.lock import image_ref  # the Docker SDK only where a container runs
 
         image = image_ref(args.image_record, locked=args.locked)
+    partial_summary = atomic.temp_name(summary)
     train_argv = [
         "python", "-m", "mlrepro.train",
         "--benchmark", args.benchmark,
@@ -85,7 +87,7 @@ def main(argv: list[str] | None = None) -> None:
         "--params", args.params,
         "--seed", str(args.seed),
         "--result", str(result),
-        "--summary", str(run_dir / ".run.json.part"),
+        "--summary", str(partial_summary),
         "--submission", args.submission,
         "--device", args.device,
         "--threads", str(args.threads),
@@ -105,8 +107,10 @@ def main(argv: list[str] | None = None) -> None:
         tail = "".join(log.read_text(errors="replace").splitlines(keepends=True)[-15:])
         raise RunFailed(f"{args.benchmark} run in {run_dir}: training exited with status {code} "
                         f"(engine {args.engine}); its log is kept at {log}. Last lines:\n{tail}")
-    record = json.loads((run_dir / ".run.json.part").read_text())
-    (run_dir / ".run.json.part").unlink()
+    record = json.loads(partial_summary.read_text())
+    partial_summary.unlink()
+    # Every later use of the result (gate, package, score, report) verifies it against this hash.
+    record["result_sha256"] = sha256_file(result)
     start_ms, stop_ms = run_window(result)
     record["run_start_ms"], record["run_stop_ms"] = start_ms, stop_ms
     record["engine"] = args.engine

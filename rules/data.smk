@@ -29,5 +29,5 @@ rule data:
     benchmark:
         INFO / "benchmarks" / "data_{benchmark}.tsv"
     shell:
-        "{PY} -m mlrepro.data --benchmark {wildcards.benchmark} --out {params.folder:q} "
-        "--params {params.spec:q} --seed {params.seed} > {log} 2>&1"
+        "{PY} -m mlrepro.data --benchmark {wildcards.benchmark:q} --out {params.folder:q} "
+        "--params {params.spec:q} --seed {params.seed:q} > {log:q} 2>&1"

@@ -3,6 +3,7 @@ rule package:
     input:
         results=all_runs(OUT / "runs" / "{benchmark}" / "{run}" / "result.txt"),
         verdicts=all_runs(OUT / "compliance" / "{benchmark}" / "{run}.json"),
+        summaries=all_runs(OUT / "runs" / "{benchmark}" / "{run}" / "run.json"),
         environment=INFO / "environment.json",
     output:
         tree=directory(OUT / "submission"),

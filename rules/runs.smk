@@ -32,8 +32,8 @@ rule run:
     benchmark:
         INFO / "benchmarks" / "run_{benchmark}_{run}.tsv"
     shell:
-        "{PY} -m mlrepro.run_job --benchmark {wildcards.benchmark} --data-dir {params.data:q} "
-        "--params {params.spec:q} --seed {params.seed} --run-dir {params.run_dir:q} "
+        "{PY} -m mlrepro.run_job --benchmark {wildcards.benchmark:q} --data-dir {params.data:q} "
+        "--params {params.spec:q} --seed {params.seed:q} --run-dir {params.run_dir:q} "
         "--submission {params.submission:q} {params.engine} "
-        "--device {params.device} --threads {threads} {params.drop_caches} "
-        "--telemetry-hz {params.hz} > {log} 2>&1"
+        "--device {params.device:q} --threads {threads} {params.drop_caches} "
+        "--telemetry-hz {params.hz:q} > {log:q} 2>&1"

@@ -1,0 +1,40 @@
+# Before any job: this output folder's lock, then the finished results and the package checked
+# against the hashes recorded when they were written (mlrepro/integrity.py). Snakemake itself judges
+# outputs by time stamps only, so an edited result would otherwise be gated, packaged and scored.
+from mlrepro import integrity, outdir_lock
+
+# Only the process that schedules jobs holds the lock (not a dry run, nor the Snakemake processes
+# that run single jobs); the kernel releases it when that process ends, even when it is killed.
+if workflow.is_main_process and workflow.executor_plugin is not None and not workflow.dryrun:
+    try:
+        outdir_lock.acquire(OUT)
+    except outdir_lock.OutdirLocked as _e:
+        raise WorkflowError(str(_e)) from None
+
+_tampered = []
+for _b in BENCHMARKS:
+    for _i in run_indices(_b):
+        _run_dir = OUT / "runs" / _b / str(_i)
+        if not (_run_dir / "run.json").exists():
+            continue  # never finished: the run job (re-)runs
+        if not (_run_dir / "result.txt").exists():
+            logger.warning(f"{_run_dir / 'result.txt'}: missing although its run finished; the run is run again")
+        elif _problem := integrity.result_problem(_run_dir / "result.txt"):
+            _tampered.append(_problem)
+if _tampered:
+    raise WorkflowError("finished results do not match the sha256 their runs recorded:\n"
+                        + "\n".join(f"  {p}" for p in _tampered)
+                        + "\nRestore them from a copy, or delete their run folders to run those runs again.")
+
+# A package that differs from what the package step wrote is rebuilt from the verified results.
+_package_verdict = OUT / "package_check.json"
+if _package_verdict.exists():
+    _recorded = json.loads(_package_verdict.read_text()).get("files")
+    _changed = integrity.tree_problems(OUT / "submission", _recorded) if _recorded is not None else []
+    for _p in _changed:
+        logger.warning(f"submission package: {_p}")
+    if _changed and workflow.dryrun:
+        logger.warning("the submission package will be rebuilt by a run without --dry-run")
+    elif _changed:
+        logger.warning(f"the submission package differs from what the package step wrote: rebuilding it")
+        _package_verdict.unlink()
