@@ -3,9 +3,13 @@
 # outputs by time stamps only, so an edited result would otherwise be gated, packaged and scored.
 from mlrepro import integrity, outdir_lock
 
+# While the Snakefile is parsed the executor is not yet known (workflow.dryrun is False even for -n):
+# the output settings carry the dry-run flag.
+_DRYRUN = workflow.dryrun or bool(getattr(workflow.output_settings, "dryrun", False))
+
 # Only the process that schedules jobs holds the lock (not a dry run, nor the Snakemake processes
 # that run single jobs); the kernel releases it when that process ends, even when it is killed.
-if workflow.is_main_process and workflow.executor_plugin is not None and not workflow.dryrun:
+if workflow.is_main_process and not _DRYRUN:
     try:
         outdir_lock.acquire(OUT)
     except outdir_lock.OutdirLocked as _e:
@@ -26,15 +30,19 @@ if _tampered:
                         + "\n".join(f"  {p}" for p in _tampered)
                         + "\nRestore them from a copy, or delete their run folders to run those runs again.")
 
-# A package that differs from what the package step wrote is rebuilt from the verified results.
+# A package that differs from what the package step wrote is rebuilt from the verified results, and
+# the report after it. Snakemake does not re-make a changed file inside a directory output, nor a
+# missing intermediate file whose consumers are up to date, and --forcerun cannot be set from here:
+# the package's verdict and the report (both derived, both re-made) are removed instead.
 _package_verdict = OUT / "package_check.json"
 if _package_verdict.exists():
     _recorded = json.loads(_package_verdict.read_text()).get("files")
     _changed = integrity.tree_problems(OUT / "submission", _recorded) if _recorded is not None else []
     for _p in _changed:
         logger.warning(f"submission package: {_p}")
-    if _changed and workflow.dryrun:
+    if _changed and _DRYRUN:
         logger.warning("the submission package will be rebuilt by a run without --dry-run")
     elif _changed:
-        logger.warning(f"the submission package differs from what the package step wrote: rebuilding it")
+        logger.warning("the submission package differs from what the package step wrote: rebuilding it")
         _package_verdict.unlink()
+        REPORT.unlink(missing_ok=True)
