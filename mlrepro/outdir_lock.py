@@ -37,11 +37,15 @@ def _holder(path: Path) -> str:
 
 def acquire(outdir: Path) -> Path:
     """Hold the lock of ``outdir`` until this process exits; raise OutdirLocked naming the holder."""
-    outdir.mkdir(parents=True, exist_ok=True)
     path = (outdir / LOCK_NAME).resolve()
     if str(path) in _held:
         return path
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        outdir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except OSError as e:
+        raise OutdirLocked(f"output folder {outdir}: cannot write its lock file {path} ({e.strerror}); "
+                           "the output folder must be writable") from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
