@@ -15,8 +15,10 @@ if workflow.is_main_process and not _DRYRUN:
     except outdir_lock.OutdirLocked as _e:
         raise WorkflowError(str(_e)) from None
 
+# The checks run where jobs are scheduled; the Snakemake processes that run one job each (run:
+# blocks, cluster jobs) parse this file too and must not act on them again.
 _tampered = []
-for _b in BENCHMARKS:
+for _b in BENCHMARKS if workflow.is_main_process else []:
     for _i in run_indices(_b):
         _run_dir = OUT / "runs" / _b / str(_i)
         if not (_run_dir / "run.json").exists():
@@ -35,7 +37,7 @@ if _tampered:
 # missing intermediate file whose consumers are up to date, and --forcerun cannot be set from here:
 # the package's verdict and the report (both derived, both re-made) are removed instead.
 _package_verdict = OUT / "package_check.json"
-if _package_verdict.exists():
+if workflow.is_main_process and _package_verdict.exists():
     _recorded = json.loads(_package_verdict.read_text()).get("files")
     _changed = integrity.tree_problems(OUT / "submission", _recorded) if _recorded is not None else []
     for _p in _changed:

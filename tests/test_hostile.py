@@ -175,3 +175,12 @@ def test_names_that_become_paths_are_refused(override: dict[str, Any]) -> None:
         mlconfig.load({"benchmarks": {"resnet": {}}, **override})
     key = next(iter(override)) if "benchmarks" not in override else "benchmarks"
     assert key in str(e.value)
+
+
+def test_report_strings_are_shortened_and_nul_free() -> None:
+    from mlrepro.report import render
+
+    page = render.environment().from_string("<p>{{ message }}</p><p>{{ small }}</p>").render(
+        message="\x00<script>" + "A" * 50_000_000, small="a\x00b")
+    assert len(page) < 10_000 and "\x00" not in page
+    assert "50000009 characters in all" in page and "&lt;script&gt;" in page
