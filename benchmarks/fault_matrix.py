@@ -110,8 +110,8 @@ def pids_matching(pattern: str) -> list[int]:
 def kill_fault(p: Pipeline, name: str, prepare: Callable[[], list[str]], target: str, rng: random.Random) -> dict:
     """Start Snakemake with the step back in the DAG, SIGKILL ``target`` (a cmdline pattern, or
     'snakemake' for Snakemake's process group) at a random moment, then run Snakemake again."""
-    before = p.results()
     extra = prepare()
+    before = p.results()  # what is finished when the fault strikes
     proc = subprocess.Popen(p.cmd(*extra), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
     pattern = target
@@ -146,7 +146,7 @@ def kill_fault(p: Pipeline, name: str, prepare: Callable[[], list[str]], target:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--runs", type=int, default=2)
     ap.add_argument("--seed", type=int, default=1)
     args = ap.parse_args()
     rng = random.Random(args.seed)
@@ -179,8 +179,8 @@ def main() -> None:
             print(rows[-1], flush=True)
 
         # disk full while a result is written
-        before = p.results()
         shutil.rmtree(run_dir)
+        before = p.results()
         if mounted:
             filler = base / "filler"
             free = shutil.disk_usage(base).free

@@ -18,19 +18,30 @@ if workflow.is_main_process and not _DRYRUN:
 # The checks run where jobs are scheduled; the Snakemake processes that run one job each (run:
 # blocks, cluster jobs) parse this file too and must not act on them again.
 _tampered = []
+_missing = []
 for _b in BENCHMARKS if workflow.is_main_process else []:
     for _i in run_indices(_b):
         _run_dir = OUT / "runs" / _b / str(_i)
         if not (_run_dir / "run.json").exists():
-            continue  # never finished: the run job (re-)runs
+            if (OUT / "compliance" / _b / f"{_i}.json").exists():  # finished once, then removed
+                _missing.append(_run_dir / "run.json")
+            continue
         if not (_run_dir / "result.txt").exists():
-            logger.warning(f"{_run_dir / 'result.txt'}: missing although its run finished; the run is run again")
+            _missing.append(_run_dir / "result.txt")
         elif _problem := integrity.result_problem(_run_dir / "result.txt"):
             _tampered.append(_problem)
 if _tampered:
     raise WorkflowError("finished results do not match the sha256 their runs recorded:\n"
                         + "\n".join(f"  {p}" for p in _tampered)
                         + "\nRestore them from a copy, or delete their run folders to run those runs again.")
+
+# A removed result is run again. Snakemake does not re-make a missing intermediate file whose
+# consumers are up to date: the report (the final output, re-made from what is there) is removed so
+# that the DAG goes through the missing runs again.
+for _m in _missing:
+    logger.warning(f"{_m}: missing; {'a run without --dry-run' if _DRYRUN else 'this run'} runs it again")
+if _missing and not _DRYRUN:
+    REPORT.unlink(missing_ok=True)
 
 # A package that differs from what the package step wrote is rebuilt from the verified results, and
 # the report after it. Snakemake does not re-make a changed file inside a directory output, nor a
