@@ -94,16 +94,32 @@ def jobs_run(log: str) -> list[str]:
     return jobs
 
 
-def pids_matching(pattern: str) -> list[int]:
+def _parent(pid: int) -> int:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0
+    return int(stat.rsplit(")", 1)[1].split()[1])
+
+
+def pids_matching(pattern: str, root: int) -> list[int]:
+    """Processes under ``root`` (this script's Snakemake) whose command line matches ``pattern``;
+    never anything else on the machine."""
     out = []
     for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            except OSError:
-                continue
-            if re.search(pattern, cmd) and int(d.name) != os.getpid():
-                out.append(int(d.name))
+        if not d.name.isdigit():
+            continue
+        try:
+            cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if not re.search(pattern, cmd):
+            continue
+        pid = ancestor = int(d.name)
+        while ancestor > 1 and ancestor != root:
+            ancestor = _parent(ancestor)
+        if ancestor == root and pid != root:
+            out.append(pid)
     return out
 
 
@@ -119,8 +135,8 @@ def kill_fault(p: Pipeline, name: str, prepare: Callable[[], list[str]], target:
     deadline = time.time() + 600
     while time.time() < deadline and proc.poll() is None and not killed:
         # Snakemake itself: at a random moment while a run job is running
-        pids = pids_matching(r"-m mlrepro\.run_job") and [proc.pid] if target == "snakemake" \
-            else pids_matching(pattern)
+        pids = pids_matching(r"-m mlrepro\.run_job", proc.pid) and [proc.pid] if target == "snakemake" \
+            else pids_matching(pattern, proc.pid)
         if pids:
             time.sleep(rng.uniform(0.0, 10.0 if target == "snakemake" else 3.0))  # a random moment of its life
             try:
