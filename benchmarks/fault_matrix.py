@@ -138,7 +138,8 @@ def kill_fault(p: Pipeline, name: str, prepare: Callable[[], list[str]], target:
         pids = pids_matching(r"-m mlrepro\.run_job", proc.pid) and [proc.pid] if target == "snakemake" \
             else pids_matching(pattern, proc.pid)
         if pids:
-            time.sleep(rng.uniform(0.0, 10.0 if target == "snakemake" else 3.0))  # a random moment of its life
+            # a random moment of its life (a compliance step lives about a second)
+            time.sleep(rng.uniform(0.0, {"snakemake": 10.0, r"-m mlrepro\.compliance ": 0.3}.get(target, 2.0)))
             try:
                 if target == "snakemake":
                     os.killpg(proc.pid, signal.SIGKILL)

@@ -35,9 +35,14 @@ if _tampered:
                         + "\n".join(f"  {p}" for p in _tampered)
                         + "\nRestore them from a copy, or delete their run folders to run those runs again.")
 
-# A removed result is run again. Snakemake does not re-make a missing intermediate file whose
-# consumers are up to date: the report (the final output, re-made from what is there) is removed so
-# that the DAG goes through the missing runs again.
+# A removed result is run again, and so is a step whose outputs a killed job left missing (Snakemake
+# removes a job's old outputs before it runs it). Snakemake does not re-make a missing intermediate
+# file whose consumers are up to date: the report (the final output, re-made from what is there)
+# is removed so that the DAG goes through the missing files again.
+if REPORT.exists():
+    _missing += [f for f in [INFO / "environment.json", OUT / "scores.json", OUT / "package_check.json",
+                             OUT / "submission",
+                             *all_runs(OUT / "compliance" / "{benchmark}" / "{run}.json")] if not Path(f).exists()]
 for _m in _missing:
     logger.warning(f"{_m}: missing; {'a run without --dry-run' if _DRYRUN else 'this run'} runs it again")
 if _missing and not _DRYRUN:
