@@ -51,6 +51,7 @@ elif config.get("reproduce"):
 else:
 
     include: "rules/common.smk"
+    include: "rules/integrity.smk"
 
     rule all:
         input:

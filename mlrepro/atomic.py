@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import secrets
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -21,6 +22,13 @@ def _umask() -> int:
 # mkstemp/mkdtemp create private (0600/0700) entries; results are meant to be shared like any file.
 _FILE_MODE = 0o666 & ~_umask()
 _DIR_MODE = 0o777 & ~_umask()
+
+
+def temp_name(path: str | os.PathLike[str]) -> Path:
+    """A hidden sibling of ``path`` that no other process uses: two invocations (or a killed one's
+    leftovers) never write, rename or delete each other's temporary files."""
+    final = Path(path)
+    return final.with_name(f".{final.name}.{os.getpid()}.{secrets.token_hex(4)}.part")
 
 
 @contextlib.contextmanager
@@ -63,8 +71,7 @@ def atomic_dir(path: str | os.PathLike[str]) -> Iterator[Path]:
     try:
         yield tmp
         if final.exists():
-            old = final.with_name(f".{final.name}.old")
-            shutil.rmtree(old, ignore_errors=True)
+            old = temp_name(final)
             os.replace(final, old)
             os.replace(tmp, final)
             shutil.rmtree(old, ignore_errors=True)

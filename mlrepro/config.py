@@ -136,14 +136,20 @@ def load(raw: Mapping[str, Any], source: str = "config",
         raise ConfigError(f"invalid configuration ({source}):\n  only: {', '.join(unknown)} not among the "
                           f"configured benchmarks ({', '.join(config['benchmarks'])})")
     for name, overrides in config["benchmarks"].items():
-        if config["only"] and name not in config["only"]:
-            continue
         key = f"benchmarks.{name}"
         overrides = dict(overrides or {})
         choice = overrides.get("implementation", MINI)
         if choice == MINI and name not in implemented:
             problems.append(f"  {key}: no implementation of {name!r} (workflows/ has: {', '.join(implemented)}); "
                             "set implementation: <folder> for one of your own")
+            continue
+        if config["only"] and name not in config["only"]:
+            # left out of this run, but still checked: a mistake is reported now, not when it is chosen
+            try:
+                _validate(deep_merge(_load_yaml(workflow_dir(name) / "defaults.yaml"), overrides or {}),
+                          _load_yaml(workflow_dir(name) / "params.schema.yaml"), ["benchmarks", name], source)
+            except ConfigError as e:
+                problems.extend(str(e).splitlines()[1:])
             continue
         if name not in allowed:
             problems.append(f"  {key}: ruleset {usage} {ruleset} has no benchmark {name!r} "

@@ -11,7 +11,7 @@ from typing import Any
 from mlperf_logging.mllog import constants as _c
 from mlperf_logging.mllog.mllog import MLLogger
 
-from mlrepro import PROJECT_ROOT
+from mlrepro import PROJECT_ROOT, atomic
 
 
 class RunLog:
@@ -25,7 +25,7 @@ class RunLog:
         """``path`` None: the log goes to stdout, where a run driver keeps its ``:::MLLOG`` lines.
         ``enabled=False`` (ranks other than 0 of a multi-process run): every event goes nowhere."""
         self.path = path
-        self.partial = path.with_name(f".{path.name}.part") if path else None
+        self.partial = atomic.temp_name(path) if path else None  # unique: a second invocation never renames ours
         self._logger = logging.getLogger(f"mlrepro.mllog.{os.getpid()}.{path}")
         self._logger.propagate = False
         self._logger.setLevel(logging.INFO)

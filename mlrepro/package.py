@@ -16,7 +16,7 @@ import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from mlrepro import PROJECT_ROOT, atomic, provenance, rulesets
+from mlrepro import PROJECT_ROOT, atomic, integrity, paths, provenance, rulesets
 
 SUCCESS = "PACKAGE CHECKER FOUND NO ERRORS"
 IMAGE_RECORD = "image.json"  # in the implementation's folder of the package: the image its runs used
@@ -41,7 +41,7 @@ def _copy_implementation(benchmark: str, impl: dict, dest: Path) -> None:
     else:
         shutil.copytree(impl["folder"], dest / "workflows" / benchmark, ignore=ignore)
         shutil.copytree(PROJECT_ROOT / "mlrepro", dest / "mlrepro", ignore=ignore)
-        image_dir = PROJECT_ROOT / "containers" / impl["image"]
+        image_dir = paths.inside(PROJECT_ROOT / "containers", impl["image"])  # never a folder outside containers/
         if image_dir.is_dir():
             shutil.copytree(image_dir, dest / "containers" / impl["image"], ignore=ignore)
         for name in ("pyproject.toml", "requirements.txt"):
@@ -106,6 +106,10 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     spec = json.loads(args.spec.read_text())
     runs = {b: [Path(f) for f in files] for b, files in spec["runs"].items()}
+    try:  # only results that match the hashes their runs recorded are packaged
+        integrity.verify_results(f for files in runs.values() for f in files)
+    except integrity.Tampered as e:
+        sys.exit(f"error: {e}")
     with atomic.atomic_dir(args.out) as tmp:
         org_dir = assemble(tmp, spec["org"], spec["system"], spec["system_desc"], runs, spec["implementations"],
                            spec["ruleset"])
@@ -120,7 +124,8 @@ def main(argv: list[str] | None = None) -> None:
             errors = "\n".join(f"  {e}" for e in verdict.errors)
             sys.exit(f"error: the submission package {args.out / spec['org']} fails the official package "
                      f"checker ({spec['usage']} {spec['ruleset']}):\n{errors}\nFull output: {args.log}")
-    atomic.write_json(args.verdict, {**asdict(verdict), "manifest_sha256": manifest_sha256})
+        files = integrity.tree_hashes(tmp)  # what later steps verify the package against
+    atomic.write_json(args.verdict, {**asdict(verdict), "manifest_sha256": manifest_sha256, "files": files})
 
 
 if __name__ == "__main__":

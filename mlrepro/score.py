@@ -10,12 +10,13 @@ scoring does not depend on the summarizer's crashes (KeyError on dlrm/minigo for
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from mlrepro import atomic, logs
+from mlrepro import atomic, integrity, logs
 
 
 def max_dropped(benchmark: str) -> int:
@@ -65,11 +66,18 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m mlrepro.score", description=__doc__)
     p.add_argument("--results", type=Path, nargs="+", required=True, help="BENCHMARK=FILE, in run order")
     p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--verify-hashes", action="store_true",
+                   help="check each result against the result_sha256 of the run.json beside it first")
     args = p.parse_args(argv)
     by_benchmark: dict[str, list[Path]] = {}
     for item in args.results:
         benchmark, _, file = str(item).partition("=")
         by_benchmark.setdefault(benchmark, []).append(Path(file))
+    if args.verify_hashes:
+        try:
+            integrity.verify_results(f for files in by_benchmark.values() for f in files)
+        except integrity.Tampered as e:
+            sys.exit(f"error: {e}")
     atomic.write_json(args.out, {b: score_files(b, files) for b, files in by_benchmark.items()})
 
 

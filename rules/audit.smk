@@ -26,12 +26,17 @@ if AUDIT_OUT.resolve().is_relative_to(AUDIT_ROOT):
 
 # Enumerated at parse time, so that a changed, added or removed file re-runs what depends on it;
 # the content-hash cache then re-checks only the files whose bytes changed.
-AUDIT_RESULT_FILES = discover.result_files(discover.find_orgs(AUDIT_ROOT))
+# Only regular files inside the package are inputs: a dangling symlink, a FIFO or a device must
+# neither stop Snakemake nor be opened; those entries get their own verdicts in the audit.
+AUDIT_MAX_BYTES = int(float(config.get("audit_max_file_mb") or discover.DEFAULT_MAX_FILE_MB) * (1 << 20))
+AUDIT_RESULT_FILES = [f for f in discover.result_files(discover.find_orgs(AUDIT_ROOT))
+                      if discover.entry_problem(Path(f), AUDIT_ROOT, AUDIT_MAX_BYTES) is None]
 AUDIT_ALL_FILES = discover.input_files(AUDIT_ROOT)
+AUDIT_REJECTED = discover.rejected_entries(AUDIT_ROOT, AUDIT_MAX_BYTES)
 # The steps run with the interpreter that runs Snakemake (the project's environment).
 AUDIT_CMD = (f"{shlex.quote(sys.executable)} -m mlrepro.audit {{step}} --root {shlex.quote(str(AUDIT_ROOT))} "
              f"--out {shlex.quote(str(AUDIT_OUT))} --usage {shlex.quote(AUDIT_USAGE)} "
-             f"--ruleset {shlex.quote(AUDIT_RULESET)}")
+             f"--ruleset {shlex.quote(AUDIT_RULESET)} --max-file-mb {AUDIT_MAX_BYTES / (1 << 20)!r}")
 
 
 rule audit_all:
@@ -48,6 +53,8 @@ rule audit_check:
         AUDIT_OUT / "checks.json",
     params:
         cmd=AUDIT_CMD.format(step="check"),
+        # in params: an entry that turns into (or stops being) a symlink, FIFO, ... re-runs the check
+        rejected=AUDIT_REJECTED,
     threads: workflow.cores
     shell:
         "{params.cmd} --jobs {threads}"

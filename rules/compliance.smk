@@ -1,7 +1,8 @@
 # Stage 4 (a hard gate): every result file through the official compliance checker.
 rule compliance:
     input:
-        OUT / "runs" / "{benchmark}" / "{run}" / "result.txt",
+        result=OUT / "runs" / "{benchmark}" / "{run}" / "result.txt",
+        summary=OUT / "runs" / "{benchmark}" / "{run}" / "run.json",
     output:
         OUT / "compliance" / "{benchmark}" / "{run}.json",
     params:
@@ -10,5 +11,5 @@ rule compliance:
     log:
         INFO / "logs" / "compliance_{benchmark}_{run}.log",
     shell:
-        "{PY} -m mlrepro.compliance {input:q} --usage {params.usage} --ruleset {params.ruleset} "
-        "--out {output:q} 2> {log} || (cat {log} >&2; exit 1)"
+        "{PY} -m mlrepro.compliance {input.result:q} --run-json {input.summary:q} --usage {params.usage:q} "
+        "--ruleset {params.ruleset:q} --out {output:q} 2> {log:q} || (cat {log:q} >&2; exit 1)"

@@ -114,12 +114,12 @@ rule data:
     benchmark:
         INFO / "benchmarks" / "data_{benchmark}.tsv"
     shell:
-        "{PY} -m mlrepro.data --benchmark {wildcards.benchmark} --out {params.folder:q} "
-        "--params {params.spec:q} --seed {params.seed} --receipt {params.receipt:q} > {log} 2>&1"
+        "{PY} -m mlrepro.data --benchmark {wildcards.benchmark:q} --out {params.folder:q} "
+        "--params {params.spec:q} --seed {params.seed:q} --receipt {params.receipt:q} > {log:q} 2>&1"
 
 
 def _recipe_step_shell(step):
-    return ("{PY} -m mlrepro.datasets " + step + " --benchmark {wildcards.benchmark} --recipe {input.recipe:q} "
+    return ("{PY} -m mlrepro.datasets " + step + " --benchmark {wildcards.benchmark:q} --recipe {input.recipe:q} "
             "--root {params.root:q} --receipt {output:q} > {log:q} 2>&1")
 
 

@@ -15,4 +15,4 @@ rule environment:
         INFO / "logs" / "environment.log",
     shell:
         "{PY} -m mlrepro.record_environment {params.engine} --submission {params.submission:q} "
-        "--out {output:q} 2> {log}"
+        "--out {output:q} 2> {log:q}"

@@ -3,6 +3,7 @@ rule package:
     input:
         results=all_runs(OUT / "runs" / "{benchmark}" / "{run}" / "result.txt"),
         verdicts=all_runs(OUT / "compliance" / "{benchmark}" / "{run}.json"),
+        summaries=all_runs(OUT / "runs" / "{benchmark}" / "{run}" / "run.json"),
         environment=INFO / "environment.json",
         # the provenance manifest records each run's summary and each dataset's manifest
         summaries=all_runs(OUT / "runs" / "{benchmark}" / "{run}" / "run.json"),

@@ -5,6 +5,7 @@ rule report:
         package=OUT / "package_check.json",
         environment=INFO / "environment.json",
         runs=all_runs(OUT / "runs" / "{benchmark}" / "{run}" / "run.json"),
+        results=all_runs(OUT / "runs" / "{benchmark}" / "{run}" / "result.txt"),
         verdicts=all_runs(OUT / "compliance" / "{benchmark}" / "{run}.json"),
         # the default DAG with a container engine locks the image ids it ran
         lock=[] if config["engine"] == "native" or config["images"] == "locked" else [IMAGES_LOCK],
@@ -24,6 +25,6 @@ rule report:
     log:
         INFO / "logs" / "report.log",
     shell:
-        "{PY} -m mlrepro.report.submission --outdir {OUT:q} --system {params.system} "
-        "--config {params.config:q} --config-hash {params.config_hash} "
-        "--benchmarks {params.benchmarks:q} {params.submittable_flag} --out {output:q} 2> {log}"
+        "{PY} -m mlrepro.report.submission --outdir {OUT:q} --system {params.system:q} "
+        "--config {params.config:q} --config-hash {params.config_hash:q} "
+        "--benchmarks {params.benchmarks:q} {params.submittable_flag} --out {output:q} 2> {log:q}"

@@ -116,6 +116,6 @@ rule run:
     benchmark:
         INFO / "benchmarks" / "run_{benchmark}_{run}.tsv"
     shell:
-        "{PY} -m mlrepro.run_job --launch {params.launch:q} --seed {params.seed} --run-dir {params.run_dir:q} "
+        "{PY} -m mlrepro.run_job --launch {params.launch:q} --seed {params.seed:q} --run-dir {params.run_dir:q} "
         "{params.engine} --gpu-locks {params.locks:q} --machine-gpus {MACHINE_GPUS} "
-        "--telemetry-hz {params.hz} > {log:q} 2>&1"
+        "--telemetry-hz {params.hz:q} > {log:q} 2>&1"

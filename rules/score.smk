@@ -3,11 +3,12 @@ rule score:
     input:
         results=all_runs(OUT / "runs" / "{benchmark}" / "{run}" / "result.txt"),
         verdicts=all_runs(OUT / "compliance" / "{benchmark}" / "{run}.json"),
+        summaries=all_runs(OUT / "runs" / "{benchmark}" / "{run}" / "run.json"),
     output:
         OUT / "scores.json",
     params:
-        results=" ".join(all_runs("{benchmark}=" + str(OUT / "runs" / "{benchmark}" / "{run}" / "result.txt"))),
+        results=all_runs("{benchmark}=" + str(OUT / "runs" / "{benchmark}" / "{run}" / "result.txt")),
     log:
         INFO / "logs" / "score.log",
     shell:
-        "{PY} -m mlrepro.score --results {params.results} --out {output:q} 2> {log}"
+        "{PY} -m mlrepro.score --verify-hashes --results {params.results:q} --out {output:q} 2> {log:q}"

@@ -72,10 +72,12 @@ def test_killed_training_leaves_no_result_file(tmp_path: Path) -> None:
          json.dumps({"org": "o", "platform": "p"})],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 120
-    partial = tmp_path / "run" / ".result.txt.part"
-    while time.time() < deadline and not (partial.exists() and "epoch_start" in partial.read_text()):
+    def partial() -> Path | None:  # the log's temporary name is unique per process (atomic.temp_name)
+        return next((tmp_path / "run").glob(".result.txt.*.part"), None)
+
+    while time.time() < deadline and not ((p := partial()) and "epoch_start" in p.read_text()):
         time.sleep(0.2)
-    assert partial.exists(), "training never started"
+    assert partial(), "training never started"
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     assert not (tmp_path / "run" / "result.txt").exists()

@@ -2,14 +2,73 @@
 
 PATH is one organisation (it has ``results/``) or a round (organisations side by side). Listing
 follows the official tools: sub-folders sorted, result files by the glob ``result_*.txt``.
+
+The audit reads regular files inside the organisation's folder only. Any other entry (a symlink
+out of the package or dangling, a FIFO, a device, a file over the size limit) gets its own verdict
+from :func:`entry_problem` and is never opened; symlinked folders are not followed.
 """
 
 from __future__ import annotations
 
 import glob
 import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
+
+# Far above any real result log (those of a training round are a few MB at most); configurable
+# with the audit's --max-file-mb (config key audit_max_file_mb).
+DEFAULT_MAX_FILE_MB = 256
+
+
+class EntryRejected(OSError):
+    """An entry the audit does not read; the message is its verdict."""
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "a special file"
+
+
+def entry_problem(path: Path, root: Path, max_bytes: int | None = DEFAULT_MAX_FILE_MB << 20) -> str | None:
+    """Why the audit does not read ``path`` (None: a regular file inside ``root``, within the limit)."""
+    try:
+        st = os.lstat(path)
+    except OSError as e:
+        return f"cannot be listed ({e.strerror})"
+    if stat.S_ISLNK(st.st_mode):
+        link = os.readlink(path)
+        target = Path(os.path.realpath(path))
+        if not target.is_relative_to(Path(os.path.realpath(root))):
+            return f"symlink out of the package (-> {link}); not read"
+        try:
+            st = os.stat(path)
+        except OSError:
+            return f"dangling symlink (-> {link})"
+    if not stat.S_ISREG(st.st_mode):
+        return f"not a regular file ({_kind(st.st_mode)}); not read"
+    if max_bytes is not None and st.st_size > max_bytes:
+        return (f"larger than the audit's limit ({st.st_size} bytes, limit {max_bytes}; raise it with "
+                "audit_max_file_mb); not read")
+    return None
+
+
+def read_entry(path: Path, root: Path, max_bytes: int | None = DEFAULT_MAX_FILE_MB << 20) -> bytes:
+    """The bytes of a regular file inside ``root``; EntryRejected (with its verdict) for anything else."""
+    if problem := entry_problem(path, root, max_bytes):
+        raise EntryRejected(problem)
+    # O_NONBLOCK: an entry swapped for a FIFO after the check must not hang the audit.
+    fd = os.open(os.path.realpath(path), os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise EntryRejected("not a regular file; not read")
+        data = f.read() if max_bytes is None else f.read(max_bytes + 1)
+    if max_bytes is not None and len(data) > max_bytes:
+        raise EntryRejected(f"larger than the audit's limit ({max_bytes} bytes); not read")
+    return data
 
 
 @dataclass
@@ -36,11 +95,24 @@ class Org:
     problems: list[str] = field(default_factory=list)  # layout problems found while listing
 
 
-def _sub_folders(folder: Path) -> list[Path]:
+def _sub_folders(folder: Path, problems: list[str] | None = None, root: Path | None = None) -> list[Path]:
+    """Real sub-folders; a symlinked folder is named in ``problems`` and not followed."""
     try:
-        return [p for p in sorted(folder.iterdir()) if p.is_dir()]
+        entries = sorted(folder.iterdir())
     except OSError:
         return []
+    out = []
+    for p in entries:
+        if p.is_symlink():
+            if p.is_dir() and problems is not None:
+                where = p.relative_to(root) if root else p
+                inside = root is not None and Path(os.path.realpath(p)).is_relative_to(os.path.realpath(root))
+                problems.append(f"{where}: " + ("symlinked folder, not followed" if inside else
+                                                f"symlink out of the package (-> {os.readlink(p)}); not followed"))
+            continue
+        if p.is_dir():
+            out.append(p)
+    return out
 
 
 def _benchmark_dir(path: Path) -> BenchmarkDir:
@@ -60,12 +132,17 @@ def find_orgs(root: Path) -> list[Org]:
     candidates = [root] if is_org(root) else [p for p in _sub_folders(root) if is_org(p)]
     orgs = []
     for folder in candidates:
-        org = Org(folder.name, folder, [], sorted(Path(p) for p in glob.glob(
-            os.path.join(glob.escape(str(folder / "systems")), "*.json"))))
-        if not (folder / "systems").is_dir():
+        org = Org(folder.name, folder, [], [])
+        for p in sorted(Path(p) for p in glob.glob(os.path.join(glob.escape(str(folder / "systems")), "*.json"))):
+            if problem := entry_problem(p, root):
+                org.problems.append(f"systems/{p.name}: {problem}")
+            else:
+                org.system_jsons.append(p)
+        if not (folder / "systems").is_dir() or (folder / "systems").is_symlink():
             org.problems.append("The package has no systems/ folder.")
-        for system in _sub_folders(folder / "results"):
-            org.systems.append(SystemDir(system.name, system, [_benchmark_dir(b) for b in _sub_folders(system)]))
+        for system in _sub_folders(folder / "results", org.problems, root):
+            org.systems.append(SystemDir(system.name, system, [_benchmark_dir(b)
+                                                               for b in _sub_folders(system, org.problems, root)]))
         if not org.systems:
             org.problems.append("results/ holds no system folder.")
         orgs.append(org)
@@ -73,11 +150,26 @@ def find_orgs(root: Path) -> list[Org]:
 
 
 def input_files(root: Path) -> list[str]:
-    """Every file of the package (what the audit depends on), for Snakemake's inputs."""
+    """Every file of the package the audit reads (what it depends on), for Snakemake's inputs."""
     out = []
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames.sort()
-        out.extend(os.path.join(dirpath, name) for name in sorted(filenames))
+        out.extend(path for name in sorted(filenames)
+                   if entry_problem(Path(path := os.path.join(dirpath, name)), root, None) is None)
+    return out
+
+
+def rejected_entries(root: Path, max_bytes: int | None) -> list[str]:
+    """'path: verdict' of every entry under ``root`` that the audit does not read."""
+    out = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        for name in sorted(filenames) + sorted(d for d in dirnames if os.path.islink(os.path.join(dirpath, d))):
+            path = Path(dirpath, name)
+            if not path.is_symlink() and path.is_dir():
+                continue
+            if problem := entry_problem(path, root, max_bytes):
+                out.append(f"{path}: {problem}")
     return out
 
 

@@ -14,10 +14,11 @@ from mlrepro.audit.check import check_files
 from mlrepro.audit.runfile import FileCheck
 
 
-def check(root: Path, out: Path, cache_dir: Path, usage: str, ruleset: str, jobs: int) -> dict[str, Any]:
+def check(root: Path, out: Path, cache_dir: Path, usage: str, ruleset: str, jobs: int,
+          max_bytes: int | None = discover.DEFAULT_MAX_FILE_MB << 20) -> dict[str, Any]:
     """Audit every result file under ``root``; write ``out`` (path -> record, plus what was re-checked)."""
     files = discover.result_files(discover.find_orgs(root))
-    run = check_files(files, Cache(cache_dir, usage, ruleset), usage, ruleset, jobs)
+    run = check_files(files, Cache(cache_dir, usage, ruleset), usage, ruleset, jobs, root, max_bytes)
     doc = {"usage": usage, "ruleset": ruleset, "root": str(root), "checked": sorted(run.checked),
            "unreadable": run.unreadable, "files": {p: run.records[p].to_dict() for p in files if p in run.records}}
     atomic.write_json(out, doc)
@@ -27,7 +28,7 @@ def check(root: Path, out: Path, cache_dir: Path, usage: str, ruleset: str, jobs
 def _file_entry(path: Path, rec: FileCheck | None, unreadable: str) -> dict[str, Any]:
     if rec is None:
         return {"name": path.name, "path": str(path), "valid": False, "crash": "", "minutes": None, "scored": False,
-                "status": "", "epochs": None, "bs": None, "messages": [], "notes": [f"cannot be read: {unreadable}"]}
+                "status": "", "epochs": None, "bs": None, "messages": [], "notes": [f"not audited: {unreadable}"]}
     return {"name": path.name, "path": str(path), "valid": rec.valid, "crash": rec.crash, "minutes": rec.minutes,
             "scored": rec.scored_minutes is not None, "status": rec.status,
             "epochs": None if rec.rcp_not_converged else rec.rcp_epochs, "bs": rec.rcp_bs,

@@ -6,12 +6,13 @@ import argparse
 import csv
 import json
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 from markupsafe import Markup
 
-from mlrepro import PROJECT_ROOT, data, rulesets
+from mlrepro import PROJECT_ROOT, data, integrity, rulesets
 from mlrepro.report import svg
 from mlrepro.report.render import render
 from mlrepro.report.telemetry import telemetry_charts, warnings
@@ -128,6 +129,16 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--not-submittable", action="store_true")
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args(argv)
+    outdir: Path = args.outdir
+    # The report shows what run.json and the package say: only when they still match their files.
+    problems = [p for name, spec in json.loads(args.benchmarks).items() for i in range(spec["runs"])
+                if (p := integrity.result_problem(outdir / "runs" / name / str(i) / "result.txt"))]
+    recorded = json.loads((outdir / "package_check.json").read_text()).get("files")
+    if recorded is not None:
+        problems += integrity.tree_problems(outdir / "submission", recorded)
+    if problems:
+        sys.exit("error: the report's inputs changed after they were written:\n"
+                 + "\n".join(f"  {p}" for p in problems) + "\nRun the pipeline again: it names what to do.")
     context = build_context(args.outdir, args.system, json.loads(args.config), args.config_hash,
                             json.loads(args.benchmarks), not args.not_submittable)
     render("submission.html.j2", args.out, **context)

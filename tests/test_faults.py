@@ -1,0 +1,118 @@
+"""Faults on the real pipeline (a tiny config): a hostile output folder name, a second invocation on
+the same output folder, SIGKILL of Snakemake mid-run, tampered results and package.
+
+One pipeline run serves every test: Snakemake is started on an output folder whose name carries
+spaces, quotes, ``;``, ``$()`` and HTML; while it runs, a second invocation from another working
+directory must refuse; then the first is killed (SIGKILL, with its running job) after one run has
+finished, and run again to the end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.chromium import PAYLOADS, assert_no_injection
+from tests.conftest import REPO, SNAKEMAKE, snakemake
+
+pytestmark = pytest.mark.slow
+
+RUNS = 2
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def pipeline(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    tmp = tmp_path_factory.mktemp("faults")
+    canary = tmp / "CANARY"
+    out = tmp / f"out dir;$(touch {canary});`touch {canary}`;'q\"{PAYLOADS[1]}"
+    work, other = tmp / "work", tmp / "other"
+    work.mkdir()
+    other.mkdir()
+    cfg = tmp / "tiny.yaml"  # JSON is YAML; --config would mangle the quotes
+    cfg.write_text(json.dumps({"only": ["resnet"], "allow_fewer_runs": True, "outdir": str(out),
+                               "benchmarks": {"resnet": {"runs": RUNS}}}))
+    args = ["--snakefile", str(REPO / "Snakefile"), "--configfile", str(cfg)]
+    first = subprocess.Popen([*SNAKEMAKE, *args, "--directory", str(work), "--cores", "1"], cwd=REPO,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    run0, run1 = out / "runs" / "resnet" / "0", out / "runs" / "resnet" / "1"
+    deadline = time.time() + 600
+    while time.time() < deadline and not ((run0 / "run.json").exists() and run1.is_dir()):
+        assert first.poll() is None, "the pipeline ended before the kill"
+        time.sleep(0.3)
+    second = snakemake(other, *args[2:], check=False, timeout=300)
+    finished = _files(run0)
+    os.killpg(first.pid, signal.SIGKILL)  # Snakemake and the run it is running
+    first.wait()
+    half = sorted(p.name for p in run1.iterdir())
+    snakemake(work, *args[2:], "--unlock")  # Snakemake's own lock survives a SIGKILL (ours does not)
+    started = time.monotonic()
+    rerun = snakemake(work, *args[2:], timeout=900)
+    return {"tmp": tmp, "out": out, "canary": canary, "work": work, "args": args[2:], "first_pid": first.pid,
+            "second": second, "finished": finished, "half": half, "rerun": rerun.stdout + rerun.stderr,
+            "rerun_s": time.monotonic() - started}
+
+
+def test_hostile_outdir_works_and_runs_nothing(pipeline: dict[str, Any]) -> None:
+    assert (pipeline["out"] / "report.html").is_file()
+    assert not pipeline["canary"].exists(), "a command in the outdir name was run by a shell"
+    assert_no_injection(pipeline["out"] / "report.html")
+
+
+def test_second_invocation_refuses_naming_the_holder(pipeline: dict[str, Any]) -> None:
+    second = pipeline["second"]
+    text = second.stdout + second.stderr
+    assert second.returncode != 0
+    assert f"pid {pipeline['first_pid']}" in text and str(pipeline["work"]) in text, text[-2000:]
+    assert "Job stats" not in text  # it scheduled nothing
+
+
+def test_sigkill_then_rerun_keeps_finished_results(pipeline: dict[str, Any]) -> None:
+    run0 = pipeline["out"] / "runs" / "resnet" / "0"
+    assert _files(run0) == pipeline["finished"], "a finished run was changed by the kill or the re-run"
+    assert "result.txt" not in pipeline["half"] and "run.json" not in pipeline["half"], pipeline["half"]
+    log = pipeline["rerun"]
+    assert "run=1" in log and "run=0" not in log, "only the killed run runs again"
+    for i in range(RUNS):
+        run = pipeline["out"] / "runs" / "resnet" / str(i)
+        assert json.loads((run / "run.json").read_text())["result_sha256"]
+
+
+def test_tampered_result_is_named_and_refused(pipeline: dict[str, Any]) -> None:
+    result = pipeline["out"] / "runs" / "resnet" / "0" / "result.txt"
+    original = result.read_bytes()
+    try:
+        result.write_bytes(original.replace(b'"key": "run_stop"', b'"key": "run_stop" ', 1))
+        proc = snakemake(pipeline["work"], *pipeline["args"], check=False)
+        assert proc.returncode != 0
+        assert f"{result}: changed since its run finished" in proc.stdout + proc.stderr
+    finally:
+        result.write_bytes(original)
+    report = pipeline["out"] / "report.html"
+    proc = snakemake(pipeline["work"], *pipeline["args"])
+    assert "Nothing to be done" in proc.stdout + proc.stderr, "a restored result is used as it was"
+    assert report.is_file()
+
+
+def test_tampered_package_is_named_and_rebuilt(pipeline: dict[str, Any]) -> None:
+    org = pipeline["out"] / "submission" / "mlrepro"
+    packaged = next(org.glob("results/*/resnet/result_0.txt"))
+    packaged.write_bytes(packaged.read_bytes().replace(b'"key": "run_stop"', b'"key": "run_stop" ', 1))
+    for p in (org / "systems").iterdir():
+        p.unlink()
+    (org / "systems").rmdir()
+    proc = snakemake(pipeline["work"], *pipeline["args"])
+    text = proc.stdout + proc.stderr
+    assert f"{packaged}: changed" in text and "systems" in text and "missing" in text, text[-3000:]
+    assert packaged.read_bytes() == (pipeline["out"] / "runs" / "resnet" / "0" / "result.txt").read_bytes()
+    assert list((org / "systems").glob("*.json"))
