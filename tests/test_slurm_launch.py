@@ -70,16 +70,26 @@ def test_two_processes_under_torchrun_match_one(tmp_path: Path) -> None:
     subprocess.run([*py, "mlrepro.data", "--benchmark", "dlrm", "--out", str(tmp_path / "data"),
                     "--params", json.dumps(params), "--seed", "3"], check=True, capture_output=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    folder = REPO / "workflows" / "dlrm"
     results = {}
     for n in (1, 2):
-        subprocess.run([*py, "mlrepro.run_job", "--benchmark", "dlrm", "--data-dir", str(tmp_path / "data"),
-                        "--params", json.dumps(params), "--seed", "11", "--run-dir", str(tmp_path / f"run{n}"),
-                        "--submission", json.dumps({"org": "o", "platform": "p"}), "--device", "cpu",
-                        "--tasks-per-node", str(n)], check=True, env=env, timeout=300)
+        # what rules/runs.smk writes for the run driver: our implementation folder, run through run_and_time.sh
+        launch = {"benchmark": "dlrm", "kind": "mini", "name": "mini", "folder": str(folder),
+                  "config_file": "config_CPU.sh", "env": {"DGXSYSTEM": "CPU", "DGXNNODES": "1", "DGXNGPU": "0"},
+                  "params": params, "data_dir": str(tmp_path / "data"), "gpus": 0, "threads": 1, "device": "cpu",
+                  "nodes": 1, "tasks_per_node": n, "drop_caches": False,
+                  "submission": {"org": "o", "platform": "p", "division": "open", "status": "research"}}
+        (tmp_path / f"launch{n}.json").write_text(json.dumps(launch))
+        subprocess.run([*py, "mlrepro.run_job", "--launch", str(tmp_path / f"launch{n}.json"), "--seed", "11",
+                        "--run-dir", str(tmp_path / f"run{n}"), "--gpu-locks", str(tmp_path / "locks")],
+                       check=True, env=env, timeout=300)
         results[n] = json.loads((tmp_path / f"run{n}" / "run.json").read_text())
-    assert results[2]["world_size"] == 2 and results[2]["processes"] == 2 and results[2]["slurm"] is None
+    assert results[2]["processes"] == 2 and results[2]["slurm"] is None
     assert results[1]["epochs"] == results[2]["epochs"]
     assert abs(results[1]["final_metric"] - results[2]["final_metric"]) < 1e-5
     log = (tmp_path / "run2" / "result.txt").read_text()
-    assert log.count('"key": "run_start"') == 1
-    assert sorted(p.name for p in (tmp_path / "run2").iterdir()) == ["result.txt", "run.json", "train.log"]
+    assert log.count('"key": "run_start"') == 1  # rank 0 alone logs
+    assert log.count('"key": "seed"') == 1
+    names = {p.name for p in (tmp_path / "run2").iterdir()}
+    assert {"result.txt", "run.json", "train.log", "ledger.jsonl"} <= names
+    assert not [n for n in names if n.startswith(".")], names  # nothing half-written left
