@@ -104,7 +104,7 @@ def audit_bytes(data: bytes, usage: str, ruleset: str) -> FileCheck:
         rec.valid = False
         rec.notes.append(f"The official compliance checker crashes on this file: {rec.crash}")
     _timing(rec, loglines)
-    rec.sanity = sanity_warnings(loglines)
+    rec.sanity = sanity_warnings(loglines, rec.run_start_ms, rec.run_stop_ms)
     for ll in loglines:
         if ll.key.startswith("submission_") and ll.key not in rec.submission:
             rec.submission[ll.key] = ll.value.get("value")
@@ -132,13 +132,16 @@ def _timing(rec: FileCheck, loglines: list[Any]) -> None:
     rec.minutes = (float(stop) - float(start)) / 60 / 1000
 
 
-def sanity_warnings(loglines: list[Any]) -> list[str]:
+def sanity_warnings(loglines: list[Any], start_ms: float | None, stop_ms: float | None) -> list[str]:
     """What makes a timeline impossible although the official checkers accept it.
 
-    Negative or zero time to train, run_stop before run_start, a time going backwards, an eval after
-    run_stop, a repeated run_start or run_stop.
+    Negative or zero time to train (from the run_start and run_stop the score uses), run_stop before
+    run_start, a time going backwards, an eval after run_stop, a repeated run_start or run_stop.
     """
     found: list[str] = []
+    if start_ms is not None and stop_ms is not None and stop_ms - start_ms <= 0:
+        found.append(f"The time to train is {'zero' if stop_ms == start_ms else 'negative'}: run_stop at "
+                     f"{stop_ms:.0f} ms, run_start at {start_ms:.0f} ms.")
     starts = [ll for ll in loglines if ll.key == "run_start"]
     stops = [ll for ll in loglines if ll.key == "run_stop"]
     for key, lines in (("run_start", starts), ("run_stop", stops)):
@@ -150,13 +153,6 @@ def sanity_warnings(loglines: list[Any]) -> list[str]:
         if stop.lineno < start.lineno:
             found.append(f"run_stop (:::MLLOG line {stop.lineno + 1}) comes before run_start "
                          f"(:::MLLOG line {start.lineno + 1}).")
-        try:
-            duration = float(stop.timestamp) - float(start.timestamp)
-        except (TypeError, ValueError):
-            duration = None
-        if duration is not None and duration <= 0:
-            found.append(f"The time to train is {'zero' if duration == 0 else 'negative'}: run_stop at "
-                         f"{stop.timestamp} ms, run_start at {start.timestamp} ms.")
         late = [ll for ll in loglines if ll.key in ("eval_accuracy", "eval_error") and ll.lineno > stop.lineno]
         if late:
             found.append(f"{len(late)} {late[0].key} line(s) after run_stop "

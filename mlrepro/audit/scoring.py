@@ -76,12 +76,25 @@ def load_system_desc(org: Org, system: SystemDir) -> SystemDesc:
         specs = _specs(desc, system)
     except Exception as e:  # FieldError, or a count that is not a number
         msg = str(e).removeprefix("ERROR: ")
-        return SystemDesc(path, desc, None, f"systems/{system.name}.json: {msg}")
+        try:  # counts written as "1.0": whole numbers all the same, which the summarizer's int() refuses
+            specs = _specs(desc, system, _whole)
+        except Exception:
+            return SystemDesc(path, desc, None, f"systems/{system.name}.json: {msg}")
+        return SystemDesc(path, desc, specs, f"systems/{system.name}.json: a count is not written as an integer "
+                                             f"(the official result_summarizer stops here: {msg}); read as a number")
     return SystemDesc(path, desc, specs)
 
 
-def _specs(desc: dict[str, Any], system: SystemDir) -> dict[str, Any]:
-    """The summarizer's columns before the scores, in its order of checks."""
+def _whole(value: Any) -> int:
+    """A count such as "8", 8, "1.0" or 1.0; anything not a whole number raises ValueError."""
+    number = float(value)
+    if not number.is_integer():
+        raise ValueError(f"{value!r} is not a whole number")
+    return int(number)
+
+
+def _specs(desc: dict[str, Any], system: SystemDir, count: Any = int) -> dict[str, Any]:
+    """The summarizer's columns before the scores, in its order of checks (``count``: its int())."""
     private = system.path / "privateid.json"
     desc = dict(desc, private_id=json.loads(private.read_text())["private_id"] if private.is_file() else "")
     get = rs._assert_in_desc_and_return
@@ -93,11 +106,12 @@ def _specs(desc: dict[str, Any], system: SystemDir) -> dict[str, Any]:
         "system": get(desc, "system_name", query=rs._pretty_system_name),
         "host_processor_model_name": get(desc, "host_processor_model_name"),
         "number_of_nodes": get(desc, "number_of_nodes"),
-        "host_processors_count": get(desc, ["host_processor_core_count", "host_processors_per_node", "number_of_nodes"],
-                                     query=lambda d: int(d["host_processors_per_node"]) * int(d["number_of_nodes"])),
+        "host_processors_count": get(
+            desc, ["host_processor_core_count", "host_processors_per_node", "number_of_nodes"],
+            query=lambda d: count(d["host_processors_per_node"]) * count(d["number_of_nodes"])),
         "accelerator_model_name": get(desc, "accelerator_model_name", query=rs._pretty_accelerator_model_name),
         "accelerators_count": get(desc, ["accelerators_per_node", "number_of_nodes"],
-                                  query=lambda d: int(d["accelerators_per_node"]) * int(d["number_of_nodes"])),
+                                  query=lambda d: count(d["accelerators_per_node"]) * count(d["number_of_nodes"])),
         "framework": get(desc, "framework", query=rs._pretty_framework),
         "notes": get(desc, ["hw_notes", "sw_notes"],
                      query=lambda d: ";".join(s for s in (d["hw_notes"], d["sw_notes"]) if s)),
