@@ -80,9 +80,25 @@ def summarize(root: Path, checks: dict[str, Any], usage: str, ruleset: str) -> d
             rows.append(summary.row(org_out, sys_out, usage, ruleset))
         orgs_out.append(org_out)
     rows.sort(key=summary.sort_key)
-    # The root by its name only: the report and audit.json never show the auditing machine's paths.
-    return {"usage": usage, "ruleset": ruleset, "root": root.resolve().name, "orgs": orgs_out, "rows": rows,
-            "mlperf_logging": version("mlperf-logging"), "seed_tables": summary.seed_tables(rows, usage, ruleset)}
+    # The root by its name only, paths relative to it: the report and audit.json never show the
+    # auditing machine's paths (the official checkers quote them in their messages).
+    prefixes = tuple(dict.fromkeys(f"{p}/" for p in (root, root.absolute(), root.resolve())))
+    return _without(prefixes, {"usage": usage, "ruleset": ruleset, "root": root.resolve().name, "orgs": orgs_out,
+                               "rows": rows, "mlperf_logging": version("mlperf-logging"),
+                               "seed_tables": summary.seed_tables(rows, usage, ruleset)})
+
+
+def _without(prefixes: tuple[str, ...], value: Any) -> Any:
+    """``value`` with every occurrence of the ``prefixes`` removed from its strings."""
+    if isinstance(value, str):
+        for p in prefixes:
+            value = value.replace(p, "")
+        return value
+    if isinstance(value, dict):
+        return {k: _without(prefixes, v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_without(prefixes, v) for v in value]
+    return value
 
 
 def write_summary(audit: dict[str, Any], out_dir: Path) -> None:
