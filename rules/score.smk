@@ -7,7 +7,10 @@ rule score:
         OUT / "scores.json",
     params:
         results=" ".join(all_runs("{benchmark}=" + str(OUT / "runs" / "{benchmark}" / "{run}" / "result.txt"))),
+        ruleset=config["ruleset"],
+        division=config["division"],
     log:
         INFO / "logs" / "score.log",
     shell:
-        "{PY} -m mlrepro.score --results {params.results} --out {output:q} 2> {log}"
+        "{PY} -m mlrepro.score --results {params.results} --out {output:q} "
+        "--ruleset {params.ruleset:q} --division {params.division:q} 2> {log}"
