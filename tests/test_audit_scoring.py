@@ -170,3 +170,16 @@ def test_every_ruleset_has_titled_columns_in_order(ruleset: str) -> None:
     assert all(b in TITLES for b in order), [b for b in order if b not in TITLES]
     cols = summary.columns("training", ruleset)
     assert len(cols) == len(set(cols))
+
+
+def test_a_system_without_accelerators_never_wins_per_accelerator() -> None:
+    def row(folder: str, minutes: float, accelerators: Any, nodes: Any) -> dict[str, Any]:
+        return {"division": "closed", "org": "O", "system": folder, "system_folder": folder, "resnet": minutes,
+                "accelerators_count": accelerators, "number_of_nodes": nodes, "ranked": ["resnet"],
+                "resnet:verdict": "scored"}
+
+    rows = [row("cpu-only", 1.0, 0, "1"), row("no-count", 2.0, None, 1.0), row("gpu", 10.0, 8, 1.0),
+            row("big", 0.5, 64, "8")]
+    (entry,) = summary.seed_tables(rows, "training", RULESET)["closed"]
+    assert entry["system_folder"] == "big"  # at scale: the fastest of all
+    assert (entry["single_system_folder"], entry["per_accelerator"]) == ("gpu", 80.0)
