@@ -118,13 +118,19 @@ def _specs(desc: dict[str, Any], system: SystemDir, count: Any = int) -> dict[st
     }
 
 
+_MAX_SCALING_BYTES = 64 * 1024
+
+
 def submitted_factor(folder: Path) -> tuple[float | None, str]:
     """The factor of the package's own ``scaling.json`` (None without one), and why it is unusable."""
     path = folder / "scaling.json"
+    if path.is_symlink():
+        return None, "scaling.json is a symbolic link; it is not applied"
     if not path.is_file():
         return None, ""
     try:
-        factor = float(json.loads(path.read_text(encoding="utf-8"))["scaling_factor"])
+        with path.open("rb") as f:  # a factor is a few bytes: never read a huge file whole
+            factor = float(json.loads(f.read(_MAX_SCALING_BYTES).decode("utf-8"))["scaling_factor"])
     except Exception as e:
         return None, f"scaling.json is unreadable ({type(e).__name__}: {e}); it is not applied"
     if not math.isfinite(factor) or factor <= 0:
