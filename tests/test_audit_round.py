@@ -6,9 +6,10 @@ organisations at a time): it scores a folder before its own RCP check writes ``s
 its first run prints raw scores and its second, reading what the first wrote, the published
 (scaled) ones. A spy on its calls of ``mlp_compliance.main`` records the official verdict and
 messages of every file the first run checks (with the CLI's default ``quiet=False``, which changes
-no verdict) and answers the second run's calls on the same, unchanged files with the first run's
-results, which spares re-checking every file; the files it never reaches go through the official
-checker directly.
+no verdict). The files do not change between the runs (only ``scaling.json`` is written), so the
+second run's ``_read_result_file`` answers with the first run's result instead of checking and
+parsing every file again; its RCP checks and scoring run as they are. The files the summarizer
+never reaches go through the official checker directly.
 """
 
 from __future__ import annotations
@@ -49,26 +50,36 @@ def _official_org(folder: str) -> tuple[dict[str, Verdict], Rows, Rows, str]:
 
     logging.disable(logging.CRITICAL)
     verdicts: dict[str, Verdict] = {}
-    results: dict[str, Any] = {}  # the first run's return value or exception, per file
     official_main = mlp_compliance.main
+    official_read = result_summarizer._read_result_file
+    # per file: the first run's answer of _read_result_file (its run_start/run_stop lines, in order,
+    # all that _query_run_start_stop reads) or the ValueError it raised
+    read: dict[str, Any] = {}
 
     def spy(filename: str, config_file: str, checker: Any) -> Any:
-        if filename in results:  # the second run: the same file, unchanged, gets the same answer
-            if isinstance(results[filename], Exception):
-                raise results[filename]
-            return results[filename]
         checker.quiet = False
         try:
             result = official_main(filename, config_file, checker)
         except Exception as e:
             verdicts[filename] = (False, _messages(checker), type(e).__name__)
-            results[filename] = e
             raise
         verdicts[filename] = (bool(result[0]), _messages(checker), "")
-        results[filename] = result
         return result
 
+    def memo(result_file: str, usage: str, ruleset: str) -> Any:
+        if result_file not in read:  # the first run: the official function, which calls main (spied)
+            try:
+                loglines = official_read(result_file, usage, ruleset)
+            except ValueError as e:
+                read[result_file] = e
+                raise
+            read[result_file] = [ll for ll in loglines if ll.key in ("run_start", "run_stop")]
+        if isinstance(read[result_file], ValueError):
+            raise read[result_file]
+        return read[result_file]
+
     mlp_compliance.main = spy
+    result_summarizer._read_result_file = memo
     runs: list[Rows] = []
     try:
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
@@ -79,6 +90,7 @@ def _official_org(folder: str) -> tuple[dict[str, Verdict], Rows, Rows, str]:
         return verdicts, {}, {}, f"{type(e).__name__}: {e}"
     finally:
         mlp_compliance.main = official_main
+        result_summarizer._read_result_file = official_read
     return verdicts, runs[0], runs[1], ""
 
 
