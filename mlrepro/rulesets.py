@@ -21,7 +21,34 @@ TITLES = {
     "rnnt": "Speech recognition (RNN-T)",
     "unet3d": "Image segmentation (3D U-Net)",
     "minigo": "Reinforcement learning (MiniGo)",
+    "gnmt": "Translation, recurrent (GNMT)",
+    "transformer": "Translation, non-recurrent (Transformer)",
+    "ncf": "Recommendation (NCF)",
+    "dlrm_dcnv2": "Recommendation (DLRM-dcnv2)",
+    "dlrmv4": "Recommendation (DLRMv4)",
+    "gpt3": "LLM pre-training (GPT-3 175B)",
+    "stable_diffusion": "Text to image (Stable Diffusion v2)",
+    "flux1": "Text to image (Flux.1)",
+    "llama2_70b_lora": "LLM fine-tuning (Llama 2 70B LoRA)",
+    "gnn": "Graph neural network (R-GAT)",
+    "rgat": "Graph neural network (R-GAT)",
+    "retinanet": "Object detection, light (RetinaNet)",
+    "llama31_405b": "LLM pre-training (Llama 3.1 405B)",
+    "llama31_8b": "LLM pre-training (Llama 3.1 8B)",
+    "gpt_oss_20b": "LLM pre-training (gpt-oss 20B)",
+    "deepseekv3_671b": "LLM pre-training (DeepSeek-V3 671B)",
+    "qwen35_397b_grpo": "LLM reinforcement learning (Qwen3.5 397B GRPO)",
 }
+
+
+def title(benchmark: str) -> str:
+    return TITLES.get(benchmark, benchmark)
+
+
+def table_order(ruleset: str, usage: str = "training") -> tuple[str, ...]:
+    """The ruleset's benchmarks once each: the seed documents' order, then the rest in the ruleset's order."""
+    present = tuple(dict.fromkeys(allowed_benchmarks(ruleset, usage)))
+    return tuple(b for b in SEED_ORDER if b in present) + tuple(b for b in present if b not in SEED_ORDER)
 
 
 @cache

@@ -53,13 +53,35 @@ def run_minutes(result: Path) -> tuple[float | None, str | None]:
     return ((stop - start) / 60 / 1000 if status == "success" else None), status
 
 
-def score_files(benchmark: str, results: Sequence[Path]) -> dict[str, Any]:
+def rcp_factor(benchmark: str, results: Sequence[Path], ruleset: str, division: str,
+               usage: str = "training") -> tuple[float, dict[str, Any] | None]:
+    """The RCP normalisation factor a published score carries, as the audit computes it.
+
+    MLPerf publishes the olympic mean times the factor the RCP check writes to ``scaling.json``
+    (closed division, runs converging faster than the RCP mean within the allowed speedup); 1.0
+    elsewhere. Returns (factor, the RCP verdict or None where no check applies).
+    """
+    from mlrepro.audit import rcp
+    from mlrepro.audit.runfile import audit_bytes
+
+    if not rcp.applies(ruleset, division, benchmark) or not results:
+        return 1.0, None
+    verdict = rcp.check([audit_bytes(p.read_bytes(), usage, ruleset) for p in results], usage, ruleset)
+    factor = verdict.written_factor if verdict.written_factor is not None else 1.0
+    return factor, {"passed": verdict.passed, "message": verdict.message, "label": verdict.summary_label}
+
+
+def score_files(benchmark: str, results: Sequence[Path], ruleset: str | None = None,
+                division: str = "open") -> dict[str, Any]:
+    """The published score: the olympic mean times the RCP factor (``minutes``), and the raw mean."""
     runs = []
     for i, path in enumerate(results):
         minutes, status = run_minutes(path)
         runs.append({"index": i, "file": str(path), "minutes": minutes, "status": status})
-    score = olympic_mean(benchmark, [r["minutes"] for r in runs])
-    return {**asdict(score), "runs": runs}
+    raw = olympic_mean(benchmark, [r["minutes"] for r in runs])
+    factor, verdict = rcp_factor(benchmark, results, ruleset, division) if ruleset else (1.0, None)
+    score = olympic_mean(benchmark, [r["minutes"] for r in runs], factor)
+    return {**asdict(score), "raw_minutes": raw.minutes, "scaling_factor": factor, "rcp": verdict, "runs": runs}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -68,6 +90,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--verify-hashes", action="store_true",
                    help="check each result against the result_sha256 of the run.json beside it first")
+    p.add_argument("--ruleset", help="apply the RCP normalisation of this ruleset (closed division)")
+    p.add_argument("--division", default="open", choices=["open", "closed"])
     args = p.parse_args(argv)
     by_benchmark: dict[str, list[Path]] = {}
     for item in args.results:
@@ -78,7 +102,8 @@ def main(argv: list[str] | None = None) -> None:
             integrity.verify_results(f for files in by_benchmark.values() for f in files)
         except integrity.Tampered as e:
             sys.exit(f"error: {e}")
-    atomic.write_json(args.out, {b: score_files(b, files) for b, files in by_benchmark.items()})
+    atomic.write_json(args.out, {b: score_files(b, files, args.ruleset, args.division)
+                                 for b, files in by_benchmark.items()})
 
 
 if __name__ == "__main__":

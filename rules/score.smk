@@ -8,7 +8,10 @@ rule score:
         OUT / "scores.json",
     params:
         results=all_runs("{benchmark}=" + str(OUT / "runs" / "{benchmark}" / "{run}" / "result.txt")),
+        ruleset=config["ruleset"],
+        division=config["division"],
     log:
         INFO / "logs" / "score.log",
     shell:
-        "{PY} -m mlrepro.score --verify-hashes --results {params.results:q} --out {output:q} 2> {log:q}"
+        "{PY} -m mlrepro.score --verify-hashes --results {params.results:q} --out {output:q} "
+        "--ruleset {params.ruleset:q} --division {params.division:q} 2> {log:q}"

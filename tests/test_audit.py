@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import csv
+import hashlib
 import logging
 import math
 import multiprocessing
@@ -53,11 +54,25 @@ def official() -> dict[str, tuple[bool, list[str], str]]:
         return dict(zip(files, pool.map(official_verdict, files), strict=True))
 
 
+def tree_hash(root: Path) -> str:
+    """Every path, type and content under ``root``: any write into an audited package changes it."""
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*")):
+        digest.update(str(path.relative_to(root)).encode() + b"\0")
+        digest.update(path.read_bytes() if path.is_file() else b"<dir>")
+    return digest.hexdigest()
+
+
 @pytest.fixture(scope="module")
 def round_audit(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     out = tmp_path_factory.mktemp("round")
+    before = tree_hash(ROUND)
     checks = pipeline.check(ROUND, out / "checks.json", out / ".cache", "training", RULESET, 2)
-    return pipeline.summarize(ROUND, checks, "training", RULESET)
+    audit = pipeline.summarize(ROUND, checks, "training", RULESET)
+    pipeline.write_summary(audit, out)
+    audit_report.write(audit, out / "report")
+    assert tree_hash(ROUND) == before  # nothing written into the audited package
+    return audit
 
 
 @pytest.fixture(scope="module")
@@ -106,33 +121,52 @@ def _official_tool(args: list[str], cwd: Path) -> subprocess.CompletedProcess[st
     return subprocess.run([sys.executable, "-m", *args], cwd=cwd, capture_output=True, text=True, check=False)
 
 
-def test_scores_and_package_verdicts_equal_the_official_tools(round_audit: dict[str, Any], tmp_path: Path) -> None:
-    # the official tools write into the package (scaling.json) and the working folder: a copy
-    shutil.copytree(ROUND, tmp_path / "pkg")
-    orgs = [o["name"] for o in round_audit["orgs"]]
-    jobs = [(["mlperf_logging.result_summarizer", org, "training", RULESET, "-csv", str(tmp_path / f"{org}.csv")])
-            for org in orgs]
-    jobs += [["mlperf_logging.package_checker", org, "training", RULESET, "--log_output", str(tmp_path / f"{org}.log")]
-             for org in orgs]
+def _summarize(orgs: list[str], pkg: Path, tag: str) -> dict[str, dict[str, str]]:
+    """result_summarizer -csv on each organisation of ``pkg``: rows by details_url."""
     with cf.ThreadPoolExecutor(2) as pool:
-        done = list(pool.map(lambda a: _official_tool(a, tmp_path / "pkg"), jobs))
+        done = list(pool.map(lambda org: _official_tool(["mlperf_logging.result_summarizer", org, "training", RULESET,
+                                                         "-csv", str(pkg.parent / f"{org}.{tag}.csv")], pkg), orgs))
     assert all(p.returncode == 0 for p in done), [p.stderr[-2000:] for p in done]
-    ours = {r["details_url"]: r for r in round_audit["rows"]}
+    rows = {}
     for org in orgs:
-        with open(tmp_path / f"{org}.csv", newline="") as f:
+        with open(pkg.parent / f"{org}.{tag}.csv", newline="") as f:
             reader = csv.DictReader(f)
-            official_rows = list(reader)
-        assert reader.fieldnames == pipeline.summary.official_columns("training", RULESET)
-        assert official_rows
-        for row in official_rows:
-            mine = ours[row["details_url"]]
-            for column, value in row.items():
-                if column in ("bert", "dlrm", "maskrcnn", "minigo", "resnet", "ssd", "rnnt", "unet3d"):
-                    assert (mine[column] is None) == (value == ""), (org, column)
-                    if value:
-                        assert math.isclose(mine[column], float(value), rel_tol=0, abs_tol=1e-9), (org, column)
-                else:
-                    assert str(mine[column]) == value, (org, column)
+            assert reader.fieldnames == pipeline.summary.official_columns("training", RULESET)
+            rows.update({r["details_url"]: r for r in reader})
+    return rows
+
+
+def test_scores_and_package_verdicts_equal_the_official_tools(round_audit: dict[str, Any], tmp_path: Path) -> None:
+    # The official tools write into the package (scaling.json) and the working folder: a copy. The
+    # summarizer scores a folder before its RCP check writes scaling.json, so its first run prints
+    # raw scores and its second, reading what the first wrote, the published ones.
+    pkg = tmp_path / "pkg"
+    shutil.copytree(ROUND, pkg)
+    orgs = [o["name"] for o in round_audit["orgs"]]
+    first = _summarize(orgs, pkg, "first")
+    checks = [["mlperf_logging.package_checker", org, "training", RULESET, "--log_output", str(tmp_path / f"{org}.log")]
+              for org in orgs]
+    with cf.ThreadPoolExecutor(2) as pool:
+        assert all(p.returncode == 0 for p in pool.map(lambda a: _official_tool(a, pkg), checks))
+    second = _summarize(orgs, pkg, "second")
+    ours = {r["details_url"]: r for r in round_audit["rows"]}
+    benchmarks = ("bert", "dlrm", "maskrcnn", "minigo", "resnet", "ssd", "rnnt", "unet3d")
+    assert first.keys() == second.keys() and first
+    scaled = 0
+    for url, row in second.items():
+        mine = ours[url]
+        for column, value in row.items():
+            if column in benchmarks:
+                assert (mine[column] is None) == (value == ""), (url, column)
+                if value:
+                    assert math.isclose(mine[column], float(value), rel_tol=0, abs_tol=1e-9), (url, column)
+                    raw = float(first[url][column])
+                    assert math.isclose(mine[f"{column}:raw_score"], raw, rel_tol=0, abs_tol=1e-9), (url, column)
+                    scaled += mine[f"{column}:rcp_norm_factor"] != 1.0 and mine[column] != raw
+            else:
+                assert str(mine[column]) == value, (url, column)
+    assert scaled  # Baidu's resnet converges faster than the RCP mean: the published score is scaled
+    for org in orgs:
         log = (tmp_path / f"{org}.log").read_text()
         passed = "PACKAGE CHECKER FOUND NO ERRORS" in log
         assert passed == next(o for o in round_audit["orgs"] if o["name"] == org)["package"]["passed"], org

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 from pathlib import Path
 
 import pytest
+from mlperf_logging.rcp_checker import rcp_checker
 from mlperf_logging.result_summarizer import result_summarizer
 
 from mlrepro import score, system_desc
@@ -64,3 +66,21 @@ def test_aborted_run_counts_as_failed(tmp_path: Path) -> None:
     assert [r["status"] for r in result["runs"]] == ["success", "success", "aborted", "success", "success"]
     assert result["runs"][2]["minutes"] is None
     assert result["minutes"] == pytest.approx(3.0)
+
+
+def test_closed_division_score_carries_the_rcp_factor_the_official_check_writes(tmp_path: Path) -> None:
+    # Baidu's v1.1 resnet converges faster than the RCP mean: the published score is scaled
+    src = Path(__file__).parent / "fixtures" / "audit" / "round" / "Baidu" / "results" / \
+        "1_node_8_A100_NGC21.05_MXNet" / "resnet"
+    folder = tmp_path / "resnet"
+    shutil.copytree(src, folder)  # the official check writes scaling.json into the folder it reads
+    passed, _, _ = rcp_checker.check_directory(str(folder), "training", "1.1.0", False, False,
+                                               rcp_pass="pruned_rcps", set_scaling=True)
+    official = json.loads((folder / "scaling.json").read_text())["scaling_factor"]
+    assert passed and official > 1
+    files = sorted(src.glob("result_*.txt"))
+    closed = score.score_files("resnet", files, "1.1.0", "closed")
+    assert closed["scaling_factor"] == official and closed["rcp"]["label"] == "Pass"
+    assert closed["minutes"] == pytest.approx(closed["raw_minutes"] * official, rel=1e-15)
+    opened = score.score_files("resnet", files, "1.1.0", "open")  # no RCP check in the open division
+    assert opened["scaling_factor"] == 1.0 and opened["minutes"] == closed["raw_minutes"]

@@ -10,7 +10,7 @@ from mlrepro import atomic
 from mlrepro.audit.runfile import FileCheck
 
 # Bump when FileCheck's content or the way it is computed changes: old entries then miss.
-SCHEMA = 1
+SCHEMA = 2
 
 
 class Cache:

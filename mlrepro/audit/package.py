@@ -37,10 +37,24 @@ class PackageVerdict:
     errors: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     official_crash: list[str] = field(default_factory=list)  # where package_checker itself dies
+    # what each error names: {"system": folder or "", "benchmark": folder or "", "message": ...};
+    # "" is the whole organisation (or the whole system)
+    scoped: list[dict[str, str]] = field(default_factory=list)
 
-    def error(self, msg: str) -> None:
+    def error(self, msg: str, system: str = "", benchmark: str = "") -> None:
         self.passed = False
         self.errors.append(msg)
+        self.scoped.append({"system": system, "benchmark": benchmark, "message": msg})
+
+
+def errors_of(verdict: dict[str, Any], system: str, benchmark: str | None = None) -> list[str]:
+    """The package checker's errors that concern a system (``benchmark`` None) or one benchmark folder.
+
+    An error naming no system concerns all; one naming a system but no benchmark concerns all its
+    benchmarks.
+    """
+    return [e["message"] for e in verdict.get("scoped", [])
+            if e["system"] in ("", system) and (benchmark is None or e["benchmark"] in ("", benchmark))]
 
 
 class _Collector(logging.Handler):
@@ -91,12 +105,12 @@ def _system_descs(org: Org, usage: str, ruleset: str, verdict: PackageVerdict) -
                 valid = system_desc_checker.check_system_desc(str(path), usage, ruleset)[0]
         except Exception as e:
             verdict.error(f"systems/{path.name}: the system description cannot be checked "
-                          f"({type(e).__name__}: {e}).")
+                          f"({type(e).__name__}: {e}).", system=path.stem)
             verdict.official_crash.append(f"system_desc_checker on systems/{path.name}: {type(e).__name__}: {e}")
             continue
         if not valid:
             why = "; ".join(r.getMessage().strip() for r in logs.records) or "invalid"
-            verdict.error(f"systems/{path.name}: {why}")
+            verdict.error(f"systems/{path.name}: {why}", system=path.stem)
 
 
 def check_package(org: Org, records: dict[str, FileCheck], usage: str, ruleset: str) -> PackageVerdict:
@@ -113,6 +127,7 @@ def check_package(org: Org, records: dict[str, FileCheck], usage: str, ruleset: 
         for bdir in system.benchmarks:
             where = f"{system.name}/{bdir.name}"
             division = _division(org, system.name, verdict)
+            scope = {"system": system.name, "benchmark": bdir.name}
             if bdir.name not in allowed:
                 verdict.warnings.append(f"{where}: skipping benchmark {bdir.name!r}, which the {ruleset} ruleset "
                                         "does not have.")
@@ -121,13 +136,13 @@ def check_package(org: Org, records: dict[str, FileCheck], usage: str, ruleset: 
             params = bdir.path / "package_checker_params"
             if len(files) != counts[bdir.name]:
                 verdict.error(f"{where}: incorrect number of result files: found {len(files)}, expected "
-                              f"{counts[bdir.name]}.")
+                              f"{counts[bdir.name]}.", **scope)
             extra = [n for n in bdir.other_files if n != "package_checker_params"]
             if extra:
                 verdict.warnings.append(f"{where}: files not named result_*.txt: {', '.join(extra)}")
             unreadable = [f for f in files if f not in records]
             for f in unreadable:
-                verdict.error(f"{where}: {Path(f).name} cannot be read.")
+                verdict.error(f"{where}: {Path(f).name} cannot be read.", **scope)
             failing = [Path(f).stem for f in files if f in records and not records[f].valid]
             tolerated = 4 if bdir.name == "unet3d" else 1
             if failing and len(failing) <= tolerated:
@@ -135,7 +150,7 @@ def check_package(org: Org, records: dict[str, FileCheck], usage: str, ruleset: 
                                         "accepted under olympic scoring.")
             elif failing:
                 verdict.error(f"{where}: {len(failing)} files do not comply ({', '.join(failing)}); the folder "
-                              "cannot be accepted.")
+                              "cannot be accepted.", **scope)
             if unreadable or division != "closed":
                 continue
             present = {f: records[f] for f in files}
@@ -149,7 +164,7 @@ def check_package(org: Org, records: dict[str, FileCheck], usage: str, ruleset: 
                     verdict.official_crash.append(f"seed_checker on {where}: TypeError: {e}")
                 verdict.warnings.extend(f"{where}: {w.message}" for w in caught)
                 if seed_errors:
-                    verdict.error(f"{where}: seed checker failed: " + " ".join(seed_errors))
+                    verdict.error(f"{where}: seed checker failed: " + " ".join(seed_errors), **scope)
             if rcp.applies(ruleset, division, bdir.name) and files:
                 result = rcp.check(list(present.values()), usage, ruleset,
                                    bypass=sys_rcp_bypass or _bypass(params, "rcp-bypass"))
@@ -157,7 +172,7 @@ def check_package(org: Org, records: dict[str, FileCheck], usage: str, ruleset: 
                     verdict.warnings.append(f"{where}: the RCP check cannot run: {result.message}.")
                     verdict.official_crash.append(f"rcp_checker on {where}: {result.error}")
                 elif not result.passed:
-                    verdict.error(f"{where}: RCP test failed: {result.message}.")
+                    verdict.error(f"{where}: RCP test failed: {result.message}.", **scope)
     return verdict
 
 
@@ -170,6 +185,6 @@ def _division(org: Org, system: str, verdict: PackageVerdict) -> str:
     except Exception as e:
         msg = f"{system}: cannot read the division from systems/{system}.json ({type(e).__name__}: {e})."
         if msg not in verdict.errors:
-            verdict.error(msg)
+            verdict.error(msg, system=system)
             verdict.official_crash.append(f"package_checker on {system}: {type(e).__name__}: {e}")
         return ""

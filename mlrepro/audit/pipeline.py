@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
@@ -25,14 +26,24 @@ def check(root: Path, out: Path, cache_dir: Path, usage: str, ruleset: str, jobs
     return doc
 
 
-def _file_entry(path: Path, rec: FileCheck | None, unreadable: str) -> dict[str, Any]:
+def _relative(path: Path, root: Path) -> str:
+    """A path as the audit shows it: relative to the audited root, never the auditing machine's."""
+    try:
+        return path.relative_to(root).as_posix()
+    except ValueError:
+        return path.name
+
+
+def _file_entry(path: Path, root: Path, rec: FileCheck | None, unreadable: str) -> dict[str, Any]:
+    where = _relative(path, root)
     if rec is None:
-        return {"name": path.name, "path": str(path), "valid": False, "crash": "", "minutes": None, "scored": False,
-                "status": "", "epochs": None, "bs": None, "messages": [], "notes": [f"not audited: {unreadable}"]}
-    return {"name": path.name, "path": str(path), "valid": rec.valid, "crash": rec.crash, "minutes": rec.minutes,
+        return {"name": path.name, "path": where, "valid": False, "crash": "", "minutes": None, "scored": False,
+                "status": "", "epochs": None, "bs": None, "messages": [], "notes": [f"not audited: {unreadable}"],
+                "sanity": []}
+    return {"name": path.name, "path": where, "valid": rec.valid, "crash": rec.crash, "minutes": rec.minutes,
             "scored": rec.scored_minutes is not None, "status": rec.status,
             "epochs": None if rec.rcp_not_converged else rec.rcp_epochs, "bs": rec.rcp_bs,
-            "messages": rec.messages, "notes": rec.notes}
+            "messages": rec.messages, "notes": rec.notes, "sanity": rec.sanity}
 
 
 def summarize(root: Path, checks: dict[str, Any], usage: str, ruleset: str,
@@ -64,7 +75,7 @@ def summarize(root: Path, checks: dict[str, Any], usage: str, ruleset: str,
                                                    1.0, None)
                 b = asdict(score)
                 b["rcp"] = None if score.rcp is None else {**asdict(score.rcp), "label": score.rcp.summary_label}
-                b["files"] = [_file_entry(f, records.get(str(f)), checks["unreadable"].get(str(f), ""))
+                b["files"] = [_file_entry(f, root, records.get(str(f)), checks["unreadable"].get(str(f), ""))
                               for f in bdir.result_files]
                 benchmarks.append(b)
             sys_out = {"folder": system.name, "desc": desc.desc, "specs": desc.specs, "desc_problem": desc.problem,
@@ -73,8 +84,25 @@ def summarize(root: Path, checks: dict[str, Any], usage: str, ruleset: str,
             rows.append(summary.row(org_out, sys_out, usage, ruleset))
         orgs_out.append(org_out)
     rows.sort(key=summary.sort_key)
-    return {"usage": usage, "ruleset": ruleset, "root": str(root), "orgs": orgs_out, "rows": rows,
-            "seed_tables": summary.seed_tables(rows, usage, ruleset)}
+    # The root by its name only, paths relative to it: the report and audit.json never show the
+    # auditing machine's paths (the official checkers quote them in their messages).
+    prefixes = tuple(dict.fromkeys(f"{p}/" for p in (root, root.absolute(), root.resolve())))
+    return _without(prefixes, {"usage": usage, "ruleset": ruleset, "root": root.resolve().name, "orgs": orgs_out,
+                               "rows": rows, "mlperf_logging": version("mlperf-logging"),
+                               "seed_tables": summary.seed_tables(rows, usage, ruleset)})
+
+
+def _without(prefixes: tuple[str, ...], value: Any) -> Any:
+    """``value`` with every occurrence of the ``prefixes`` removed from its strings."""
+    if isinstance(value, str):
+        for p in prefixes:
+            value = value.replace(p, "")
+        return value
+    if isinstance(value, dict):
+        return {k: _without(prefixes, v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_without(prefixes, v) for v in value]
+    return value
 
 
 def write_summary(audit: dict[str, Any], out_dir: Path) -> None:

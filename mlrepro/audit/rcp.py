@@ -3,14 +3,18 @@
 ``rcp_checker.check_directory`` re-reads every file and may write or delete ``scaling.json`` in
 the package. Here the per-file convergence data comes from the audit's single parse
 (``runfile``), the reference data and its statistics from the official ``RCP_Checker``, and the
-decision follows ``check_directory`` step by step; nothing is written into the package.
+decision follows ``check_directory`` step by step; nothing is written into the package. What the
+official check would leave in ``scaling.json`` (``set_scaling=True``, as the package checker and
+result_summarizer call it) is read from a scratch folder the official code writes into instead.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -26,8 +30,12 @@ _RCP_RULESETS = {"1.0.0", "1.1.0", "2.0.0", "2.1.0", "3.0.0", "3.1.0", "4.0.0", 
 class RcpVerdict:
     passed: bool
     message: str  # check_directory's message, or why it could not run
-    norm_factor: float  # the factor the checker would write to scaling.json (1.0 when none)
+    norm_factor: float  # the checker's ratio RCP mean / submission mean (1.0 when none); a score uses it only
+    # where the check passes and the submission converges faster than the RCP mean: see written_factor
     error: str = ""  # the exception the official checker dies of here, if any
+    # scaling.json as check_directory(set_scaling=True) leaves it: its factor, 1.0 where it deletes
+    # the file, None where it leaves the package's file as it is
+    written_factor: float | None = None
 
     @property
     def summary_label(self) -> str:
@@ -108,36 +116,44 @@ def check(records: list[FileCheck], usage: str, ruleset: str, bypass: bool = Fal
     if epochs is None:
         return RcpVerdict(False, "Insufficient convergence", 1.0)
     try:
-        passed, msg, norm = _decide(checker, bs, list(epochs))
+        passed, msg, norm, written = _decide(checker, bs, list(epochs))
     except Exception as e:  # a batch size or epoch count of the wrong type, from a hostile log
         return RcpVerdict(False, f"the RCP checker fails on these logs: {type(e).__name__}: {e}", 1.0,
                           f"{type(e).__name__}: {e}")
     if bypass and not passed and msg in ("RCP found", "RCP Interpolation",
                                          f"Missing RCP, please submit RCP with BS = {bs}"):
-        return RcpVerdict(True, msg + " passed using rcp_bypass", norm)
-    return RcpVerdict(passed, msg, norm)
+        return RcpVerdict(True, msg + " passed using rcp_bypass", norm, written_factor=written)
+    return RcpVerdict(passed, msg, norm, written_factor=written)
 
 
-def _decide(checker: rcp_checker.RCP_Checker, bs: Any, epochs: list[float]) -> tuple[bool, str, float]:
+def _decide(checker: rcp_checker.RCP_Checker, bs: Any, epochs: list[float]) -> tuple[bool, str, float, float | None]:
+    """(passed, message, norm factor, what scaling.json holds afterwards) as check_directory decides."""
     norm = 1.0
     # _eval_submission_record removes (and may write) scaling.json in the folder it is given:
-    # give it a scratch folder, never the package.
+    # give it a scratch folder, never the package, and read back what it left there.
     with tempfile.TemporaryDirectory(prefix="mlrepro-rcp-") as scratch:
+
+        def evaluate(record: Any) -> tuple[bool, float, float]:
+            passed, factor = checker._eval_submission_record(record, epochs, scratch)
+            path = Path(scratch) / "scaling.json"
+            written = float(json.loads(path.read_text())["scaling_factor"]) if path.is_file() else 1.0
+            return bool(passed), float(factor), written
+
         record = checker._find_rcp(bs, "pruned_rcps")
         if record is not None:
-            passed, norm = checker._eval_submission_record(record, epochs, scratch)
-            return bool(passed), "RCP found", float(norm)
+            passed, norm, written = evaluate(record)
+            return passed, "RCP found", norm, written
         low = checker._find_top_min_rcp(bs, "pruned_rcps")
         high = checker._find_bottom_max_rcp(bs, "pruned_rcps")
         if low is not None and high is not None:
             _, interp = checker._create_interp_rcp(bs, low, high)
-            passed, norm = checker._eval_submission_record(interp, epochs, scratch)
-            return bool(passed), "RCP Interpolation", float(norm)
+            passed, norm, written = evaluate(interp)
+            return passed, "RCP Interpolation", norm, written
         if low is not None:
-            return False, f"Missing RCP, please submit RCP with BS = {bs}", norm
+            return False, f"Missing RCP, please submit RCP with BS = {bs}", norm, None
         if high is not None:
-            passed, norm = checker._eval_submission_record(checker._find_min_rcp("pruned_rcps"), epochs, scratch)
+            passed, norm, written = evaluate(checker._find_min_rcp("pruned_rcps"))
             if not passed:
-                return False, f"Missing RCP, please submit RCP with BS = {bs}", float(norm)
-            return True, "RCP not found but slower convergence on smaller batch size", float(norm)
-        return False, "Cannot find any RCPs", norm
+                return False, f"Missing RCP, please submit RCP with BS = {bs}", norm, written
+            return True, "RCP not found but slower convergence on smaller batch size", norm, written
+        return False, "Cannot find any RCPs", norm, None

@@ -10,7 +10,7 @@ from typing import Any
 
 from mlrepro import __version__, atomic
 from mlrepro.report import render
-from mlrepro.rulesets import SEED_ORDER, TITLES, allowed_benchmarks
+from mlrepro.rulesets import TITLES, table_order
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -28,8 +28,7 @@ def system_page(org: str, folder: str) -> str:
 
 
 def _benchmarks(audit: dict[str, Any]) -> list[str]:
-    present = allowed_benchmarks(audit["ruleset"], audit["usage"])
-    return [b for b in SEED_ORDER if b in present] + [b for b in present if b not in SEED_ORDER]
+    return list(table_order(audit["ruleset"], audit["usage"]))
 
 
 def _file_rows(audit: dict[str, Any]) -> list[dict[str, Any]]:

@@ -36,6 +36,8 @@ class FileCheck:
     messages: list[str] = field(default_factory=list)  # exactly the official checker's messages
     crash: str = ""  # the exception the official checker would die of, if any
     notes: list[str] = field(default_factory=list)  # the audit's own findings (parse errors, ...)
+    # the audit's sanity checks of the timeline: warnings beside the official verdict, never changing it
+    sanity: list[str] = field(default_factory=list)
     parse_errors: int = 0
     # result_summarizer: the run counts when valid, parsed without errors and timed
     run_start_ms: float | None = None
@@ -102,6 +104,7 @@ def audit_bytes(data: bytes, usage: str, ruleset: str) -> FileCheck:
         rec.valid = False
         rec.notes.append(f"The official compliance checker crashes on this file: {rec.crash}")
     _timing(rec, loglines)
+    rec.sanity = sanity_warnings(loglines, rec.run_start_ms, rec.run_stop_ms)
     for ll in loglines:
         if ll.key.startswith("submission_") and ll.key not in rec.submission:
             rec.submission[ll.key] = ll.value.get("value")
@@ -127,6 +130,48 @@ def _timing(rec: FileCheck, loglines: list[Any]) -> None:
         return
     rec.run_start_ms, rec.run_stop_ms = float(start), float(stop)
     rec.minutes = (float(stop) - float(start)) / 60 / 1000
+
+
+def sanity_warnings(loglines: list[Any], start_ms: float | None, stop_ms: float | None) -> list[str]:
+    """What makes a timeline impossible although the official checkers accept it.
+
+    Negative or zero time to train (from the run_start and run_stop the score uses), run_stop before
+    run_start, a time going backwards, an eval after run_stop, a repeated run_start or run_stop.
+    """
+    found: list[str] = []
+    if start_ms is not None and stop_ms is not None and stop_ms - start_ms <= 0:
+        found.append(f"The time to train is {'zero' if stop_ms == start_ms else 'negative'}: run_stop at "
+                     f"{stop_ms:.0f} ms, run_start at {start_ms:.0f} ms.")
+    starts = [ll for ll in loglines if ll.key == "run_start"]
+    stops = [ll for ll in loglines if ll.key == "run_stop"]
+    for key, lines in (("run_start", starts), ("run_stop", stops)):
+        if len(lines) > 1:
+            found.append(f"{len(lines)} {key} lines (:::MLLOG lines {', '.join(str(ll.lineno + 1) for ll in lines[:5])}"
+                         f"{', ...' if len(lines) > 5 else ''}).")
+    if starts and stops:
+        start, stop = starts[0], stops[0]
+        if stop.lineno < start.lineno:
+            found.append(f"run_stop (:::MLLOG line {stop.lineno + 1}) comes before run_start "
+                         f"(:::MLLOG line {start.lineno + 1}).")
+        late = [ll for ll in loglines if ll.key in ("eval_accuracy", "eval_error") and ll.lineno > stop.lineno]
+        if late:
+            found.append(f"{len(late)} {late[0].key} line(s) after run_stop "
+                         f"(first at :::MLLOG line {late[0].lineno + 1}).")
+    backwards = []
+    previous = None
+    for ll in loglines:
+        try:
+            t = float(ll.timestamp)
+        except (TypeError, ValueError):
+            continue
+        if previous is not None and t < previous[0]:
+            backwards.append((ll, previous))
+        previous = (t, ll)
+    if backwards:
+        ll, (_, before) = backwards[0]
+        found.append(f"Time goes backwards {len(backwards)} time(s); first at :::MLLOG line {ll.lineno + 1} "
+                     f"({ll.key} at {ll.timestamp} ms after {before.key} at {before.timestamp} ms).")
+    return [_cut(f) for f in found]
 
 
 def _rcp_read(rec: FileCheck, lines: list[str], ruleset: str) -> None:

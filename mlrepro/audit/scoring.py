@@ -1,15 +1,19 @@
 """Scores per system and benchmark by ``result_summarizer``'s rules, from the per-file records.
 
 The summarizer scores a benchmark folder as the olympic mean of the runs whose file is compliant
-and timed (``mlrepro.score.olympic_mean`` is its arithmetic), times ``scaling.json``'s factor when
-the package has one. It reads that file before its own RCP check rewrites it, so the factor is the
-one present in the package, never one the audit computes. The system columns use the
-summarizer's own helpers, so names and counts print as it prints them.
+and timed (``mlrepro.score.olympic_mean`` is its arithmetic), times ``scaling.json``'s factor. It
+reads that file *before* its own RCP check (``set_scaling=True``) rewrites it, so a first run on a
+pristine copy prints unscaled scores and a second run the published, scaled ones. The audit gives
+the published score at once: the raw olympic mean times the factor the package submitted, or where
+it submitted none, the factor the RCP check of the chosen ruleset writes (computed from a scratch
+folder, see ``rcp``); a submitted factor that the check would change is flagged. The system
+columns use the summarizer's own helpers, so names and counts print as it prints them.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,8 +46,12 @@ class BenchmarkScore:
     runs: int
     scored_runs: int
     reason: str  # why there is no score
-    scaling_factor: float
+    scaling_factor: float  # the factor ``minutes`` carries: the submitted one, else the computed one
     rcp: rcp.RcpVerdict | None
+    raw_minutes: float | None = None  # the olympic mean before scaling
+    submitted_factor: float | None = None  # scaling.json in the package, if any
+    computed_factor: float | None = None  # what the RCP check leaves in scaling.json; None: it leaves it alone
+    factor_disagrees: bool = False  # the check would change or delete the submitted factor
     gbs: Any = None
     samples_to_converge: float | None = None
     problems: list[str] = field(default_factory=list)
@@ -68,12 +76,25 @@ def load_system_desc(org: Org, system: SystemDir) -> SystemDesc:
         specs = _specs(desc, system)
     except Exception as e:  # FieldError, or a count that is not a number
         msg = str(e).removeprefix("ERROR: ")
-        return SystemDesc(path, desc, None, f"systems/{system.name}.json: {msg}")
+        try:  # counts written as "1.0": whole numbers all the same, which the summarizer's int() refuses
+            specs = _specs(desc, system, _whole)
+        except Exception:
+            return SystemDesc(path, desc, None, f"systems/{system.name}.json: {msg}")
+        return SystemDesc(path, desc, specs, f"systems/{system.name}.json: a count is not written as an integer "
+                                             f"(the official result_summarizer stops here: {msg}); read as a number")
     return SystemDesc(path, desc, specs)
 
 
-def _specs(desc: dict[str, Any], system: SystemDir) -> dict[str, Any]:
-    """The summarizer's columns before the scores, in its order of checks."""
+def _whole(value: Any) -> int:
+    """A count such as "8", 8, "1.0" or 1.0; anything not a whole number raises ValueError."""
+    number = float(value)
+    if not number.is_integer():
+        raise ValueError(f"{value!r} is not a whole number")
+    return int(number)
+
+
+def _specs(desc: dict[str, Any], system: SystemDir, count: Any = int) -> dict[str, Any]:
+    """The summarizer's columns before the scores, in its order of checks (``count``: its int())."""
     private = system.path / "privateid.json"
     desc = dict(desc, private_id=json.loads(private.read_text())["private_id"] if private.is_file() else "")
     get = rs._assert_in_desc_and_return
@@ -85,25 +106,36 @@ def _specs(desc: dict[str, Any], system: SystemDir) -> dict[str, Any]:
         "system": get(desc, "system_name", query=rs._pretty_system_name),
         "host_processor_model_name": get(desc, "host_processor_model_name"),
         "number_of_nodes": get(desc, "number_of_nodes"),
-        "host_processors_count": get(desc, ["host_processor_core_count", "host_processors_per_node", "number_of_nodes"],
-                                     query=lambda d: int(d["host_processors_per_node"]) * int(d["number_of_nodes"])),
+        "host_processors_count": get(
+            desc, ["host_processor_core_count", "host_processors_per_node", "number_of_nodes"],
+            query=lambda d: count(d["host_processors_per_node"]) * count(d["number_of_nodes"])),
         "accelerator_model_name": get(desc, "accelerator_model_name", query=rs._pretty_accelerator_model_name),
         "accelerators_count": get(desc, ["accelerators_per_node", "number_of_nodes"],
-                                  query=lambda d: int(d["accelerators_per_node"]) * int(d["number_of_nodes"])),
+                                  query=lambda d: count(d["accelerators_per_node"]) * count(d["number_of_nodes"])),
         "framework": get(desc, "framework", query=rs._pretty_framework),
         "notes": get(desc, ["hw_notes", "sw_notes"],
                      query=lambda d: ";".join(s for s in (d["hw_notes"], d["sw_notes"]) if s)),
     }
 
 
-def scaling_factor(folder: Path) -> tuple[float, str]:
+_MAX_SCALING_BYTES = 64 * 1024
+
+
+def submitted_factor(folder: Path) -> tuple[float | None, str]:
+    """The factor of the package's own ``scaling.json`` (None without one), and why it is unusable."""
     path = folder / "scaling.json"
+    if path.is_symlink():
+        return None, "scaling.json is a symbolic link; it is not applied"
     if not path.is_file():
-        return 1.0, ""
+        return None, ""
     try:
-        return float(json.loads(path.read_text(encoding="utf-8"))["scaling_factor"]), ""
+        with path.open("rb") as f:  # a factor is a few bytes: never read a huge file whole
+            factor = float(json.loads(f.read(_MAX_SCALING_BYTES).decode("utf-8"))["scaling_factor"])
     except Exception as e:
-        return 1.0, f"scaling.json is unreadable ({type(e).__name__}: {e}); the score is left unscaled"
+        return None, f"scaling.json is unreadable ({type(e).__name__}: {e}); it is not applied"
+    if not math.isfinite(factor) or factor <= 0:
+        return None, f"scaling.json holds an impossible factor ({factor}); it is not applied"
+    return factor, ""
 
 
 def score_benchmark(bdir: BenchmarkDir, records: dict[str, FileCheck], division: str, usage: str,
@@ -112,23 +144,33 @@ def score_benchmark(bdir: BenchmarkDir, records: dict[str, FileCheck], division:
     known = name in allowed_benchmarks(ruleset, usage)
     recs = [records.get(str(f)) for f in bdir.result_files]
     minutes = [r.scored_minutes if r is not None else None for r in recs]
-    factor, problem = scaling_factor(bdir.path)
-    score = olympic_mean(name, minutes, factor)
-    reason = score.reason
+    submitted, problem = submitted_factor(bdir.path)
+    raw = olympic_mean(name, minutes)
+    reason = raw.reason
     if not known:
         reason = f"the {ruleset} ruleset has no benchmark {name!r}"
     elif not bdir.result_files:
         reason = "no result_*.txt files"
-    result = BenchmarkScore(name, bdir.name, known, score.minutes if known else None, len(minutes),
-                            score.converged, reason, factor, None, problems=[problem] if problem else [])
+    result = BenchmarkScore(name, bdir.name, known, None, len(minutes), raw.converged, reason, 1.0, None,
+                            raw_minutes=raw.minutes if known else None, submitted_factor=submitted,
+                            problems=[problem] if problem else [])
     present = [r for r in recs if r is not None]
     if known and division == "closed" and len(present) == len(recs) and present:
         # the summarizer's closed-division extras: RCP label, global batch size, mean epochs
         result.rcp = rcp.check(present, usage, ruleset)
+        result.computed_factor = result.rcp.written_factor
         try:
             bs, _, _ = rcp.submission_epochs(present)
             result.gbs = bs
             result.samples_to_converge = rcp.mean_epochs(present)
         except ValueError as e:
             result.problems.append(str(e))
+    computed = result.computed_factor
+    result.scaling_factor = submitted if submitted is not None else computed if computed is not None else 1.0
+    if submitted is not None and computed is not None and not math.isclose(submitted, computed, rel_tol=1e-9):
+        result.factor_disagrees = True
+        what = "deletes it" if computed == 1.0 else f"computes {computed!r}"
+        result.problems.append(f"the package's scaling.json holds {submitted!r}; the RCP check of {ruleset} {what}")
+    if result.raw_minutes is not None:
+        result.minutes = result.raw_minutes * result.scaling_factor
     return result

@@ -1,4 +1,8 @@
-"""The machine-readable summary: result_summarizer's CSV columns, then the audit's verdict columns."""
+"""The machine-readable summary: result_summarizer's CSV columns, then the audit's verdict columns.
+
+The benchmark columns hold the published score (scaled, see ``scoring``); the audit's columns add
+the raw score, both factors, the verdict of the chosen ruleset and the audit's sanity warnings.
+"""
 
 from __future__ import annotations
 
@@ -10,25 +14,67 @@ from typing import Any
 from mlperf_logging.result_summarizer import result_summarizer as rs
 
 from mlrepro import atomic
-from mlrepro.rulesets import SEED_ORDER, allowed_benchmarks
+from mlrepro.audit.package import errors_of
+from mlrepro.rulesets import allowed_benchmarks, table_order
 
 # After the official columns: where the row comes from and what the audit found.
-VERDICT_COLUMNS = ("org", "system_folder", "system_desc", "package_checker", "files", "files_compliant",
-                   "verdict_messages")
+VERDICT_COLUMNS = ("result_id", "availability_category", "org", "system_folder", "system_desc", "package_checker",
+                   "files", "files_compliant", "sanity_warnings", "verdict_messages")
+PER_BENCHMARK = ("compliance", "rcp", "rcp_norm_factor", "raw_score", "submitted_factor", "computed_factor",
+                 "factor_check", "verdict", "sanity")
+
+# The official results table's availability categories, in its order, and the values seen for each.
+CATEGORIES = ("Available cloud", "Available on-premise", "Preview", "Research, Development, or Internal (RDI)")
+_CATEGORY_OF = {
+    "available cloud": CATEGORIES[0], "cloud": CATEGORIES[0],
+    "available on-premise": CATEGORIES[1], "available": CATEGORIES[1], "onprem": CATEGORIES[1],
+    "on-premise": CATEGORIES[1], "on-prem": CATEGORIES[1],
+    "preview": CATEGORIES[2],
+    "research, development, or internal (rdi)": CATEGORIES[3], "research": CATEGORIES[3], "rdi": CATEGORIES[3],
+    "development": CATEGORIES[3], "internal": CATEGORIES[3], "research, development, or internal": CATEGORIES[3],
+}
+# Where a result's score fails the RCP check that result_summarizer prints; the package checker
+# may still accept it under rcp-bypass.
+_RCP_FAILING = ("Fail", "Interp. Fail", "Missing", "No RCP", "Unknown state")
+
+
+def category(availability: Any) -> str:
+    """The official category of a system JSON's ``status`` ("" where it is missing or unknown)."""
+    return _CATEGORY_OF.get(str(availability or "").strip().lower(), "")
+
+
+def nodes(value: Any) -> float | None:
+    """``number_of_nodes`` as a number: "1", "1.0" and 1.0 are all one node."""
+    try:
+        n = float(value)
+    except (TypeError, ValueError):
+        return None
+    return n if math.isfinite(n) else None
 
 
 def official_columns(usage: str, ruleset: str) -> list[str]:
-    return list(rs._get_column_schema(usage, ruleset).keys())
+    return list(dict.fromkeys(rs._get_column_schema(usage, ruleset).keys()))
 
 
 def columns(usage: str, ruleset: str) -> list[str]:
-    per_benchmark = [f"{b}:{what}" for b in allowed_benchmarks(ruleset, usage)
-                     for what in ("compliance", "rcp", "rcp_norm_factor", "verdict")]
+    per_benchmark = [f"{b}:{what}" for b in dict.fromkeys(allowed_benchmarks(ruleset, usage)) for what in PER_BENCHMARK]
     return official_columns(usage, ruleset) + list(VERDICT_COLUMNS) + per_benchmark
 
 
+def _verdict(b: dict[str, Any], errors: list[str]) -> tuple[str, bool]:
+    """(verdict text, whether the result may be ranked) of one scored or unscored benchmark."""
+    if b["minutes"] is None:
+        return f"no score: {b['reason']}", False
+    if errors:
+        return "fail: " + " | ".join(errors), False
+    label = (b["rcp"] or {}).get("label", "")
+    if label in _RCP_FAILING:
+        return f"scored; RCP {label} accepted by rcp-bypass", True
+    return "scored", True
+
+
 def row(org: dict[str, Any], system: dict[str, Any], usage: str, ruleset: str) -> dict[str, Any]:
-    """One system's row; the official columns hold what the summarizer would print."""
+    """One system's row; the official columns hold what the summarizer publishes (scaled scores)."""
     specs = system["specs"] or {}
     desc = system["desc"] or {}
     out: dict[str, Any] = {c: specs.get(c) for c in official_columns(usage, ruleset)}
@@ -38,10 +84,16 @@ def row(org: dict[str, Any], system: dict[str, Any], usage: str, ruleset: str) -
         out["details_url"] = rs._details_url(system["folder"], desc, usage, ruleset)
         out["code_url"] = rs._code_url(desc, usage, ruleset)
     files = [f for b in system["benchmarks"] for f in b["files"]]
-    out.update(org=org["name"], system_folder=system["folder"], system_desc=system["desc_problem"] or "ok",
-               package_checker="pass" if org["package"]["passed"] else "fail", files=len(files),
-               files_compliant=sum(f["valid"] for f in files))
+    system_errors = errors_of(org["package"], system["folder"])
+    major_minor = ".".join(ruleset.split(".")[:2])
+    out.update(result_id=f"{major_minor}/{org['name']}/{system['folder']}",
+               availability_category=category(specs.get("availability", desc.get("status"))),
+               org=org["name"], system_folder=system["folder"], system_desc=system["desc_problem"] or "ok",
+               package_checker="fail" if system_errors else "pass", files=len(files),
+               files_compliant=sum(f["valid"] for f in files),
+               sanity_warnings=sum(len(f.get("sanity", [])) for f in files))
     messages = [system["desc_problem"]] if system["desc_problem"] else []
+    ranked: list[str] = []
     for b in system["benchmarks"]:
         name = b["benchmark"]
         if not b["known"]:
@@ -51,22 +103,43 @@ def row(org: dict[str, Any], system: dict[str, Any], usage: str, ruleset: str) -
         out[f"{name}:compliance"] = f"{sum(f['valid'] for f in b['files'])}/{len(b['files'])}"
         if b["rcp"]:
             out[f"{name}:rcp"] = b["rcp"]["label"] or f"error: {b['rcp']['message']}"
-            out[f"{name}:rcp_norm_factor"] = b["rcp"]["norm_factor"]
-        out[f"{name}:verdict"] = "scored" if b["minutes"] is not None else f"no score: {b['reason']}"
+        out[f"{name}:rcp_norm_factor"] = b["scaling_factor"] if b["minutes"] is not None else None
+        out[f"{name}:raw_score"] = b["raw_minutes"]
+        out[f"{name}:submitted_factor"] = b["submitted_factor"]
+        out[f"{name}:computed_factor"] = b["computed_factor"]
+        if b["submitted_factor"] is not None or b["computed_factor"] is not None:
+            out[f"{name}:factor_check"] = "DISAGREE" if b["factor_disagrees"] else "agree"
+        verdict, ok = _verdict(b, errors_of(org["package"], system["folder"], b["folder"]))
+        out[f"{name}:verdict"] = verdict
+        if ok:
+            ranked.append(name)
+        out[f"{name}:sanity"] = " | ".join(f"{f['name']}: {w}" for f in b["files"] for w in f.get("sanity", []))
         messages.extend(f"{b['folder']}: {p}" for p in b["problems"])
+    out["ranked"] = ranked  # the benchmarks whose score passes every check (for the tables, not the CSV)
     out["verdict_messages"] = " | ".join(messages)
     return out
 
 
-def sort_key(r: dict[str, Any]) -> tuple[str, ...]:
-    return tuple(str(r.get(c) or "") for c in ("division", "availability", "submitter", "system", "system_folder"))
+def sort_key(r: dict[str, Any]) -> tuple[Any, ...]:
+    """The official table's order: division, availability category, submitter, system."""
+    cat = r.get("availability_category") or ""
+    rank = CATEGORIES.index(cat) if cat in CATEGORIES else len(CATEGORIES)
+    return (str(r.get("division") or ""), rank, *(str(r.get(c) or "").lower()
+                                                  for c in ("submitter", "system", "org", "system_folder")))
+
+
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
 
 def _cell(v: Any) -> str:
     # pandas' to_csv: floats as repr, missing values empty
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return ""
-    return repr(v) if isinstance(v, float) else str(v)
+    if isinstance(v, (int, float)):
+        return repr(v) if isinstance(v, float) else str(v)
+    text = str(v)
+    # OWASP CSV injection: a text cell a spreadsheet would run as a formula starts with a quote
+    return "'" + text if text.startswith(_FORMULA_START) else text
 
 
 def write(rows: list[dict[str, Any]], usage: str, ruleset: str, csv_path: str, json_path: str) -> None:
@@ -80,33 +153,53 @@ def write(rows: list[dict[str, Any]], usage: str, ruleset: str, csv_path: str, j
     atomic.write_json(json_path, [{c: r.get(c) for c in cols} for r in rows])
 
 
+def _per_accelerator(r: dict[str, Any], b: str) -> float | None:
+    """Accelerator-minutes of a single-node system (None for others and systems without accelerators)."""
+    count = r.get("accelerators_count")
+    if nodes(r.get("number_of_nodes")) != 1 or not isinstance(count, (int, float)) or count <= 0:
+        return None
+    return float(r[b] * count)
+
+
+def _entry(r: dict[str, Any] | None, b: str, prefix: str = "") -> dict[str, Any]:
+    keys = ("minutes", "system", "org", "system_folder", "accelerators", "verdict")
+    if r is None:
+        return {prefix + k: None for k in keys}
+    values = (r[b], r.get("system") or r["system_folder"], r["org"], r["system_folder"], r.get("accelerators_count"),
+              r.get(f"{b}:verdict"))
+    return {prefix + k: v for k, v in zip(keys, values, strict=True)}
+
+
 def seed_tables(rows: list[dict[str, Any]], usage: str, ruleset: str) -> dict[str, list[dict[str, Any]]]:
     """Per division, per benchmark: the fastest time at scale and the fastest per accelerator.
 
-    The per-accelerator figure is the seed documents' "single accelerator" column: a single-node
+    Only results that pass every check of the ruleset are ranked; a failing result that would
+    have been faster is listed beside the winner (``*_failing``), never in its place. The
+    per-accelerator figure is the seed documents' "single accelerator" column: a single-node
     system's time to train multiplied by its accelerators.
     """
-    present = allowed_benchmarks(ruleset, usage)
-    order = [b for b in SEED_ORDER if b in present] + [b for b in present if b not in SEED_ORDER]
     tables: dict[str, list[dict[str, Any]]] = {}
     for division in sorted({r["division"] for r in rows if r.get("division")}):
         entries = []
-        for b in order:
+        for b in table_order(ruleset, usage):
             scored = [r for r in rows if r.get("division") == division and r.get(b) is not None]
             if not scored:
                 continue
-            best = min(scored, key=lambda r: r[b])
-            single = [r for r in scored if str(r.get("number_of_nodes")).strip() == "1"]
-            best_single = min(single, key=lambda r: r[b] * r["accelerators_count"]) if single else None
+            ok = [r for r in scored if b in r.get("ranked", ())]
+            best = min(ok, key=lambda r: r[b], default=None)
+            faster_failing = [r for r in scored if r not in ok and (best is None or r[b] < best[b])]
+            failing = min(faster_failing, key=lambda r: r[b], default=None)
+            single = [r for r in ok if _per_accelerator(r, b) is not None]
+            best_single = min(single, key=lambda r: _per_accelerator(r, b), default=None)  # type: ignore[arg-type,return-value]
+            single_failing = [r for r in scored if r not in ok and _per_accelerator(r, b) is not None
+                              and (best_single is None or _per_accelerator(r, b) < _per_accelerator(best_single, b))]  # type: ignore[operator]
+            worst = min(single_failing, key=lambda r: _per_accelerator(r, b), default=None)  # type: ignore[arg-type,return-value]
             entries.append({
-                "benchmark": b, "minutes": best[b], "system": best["system"], "org": best["org"],
-                "system_folder": best["system_folder"], "accelerators": best["accelerators_count"],
-                "per_accelerator": None if best_single is None else best_single[b] * best_single["accelerators_count"],
-                "single_minutes": None if best_single is None else best_single[b],
-                "single_system": None if best_single is None else best_single["system"],
-                "single_org": None if best_single is None else best_single["org"],
-                "single_folder": None if best_single is None else best_single["system_folder"],
-                "single_accelerators": None if best_single is None else best_single["accelerators_count"],
+                "benchmark": b, **_entry(best, b), **_entry(failing, b, "failing_"),
+                "per_accelerator": None if best_single is None else _per_accelerator(best_single, b),
+                **_entry(best_single, b, "single_"),
+                "single_failing_per_accelerator": None if worst is None else _per_accelerator(worst, b),
+                **_entry(worst, b, "single_failing_"),
             })
         tables[division] = entries
     return tables
