@@ -3,9 +3,9 @@ rule package:
     input:
         results=all_runs(OUT / "runs" / "{benchmark}" / "{run}" / "result.txt"),
         verdicts=all_runs(OUT / "compliance" / "{benchmark}" / "{run}.json"),
-        summaries=all_runs(OUT / "runs" / "{benchmark}" / "{run}" / "run.json"),
         environment=INFO / "environment.json",
-        # the provenance manifest records each run's summary and each dataset's manifest
+        # each result is verified against its run's result_sha256; the provenance manifest records each
+        # run's summary and each dataset's manifest
         summaries=all_runs(OUT / "runs" / "{benchmark}" / "{run}" / "run.json"),
         data_manifests=[dataset_ready(b) for b in ordered_benchmarks() if BENCHMARKS[b].mini],
         images=lambda w: [] if config["engine"] == "native" else
