@@ -45,11 +45,13 @@ def step_times(workload: Any, seconds: float) -> list[float]:
     """Per-step seconds (each epoch's time over its steps) for about ``seconds`` of training."""
     import torch
 
+    from mlrepro.train import train_epoch
+
     out, t_end, epoch = [], time.monotonic() + seconds, 1
     while time.monotonic() < t_end:
         torch.cuda.synchronize()
         t = time.perf_counter()
-        workload.train_epoch(epoch)
+        train_epoch(workload, epoch)
         torch.cuda.synchronize()
         out.append((time.perf_counter() - t) / workload.steps_per_epoch)
         epoch += 1
@@ -95,7 +97,7 @@ def main() -> int:
         data_dir = Path(tmp) / "data"
         data.generate("resnet", data_dir, params, seed=1)
         torch.manual_seed(1)
-        workload = load_module("resnet").Workload(data_dir, params, torch.device("cuda"))
+        workload = load_module("resnet").Workload(data_dir, params, torch.device("cuda"), seed=1)
         step_times(workload, 2.0)  # warm-up: cuDNN autotuning, allocator
         off: list[float] = []
         on: list[dict[str, Any]] = []

@@ -1,4 +1,5 @@
-"""The training loop shared by every benchmark: seeding, the MLPerf log, the clock and stopping.
+"""The training loop shared by every benchmark: seeding, the MLPerf log, the clock, the optimisation
+step and stopping.
 
 Run as ``python -m mlrepro.train ...``: one process per run, as mllog and the rules expect.
 """
@@ -20,7 +21,7 @@ import torch
 
 from mlrepro import atomic, data
 from mlrepro.mlperf_log import RunLog
-from mlrepro.workload import Metric, load_module, reached
+from mlrepro.workload import Metric, Workload, load_module, reached
 
 
 @dataclass
@@ -55,9 +56,24 @@ def submission_from_env() -> Submission:
 
 
 def seed_everything(seed: int) -> None:
+    """Seed the global generators, which the layers' default initialisation draws from; everything the
+    run draws after that comes from generators the workload seeds with the run's seed."""
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
+
+
+def train_epoch(workload: Workload, epoch: int) -> None:
+    """One epoch of optimizer steps: the one step loop of every benchmark."""
+    workload.model.train()
+    for batch in workload.batches(epoch):
+        loss = workload.loss(batch)
+        workload.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if workload.grad_clip_norm is not None:
+            torch.nn.utils.clip_grad_norm_(workload.model.parameters(), workload.grad_clip_norm)
+        workload.optimizer.step()
+        workload.scheduler.step()
 
 
 def pick_device(name: str) -> torch.device:
@@ -101,7 +117,7 @@ def train(
 
     data.require_valid(data_dir)
     seed_everything(seed)
-    workload = module.Workload(data_dir, params, device)
+    workload: Workload = module.Workload(data_dir, params, device, seed)
     for tensor in workload.initialized_tensors():
         log.event(c.WEIGHTS_INITIALIZATION, tensor=tensor)
     log.event(c.GRADIENT_ACCUMULATION_STEPS, int(params.get("gradient_accumulation_steps", 1)))
@@ -119,7 +135,7 @@ def train(
     start = time.time()
     for epoch in range(1, max_epochs + 1):
         log.start(c.EPOCH_START, epoch_num=epoch)
-        workload.train_epoch(epoch)
+        train_epoch(workload, epoch)
         log.end(c.EPOCH_STOP, epoch_num=epoch)
         log.start(c.EVAL_START, epoch_num=epoch)
         value = workload.evaluate(epoch)

@@ -1,19 +1,22 @@
 """The contract between the shared training loop and one benchmark's mini implementation.
 
-Each ``workflows/<benchmark>/model.py`` is a self-contained file (model, data generator, training
-step, evaluation) that exposes:
+Each ``workflows/<benchmark>/model.py`` is a self-contained file (model, data generator, loss,
+evaluation) that exposes:
 
 - ``generate_data(out_dir: Path, params: dict, seed: int) -> None``: write the dataset, deterministic
   in ``params`` and ``seed``; files only, any format.
 - ``Workload``: a class following the :class:`Workload` protocol below.
 
-The loop in :mod:`mlrepro.train` owns the MLPerf log, the clock, seeding and stopping.
+The loop in :mod:`mlrepro.train` owns the MLPerf log, the clock, stopping and the optimisation step
+(zero the gradients, backpropagate the loss, clip, step the optimizer and the scheduler); a workload
+says what a step trains on and what it minimises.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Protocol
@@ -34,14 +37,27 @@ class Workload(Protocol):
     eval_samples: int
     # True when a larger metric is better (accuracy, AUC, Dice); False for WER.
     higher_is_better: bool
+    model: torch.nn.Module  # put in training mode before each epoch's steps
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LRScheduler  # stepped after every optimizer step
+    grad_clip_norm: float | None  # the gradients' total norm is clipped to it before each step
 
-    def __init__(self, data_dir: Path, params: dict[str, Any], device: torch.device) -> None: ...
+    def __init__(self, data_dir: Path, params: dict[str, Any], device: torch.device, seed: int) -> None:
+        """``seed`` is the run's: every random draw after the weights' initialisation (data order,
+        augmentation, sampling) comes from generators seeded with it, never from global state."""
+        ...
 
     def initialized_tensors(self) -> list[str]:
         """Names logged as ``weights_initialization`` events (the closed rules' lists where they exist)."""
         ...
 
-    def train_epoch(self, epoch: int) -> None: ...
+    def batches(self, epoch: int) -> Iterable[Any]:
+        """The epoch's minibatches in training order, one per optimizer step."""
+        ...
+
+    def loss(self, batch: Any) -> torch.Tensor:
+        """The scalar to minimise on one minibatch."""
+        ...
 
     def evaluate(self, epoch: int) -> Metric:
         """The quality metric on held-out data; a dict for multi-metric benchmarks (maskrcnn)."""

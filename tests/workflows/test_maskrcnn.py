@@ -1,18 +1,17 @@
-"""Unit tests of the mini Mask R-CNN's own parts: RoI Align, level assignment, sampling, matching,
-mask pasting, COCO box and mask AP, the MLPerf tensor names."""
+"""Unit tests of the mini Mask R-CNN's own parts: sampling, mask targets and pasting, COCO box and mask AP,
+the MLPerf tensor names (its box geometry and RoI Align: test_detection.py)."""
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import mlperf_logging
 import numpy as np
 import pytest
 import torch
-import torch.nn.functional as F
 import yaml
 
+from mlrepro.detection import roi_align
 from mlrepro.workload import load_module, workflow_dir
 
 mrcnn = load_module("maskrcnn")
@@ -23,90 +22,19 @@ def params() -> dict:
     return yaml.safe_load((workflow_dir("maskrcnn") / "defaults.yaml").read_text())
 
 
-def test_box_iou_and_codec() -> None:
-    a = torch.tensor([[0.0, 0, 2, 2]])
-    b = torch.tensor([[1.0, 1, 3, 3], [0, 0, 2, 2], [5, 5, 6, 6]])
-    assert torch.allclose(mrcnn.box_iou(a, b), torch.tensor([[1 / 7, 1.0, 0.0]]))
-    ref, gt = torch.tensor([[0.0, 0, 4, 4]]), torch.tensor([[2.0, 0, 6, 8]])
-    assert torch.allclose(mrcnn.encode(ref, gt), torch.tensor([[0.5, 0.5, 0.0, math.log(2)]]))
-    assert torch.allclose(mrcnn.decode(ref, mrcnn.encode(ref, gt)), gt)
-
-
-def test_nms() -> None:
-    boxes = torch.tensor([[0.0, 0, 10, 10], [1, 0, 11, 10], [20, 20, 30, 30]])
-    scores = torch.tensor([0.5, 0.9, 0.8])
-    assert mrcnn.nms(boxes, scores, 0.5).tolist() == [1, 2]
-    assert mrcnn.nms(boxes, scores, 0.5, max_keep=1).tolist() == [1]
-    assert mrcnn.batched_nms(boxes, scores, torch.tensor([0, 1, 0]), 0.5).tolist() == [1, 2, 0]
-
-
-def test_roi_align_hand_computed() -> None:
-    # feature value = column index; pixel j spans [j, j + 1], so at image x the value is x - 0.5
-    feat = torch.arange(8.0).expand(2, 1, 8, 8).clone()
-    feat[1] *= 10  # the second image
-    rois = torch.tensor([[2.0, 2, 6, 6], [2.0, 2, 6, 6]])
-    out = mrcnn.roi_align(feat, rois, torch.tensor([0, 1]), 2, 1.0)
-    # bin centres at x = 3 and 5: samples at 2.5, 3.5 | 4.5, 5.5 -> values 2, 3 | 4, 5
-    assert torch.allclose(out[0, 0], torch.tensor([[2.5, 4.5], [2.5, 4.5]]))
-    assert torch.allclose(out[1, 0], 10 * out[0, 0])
-    # at stride 2, the same image-coordinate box covers half as many feature cells
-    half = mrcnn.roi_align(feat[:1], rois[:1] * 2, torch.tensor([0]), 2, 0.5)
-    assert torch.allclose(half, out[:1])
-
-
-def test_roi_align_matches_grid_sample() -> None:
-    """Against an independent implementation: bilinear grid_sample at every sample point, averaged."""
-    torch.manual_seed(0)
-    feat = torch.randn(3, 4, 8, 8)
-    rois = torch.tensor([[0.0, 0, 32, 32], [3.3, 5.1, 17.9, 12.2], [10, 20, 11, 21], [-2, -2, 40, 40]])
-    bidx = torch.tensor([0, 2, 1, 2])
-    out, s, scale = 3, 2, 0.25
-    n = out * s
-    t = (torch.arange(n) + 0.5) / n
-    ref = []
-    for roi, b in zip(rois, bidx, strict=True):
-        xs = (roi[0] + t * (roi[2] - roi[0])) * scale
-        ys = (roi[1] + t * (roi[3] - roi[1])) * scale
-        grid = torch.stack(torch.meshgrid(2 * xs / 8 - 1, 2 * ys / 8 - 1, indexing="xy"), -1)
-        sampled = F.grid_sample(feat[b : b + 1], grid[None], align_corners=False, padding_mode="border")
-        ref.append(F.avg_pool2d(sampled, s)[0])
-    assert torch.allclose(mrcnn.roi_align(feat, rois, bidx, out, scale), torch.stack(ref), atol=1e-5)
-
-
-def test_roi_align_gradient_reaches_only_the_roi_image() -> None:
-    feat = torch.ones(2, 1, 8, 8, requires_grad=True)
-    mrcnn.roi_align(feat, torch.tensor([[0.0, 0, 4, 4]]), torch.tensor([1]), 2, 1.0).sum().backward()
-    assert feat.grad[0].abs().sum() == 0 and feat.grad[1].sum() == pytest.approx(4.0)
-    assert feat.grad[1, 0, 5:, :].abs().sum() == 0  # nothing outside the box's neighbourhood
-
-
-def test_fpn_level() -> None:
-    rois = torch.tensor([[0.0, 0, 8, 8], [0, 0, 15, 15], [0, 0, 16, 16], [0, 0, 32, 32], [0, 0, 500, 500],
-                         [0, 0, 2, 2]])
-    assert mrcnn.fpn_level(rois, 4, 16.0, 2).tolist() == [0, 0, 1, 2, 3, 0]
-
-
 def test_sample_is_balanced() -> None:
-    torch.manual_seed(0)
+    gen = torch.Generator().manual_seed(0)
     positive = torch.zeros(3, 100, dtype=torch.bool)
     positive[0, :50] = True
     positive[1, :2] = True
     negative = ~positive
     negative[2, 90:] = False
-    pos, neg = mrcnn.sample(positive, negative, 16, 0.25)
+    pos, neg = mrcnn.sample(positive, negative, 16, 0.25, gen)
     assert pos.sum(1).tolist() == [4, 2, 0]  # at most a quarter positive
     assert neg.sum(1).tolist() == [12, 14, 16]  # negatives fill the rest
     assert not (pos & ~positive).any() and not (neg & ~negative).any()
-    assert len({tuple(mrcnn.sample(positive, negative, 16, 0.25)[1][0].nonzero().flatten().tolist())
+    assert len({tuple(mrcnn.sample(positive, negative, 16, 0.25, gen)[1][0].nonzero().flatten().tolist())
                 for _ in range(3)}) > 1  # random, not the first ones
-
-
-def test_match_low_quality() -> None:
-    anchors = torch.tensor([[0.0, 0, 10, 10], [0, 0, 10, 5], [20, 20, 24, 24], [40, 40, 50, 50]])
-    gt = torch.tensor([[[0.0, 0, 10, 10], [20, 20, 30, 30]]])
-    m = mrcnn.match(anchors, gt, torch.tensor([[True, True]]), 0.7, 0.3)[0].tolist()
-    # IoU 1; 0.5 (between thresholds); 0.16 but the best anchor of object 1; 0
-    assert m == [0, mrcnn.IGNORE, 1, mrcnn.BACKGROUND]
 
 
 def test_paste_masks() -> None:
@@ -176,7 +104,7 @@ def test_mask_targets_of_a_rectangle_are_full() -> None:
     """A proposal equal to a rectangle's box crops its mask to all ones (the mask head's target)."""
     mask = torch.zeros(1, 1, 32, 32)
     mask[0, 0, 4:12, 6:20] = 1
-    target = mrcnn.roi_align(mask, torch.tensor([[6.0, 4, 20, 12]]), torch.tensor([0]), 10, 1.0) >= 0.5
+    target = roi_align(mask, torch.tensor([[0.0, 6, 4, 20, 12]]), 10) >= 0.5
     assert target.all()
-    wider = mrcnn.roi_align(mask, torch.tensor([[0.0, 4, 26, 12]]), torch.tensor([0]), 10, 1.0) >= 0.5
+    wider = roi_align(mask, torch.tensor([[0.0, 0, 4, 26, 12]]), 10) >= 0.5
     assert not wider.all() and wider.any()

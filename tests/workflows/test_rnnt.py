@@ -163,7 +163,7 @@ def test_initialized_tensors_are_the_closed_rules_names(tmp_path: Path) -> None:
     params = defaults()
     params["data"].update(train_samples=8, eval_samples=4)
     rnnt.generate_data(tmp_path, params, seed=0)
-    w = rnnt.Workload(tmp_path, params, torch.device("cpu"))
+    w = rnnt.Workload(tmp_path, params, torch.device("cpu"), seed=0)
     assert sorted(w.initialized_tensors()) == sorted(
         ["pre_rnn", "post_rnn", "pred_embed", "dec_rnn", "joint_pred", "joint_enc", "joint_net"]
     )

@@ -94,7 +94,7 @@ def test_workload_logs_the_rules_layer_names(tmp_path: Path) -> None:
     params = defaults()
     params["data"].update(train_samples=2, eval_samples=2)
     unet3d.generate_data(tmp_path, params, seed=0)
-    w = unet3d.Workload(tmp_path, params, torch.device("cpu"))
+    w = unet3d.Workload(tmp_path, params, torch.device("cpu"), seed=0)
     names = w.initialized_tensors()
     assert "input_block_0_conv" in names and "output_conv" in names
     assert 0.0 <= w.evaluate(0) <= 1.0

@@ -25,6 +25,7 @@ they do not enter the benchmark's metric.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -211,9 +212,10 @@ class Lamb(torch.optim.Optimizer):
 # ------------------------------------------------------------------------------------ workload
 class Workload:
     higher_is_better = True
+    grad_clip_norm = None
 
-    def __init__(self, data_dir: Path, params: dict[str, Any], device: torch.device) -> None:
-        self.device = device
+    def __init__(self, data_dir: Path, params: dict[str, Any], device: torch.device, seed: int) -> None:
+        self.device, self.seed = device, seed
         self.p = params
         d = params["data"]
         self.vocab, self.mask_prob = d["vocab_size"], d["mask_prob"]
@@ -227,11 +229,11 @@ class Workload:
         self.steps_per_epoch = math.ceil(len(self.tokens) / self.batch)
         total = self.steps_per_epoch * params["max_epochs"]
         warmup = params["warmup_steps"]
-        self.opt = Lamb(self.model.parameters(), lr=params["lr"], betas=(params["beta1"], params["beta2"]),
+        self.optimizer = Lamb(self.model.parameters(), lr=params["lr"], betas=(params["beta1"], params["beta2"]),
                         eps=params["epsilon"], weight_decay=params["weight_decay"])
         # The reference's schedule: linear warmup from 0, then linear decay to 0 at the last step.
-        self.sched = torch.optim.lr_scheduler.LambdaLR(
-            self.opt, lambda s: (s + 1) / warmup if s < warmup else max(0.0, (total - s) / max(1, total - warmup))
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lambda s: (s + 1) / warmup if s < warmup else max(0.0, (total - s) / max(1, total - warmup))
         )
         self.hyperparameters = {
             "global_batch_size": self.batch,
@@ -255,20 +257,18 @@ class Workload:
     def initialized_tensors(self) -> list[str]:
         return self.model.tf_names()
 
-    def train_epoch(self, epoch: int) -> None:
-        self.model.train()
+    def batches(self, epoch: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         # Masks and order are drawn on the CPU so that a seed gives the same run on every device.
-        gen = torch.Generator().manual_seed(torch.initial_seed() * 1000 + epoch)
+        gen = torch.Generator().manual_seed(self.seed * 1000 + epoch)
         order = torch.randperm(len(self.tokens), generator=gen)
         inputs, labels = mask_tokens(self.tokens[order], self.vocab, self.mask_prob, gen)
         inputs, labels = inputs.to(self.device), labels.to(self.device)
         for i in range(self.steps_per_epoch):
-            x, y = inputs[i * self.batch : (i + 1) * self.batch], labels[i * self.batch : (i + 1) * self.batch]
-            loss = F.cross_entropy(self.model(x).flatten(0, 1), y.flatten(), ignore_index=IGNORE)
-            self.opt.zero_grad(set_to_none=True)
-            loss.backward()
-            self.opt.step()
-            self.sched.step()
+            yield inputs[i * self.batch : (i + 1) * self.batch], labels[i * self.batch : (i + 1) * self.batch]
+
+    def loss(self, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        x, y = batch
+        return F.cross_entropy(self.model(x).flatten(0, 1), y.flatten(), ignore_index=IGNORE)
 
     @torch.no_grad()
     def evaluate(self, epoch: int) -> float:

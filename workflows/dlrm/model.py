@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -111,9 +112,10 @@ class DLRM(nn.Module):
 # ------------------------------------------------------------------------------------ workload
 class Workload:
     higher_is_better = True
+    grad_clip_norm = None
 
-    def __init__(self, data_dir: Path, params: dict[str, Any], device: torch.device) -> None:
-        self.device = device
+    def __init__(self, data_dir: Path, params: dict[str, Any], device: torch.device, seed: int) -> None:
+        self.device, self.seed = device, seed
         d = params["data"]
         train, evals = np.load(data_dir / "train.npz"), np.load(data_dir / "eval.npz")
 
@@ -129,7 +131,7 @@ class Workload:
         self.batch = params["batch_size"]
         self.steps_per_epoch = math.ceil(len(self.labels) / self.batch)
         warmup, decay_start, decay_steps = params["warmup_steps"], params["decay_start_step"], params["decay_steps"]
-        self.opt = torch.optim.SGD(self.model.parameters(), lr=params["lr"])
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=params["lr"])
 
         # The reference's schedule: linear warmup, constant, then (1 - progress)^2 down to 0.
         def schedule(s: int) -> float:
@@ -139,7 +141,7 @@ class Workload:
                 return 1.0
             return max(0.0, 1 - (s - decay_start) / decay_steps) ** 2
 
-        self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, schedule)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, schedule)
         self.hyperparameters = {
             "global_batch_size": self.batch,
             "opt_name": "sgd",
@@ -158,18 +160,15 @@ class Workload:
     def initialized_tensors(self) -> list[str]:
         return self.model.reference_names()
 
-    def train_epoch(self, epoch: int) -> None:
-        self.model.train()
-        gen = torch.Generator().manual_seed(torch.initial_seed() * 1000 + epoch)
+    def batches(self, epoch: int) -> Iterator[torch.Tensor]:
+        gen = torch.Generator().manual_seed(self.seed * 1000 + epoch)
         order = torch.randperm(len(self.labels), generator=gen).to(self.device)
         for i in range(self.steps_per_epoch):
-            idx = order[i * self.batch : (i + 1) * self.batch]
-            logits = self.model(self.dense[idx], self.cats[idx])
-            loss = F.binary_cross_entropy_with_logits(logits, self.labels[idx])
-            self.opt.zero_grad(set_to_none=True)
-            loss.backward()
-            self.opt.step()
-            self.sched.step()
+            yield order[i * self.batch : (i + 1) * self.batch]
+
+    def loss(self, idx: torch.Tensor) -> torch.Tensor:
+        logits = self.model(self.dense[idx], self.cats[idx])
+        return F.binary_cross_entropy_with_logits(logits, self.labels[idx])
 
     @torch.no_grad()
     def evaluate(self, epoch: int) -> float:

@@ -10,13 +10,16 @@ The real benchmark trains Mask R-CNN (ResNet-50 + FPN) on COCO and stops at box 
 - region proposal network: a 3x3 conv shared by all levels, objectness and box-delta 1x1 convs,
   anchors matched by IoU (>= 0.7 object, < 0.3 background), a balanced sample of anchors per image
   for the loss, and decode + NMS to turn the best anchors into proposals;
-- RoI heads: RoI Align (bilinear sampling with ``grid_sample``) on the pyramid level that suits
+- RoI heads: RoI Align (torchvision's, ``aligned=True``) on the pyramid level that suits
   each RoI's size; a box head (two fully connected layers, then class scores and class-specific box
   deltas) trained on a 1:3 sample of object and background proposals; a mask head (four 3x3 convs,
   a 2x transposed conv, one mask logit map per class) trained on the object proposals against the
   ground-truth mask cropped to each proposal;
 - evaluation: score threshold, per-class NMS, masks pasted back into the image, and COCO box AP and
   mask AP (mAP@[.5:.95], pycocotools ``bbox`` and ``segm``), the two metrics of the real benchmark.
+
+The box geometry (IoU, NMS, box coding, anchors, matching, RoI Align) is shared with the ssd model:
+``mlrepro.detection``, written to torchvision.ops' semantics.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import io
 import math
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +38,18 @@ import torch.nn.functional as F
 from pycocotools.coco import COCO
 from pycocotools.cocoeval import COCOeval
 from torch import nn
+
+from mlrepro.detection import (
+    BELOW_LOW_THRESHOLD,
+    BoxCoder,
+    batched_nms,
+    box_iou,
+    grid_anchors,
+    match,
+    multiscale_roi_align,
+    nms,
+    roi_align,
+)
 
 SHAPES = ("rectangle", "disc", "triangle")  # category ids 1, 2, 3; 0 is background
 
@@ -84,105 +100,22 @@ def generate_data(out_dir: Path, params: dict[str, Any], seed: int) -> None:
         np.savez(out_dir / f"{split}.npz", images=images, masks=masks, boxes=boxes, labels=labels)
 
 
-# ----------------------------------------------------------------------------------- box utils
-def box_iou(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """Pairwise IoU of (..., N, 4) and (..., M, 4) boxes in (x0, y0, x1, y1): (..., N, M)."""
-    area_a = (a[..., 2] - a[..., 0]) * (a[..., 3] - a[..., 1])
-    area_b = (b[..., 2] - b[..., 0]) * (b[..., 3] - b[..., 1])
-    lt = torch.maximum(a[..., :, None, :2], b[..., None, :, :2])
-    rb = torch.minimum(a[..., :, None, 2:], b[..., None, :, 2:])
-    wh = (rb - lt).clamp(min=0)
-    inter = wh[..., 0] * wh[..., 1]
-    return inter / (area_a[..., :, None] + area_b[..., None, :] - inter).clamp(min=1e-6)
-
-
-def nms(boxes: torch.Tensor, scores: torch.Tensor, threshold: float, max_keep: int = 10**9):
-    """Greedy NMS: indices of the kept boxes, best first. On the host: a few hundred boxes at most."""
-    order = torch.argsort(scores, descending=True)
-    iou = box_iou(boxes[order], boxes[order]).cpu().numpy()
-    suppressed = np.zeros(len(order), dtype=bool)
-    keep: list[int] = []
-    for i in range(len(order)):
-        if not suppressed[i]:
-            keep.append(i)
-            if len(keep) == max_keep:
-                break
-            suppressed |= iou[i] > threshold
-    return order[torch.as_tensor(keep, dtype=torch.long, device=order.device)]
-
-
-def batched_nms(boxes: torch.Tensor, scores: torch.Tensor, classes: torch.Tensor, threshold: float):
-    """NMS within each class: shifting each class's boxes far apart makes one NMS call do them all."""
-    if len(boxes) == 0:
-        return torch.zeros(0, dtype=torch.long, device=boxes.device)
-    offset = classes.to(boxes.dtype)[:, None] * (boxes.max() + 1)
-    return nms(boxes + offset, scores, threshold)
-
-
-_MAX_LOG_SCALE = math.log(1000.0 / 16)  # exp() of a wild early prediction would overflow
-
-
-def encode(ref: torch.Tensor, gt: torch.Tensor) -> torch.Tensor:
-    """Box deltas (dx, dy, dw, dh) that turn the reference boxes (anchors, proposals) into ``gt``."""
-    rw, rh = ref[..., 2] - ref[..., 0], ref[..., 3] - ref[..., 1]
-    gw, gh = gt[..., 2] - gt[..., 0], gt[..., 3] - gt[..., 1]
-    dx = (gt[..., 0] + gt[..., 2] - ref[..., 0] - ref[..., 2]) / 2 / rw
-    dy = (gt[..., 1] + gt[..., 3] - ref[..., 1] - ref[..., 3]) / 2 / rh
-    return torch.stack((dx, dy, torch.log(gw / rw), torch.log(gh / rh)), dim=-1)
-
-
-def decode(ref: torch.Tensor, deltas: torch.Tensor) -> torch.Tensor:
-    rw, rh = ref[..., 2] - ref[..., 0], ref[..., 3] - ref[..., 1]
-    cx = (ref[..., 0] + ref[..., 2]) / 2 + deltas[..., 0] * rw
-    cy = (ref[..., 1] + ref[..., 3]) / 2 + deltas[..., 1] * rh
-    w = rw * torch.exp(deltas[..., 2].clamp(max=_MAX_LOG_SCALE))
-    h = rh * torch.exp(deltas[..., 3].clamp(max=_MAX_LOG_SCALE))
-    return torch.stack((cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2), dim=-1)
-
-
+# ------------------------------------------------------------------------- box weights, sampling
 # The box head predicts deltas scaled up by these (the reference's 10, 10, 5, 5): proposals are
 # already close to the objects, so their residuals are small and would otherwise learn slowly.
 BOX_WEIGHTS = (10.0, 10.0, 5.0, 5.0)
 
 
-def make_anchors(image_size: int, strides: list[int], sizes: list[float], ratios: list[float]):
-    """All anchors, level by level, each level in (y, x, anchor) order: the order the RPN's outputs
-    are flattened in. One size per level (the FPN recipe); ``ratio`` is height / width."""
-    levels = []
-    for stride, size in zip(strides, sizes, strict=True):
-        n = image_size // stride
-        centres = (torch.arange(n, dtype=torch.float32) + 0.5) * stride
-        cy, cx = torch.meshgrid(centres, centres, indexing="ij")
-        wh = torch.tensor([(size / math.sqrt(r), size * math.sqrt(r)) for r in ratios])
-        ctr = torch.stack((cx, cy), dim=-1)[:, :, None, :]  # (n, n, 1, 2)
-        levels.append(torch.cat((ctr - wh / 2, ctr + wh / 2), dim=-1).reshape(-1, 4))
-    return levels
-
-
-BACKGROUND, IGNORE = -1, -2  # values of match() for anchors that are not matched to an object
-
-
-def match(anchors: torch.Tensor, gt: torch.Tensor, valid: torch.Tensor, hi: float, lo: float):
-    """For each image and anchor, the index of its object, BACKGROUND or IGNORE.
-
-    gt: (B, G, 4) padded boxes, valid: (B, G). Each object also claims the anchors it overlaps best
-    even below ``hi``, so that no object, however oddly shaped, goes without a positive anchor.
-    """
-    iou = box_iou(gt, anchors).masked_fill(~valid[..., None], -1.0)  # (B, G, A)
-    best, idx = iou.max(dim=1)
-    matched = idx.masked_fill(best < hi, IGNORE).masked_fill(best < lo, BACKGROUND)
-    best_per_gt = iou.max(dim=2, keepdim=True).values
-    low_quality = ((iou == best_per_gt) & valid[..., None] & (best_per_gt > 0)).any(dim=1)
-    return torch.where(low_quality, idx, matched)
-
-
-def sample(positive: torch.Tensor, negative: torch.Tensor, size: int, fraction: float):
-    """Per row (image), a random ``size`` of the candidates, at most ``fraction`` of them positive:
-    the balanced minibatch that keeps the easy background from swamping the loss. (B, N) masks in,
-    (B, N) masks of the chosen positives and negatives out."""
+def sample(positive: torch.Tensor, negative: torch.Tensor, size: int, fraction: float,
+           generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """``torchvision.models.detection._utils.BalancedPositiveNegativeSampler``, batched: per row (image),
+    a random ``size`` of the candidates, at most ``fraction`` of them positive: the balanced minibatch
+    that keeps the easy background from swamping the loss. (B, N) masks in, (B, N) masks of the chosen
+    positives and negatives out."""
 
     def random_rank(candidates: torch.Tensor) -> torch.Tensor:
-        keys = torch.rand(candidates.shape, device=candidates.device) + (~candidates).float()
+        # Drawn on the host from the run's generator: the same seed samples the same on every device.
+        keys = torch.rand(candidates.shape, generator=generator).to(candidates.device) + (~candidates).float()
         return keys.argsort(dim=1).argsort(dim=1)  # candidates first, in random order
 
     pos = positive & (random_rank(positive) < int(size * fraction))
@@ -190,58 +123,7 @@ def sample(positive: torch.Tensor, negative: torch.Tensor, size: int, fraction: 
     return pos, neg
 
 
-# ------------------------------------------------------------------------------------ RoI Align
-def _bin_weights(lo: torch.Tensor, hi: torch.Tensor, out: int, sampling: int, size: int) -> torch.Tensor:
-    """(R, out, size): how much each feature row (or column) contributes to each output bin.
-
-    ``sampling`` evenly spaced points per bin, each linearly interpolated between its two nearest
-    feature centres (pixel i spans [i, i + 1], its centre is i + 0.5), then averaged over the bin.
-    """
-    n = out * sampling
-    t = (torch.arange(n, device=lo.device, dtype=lo.dtype) + 0.5) / n  # points in [0, 1] of the box
-    u = (lo[:, None] + t * (hi - lo)[:, None]).clamp(0.5, size - 0.5)  # beyond the edge centres: the edge
-    centres = torch.arange(size, device=lo.device, dtype=lo.dtype) + 0.5
-    tent = (1 - (u[:, :, None] - centres).abs()).clamp(min=0)  # (R, n, size): linear interpolation
-    return tent.view(len(lo), out, sampling, size).mean(dim=2)
-
-
-def roi_align(feat: torch.Tensor, rois: torch.Tensor, batch_idx: torch.Tensor, out: int, scale: float,
-              sampling: int = 2) -> torch.Tensor:
-    """RoI Align: (R, C, out, out) features of the image-coordinate boxes ``rois`` on ``feat``.
-
-    Each output bin averages ``sampling``**2 bilinear samples at evenly spaced points in the bin, with
-    no rounding of the box to the feature grid (the fix RoI Align brought over RoI Pool). The sample
-    points form a grid and bilinear interpolation is separable, so the whole operation is two small
-    matrix products per RoI: (rows -> bins) @ feature map @ (columns -> bins)^T.
-    """
-    h, w = feat.shape[-2:]
-    wy = _bin_weights(rois[:, 1] * scale, rois[:, 3] * scale, out, sampling, h)  # (R, out, H)
-    wx = _bin_weights(rois[:, 0] * scale, rois[:, 2] * scale, out, sampling, w)  # (R, out, W)
-    return wy[:, None] @ feat[batch_idx] @ wx[:, None].transpose(-1, -2)
-
-
-def fpn_level(rois: torch.Tensor, levels: int, canonical_size: float, canonical_level: int):
-    """The pyramid level (0-based) to pool each RoI from: one level finer per halving of its size.
-
-    The reference maps a 224-pixel box to P4 (stride 16, so 14 feature cells for a 7x7 pooling);
-    here a ``canonical_size`` box goes to level ``canonical_level``.
-    """
-    size = torch.sqrt((rois[:, 2] - rois[:, 0]) * (rois[:, 3] - rois[:, 1])).clamp(min=1e-6)
-    k = torch.floor(canonical_level + torch.log2(size / canonical_size))
-    return k.clamp(1, levels).long() - 1
-
-
-def multiscale_roi_align(feats: list[torch.Tensor], strides: list[int], rois: torch.Tensor,
-                         batch_idx: torch.Tensor, out: int, canonical: tuple[float, int]):
-    result = feats[0].new_zeros(len(rois), feats[0].shape[1], out, out)
-    level = fpn_level(rois, len(feats), *canonical)
-    for i, (f, stride) in enumerate(zip(feats, strides, strict=True)):
-        idx = torch.nonzero(level == i).squeeze(1)
-        if len(idx):
-            result[idx] = roi_align(f, rois[idx], batch_idx[idx], out, 1.0 / stride)
-    return result
-
-
+# ------------------------------------------------------------------------------------- masks
 def paste_masks(masks: torch.Tensor, boxes: torch.Tensor, size: int) -> torch.Tensor:
     """(D, M, M) mask probabilities predicted inside boxes -> (D, size, size) binary image masks."""
     centres = torch.arange(size, device=boxes.device, dtype=boxes.dtype) + 0.5
@@ -396,10 +278,11 @@ class MaskRCNN(nn.Module):
         self.p = p
         self.size = p["data"]["image_size"]
         self.strides = p["strides"]
-        anchors = make_anchors(self.size, self.strides, p["anchor_sizes"], p["anchor_ratios"])
+        # One anchor size per level (the FPN recipe).
+        anchors = grid_anchors(self.size, self.strides, [[s] for s in p["anchor_sizes"]], p["anchor_ratios"])
         self.level_lengths = [len(a) for a in anchors]
         self.register_buffer("anchors", torch.cat(anchors))
-        self.register_buffer("box_weights", torch.tensor(BOX_WEIGHTS))
+        self.rpn_coder, self.box_coder = BoxCoder(), BoxCoder(BOX_WEIGHTS)
         ch, classes = p["fpn_channels"], len(SHAPES)
         self.backbone = Backbone(p["width"], ch)
         self.rpn = RPNHead(ch, len(p["anchor_ratios"]))
@@ -415,38 +298,41 @@ class MaskRCNN(nn.Module):
         for lg, dl, anc in zip(logits, deltas, self.anchors.split(self.level_lengths), strict=True):
             s, idx = lg.detach().topk(min(self.p["pre_nms_top_n"], len(anc)), dim=1)  # (B, k)
             d = torch.gather(dl.detach(), 1, idx[..., None].expand(-1, -1, 4))
-            boxes.append(decode(anc[idx], d).clamp(0, self.size))
+            boxes.append(self.rpn_coder.decode(anc[idx], d).clamp(0, self.size))
             scores.append(s)
         out = []
         for bx, sc in zip(torch.cat(boxes, 1), torch.cat(scores, 1), strict=True):
             big = ((bx[:, 2:] - bx[:, :2]) >= 1).all(dim=1)
             bx, sc = bx[big], sc[big]
-            out.append(bx[nms(bx, sc, self.p["rpn_nms_threshold"], top_n)])
+            out.append(bx[nms(bx, sc, self.p["rpn_nms_threshold"])[:top_n]])
         return out
 
     def rpn_loss(self, logits: torch.Tensor, deltas: torch.Tensor, boxes: torch.Tensor,
-                 valid: torch.Tensor) -> torch.Tensor:
+                 valid: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
         matched = match(self.anchors, boxes, valid, 0.7, 0.3)  # (B, A)
-        pos, neg = sample(matched >= 0, matched == BACKGROUND, self.p["rpn_batch_per_image"], 0.5)
+        pos, neg = sample(matched >= 0, matched == BELOW_LOW_THRESHOLD, self.p["rpn_batch_per_image"], 0.5,
+                          generator)
         chosen = pos | neg
         cls_loss = F.binary_cross_entropy_with_logits(logits[chosen], pos[chosen].to(logits.dtype),
                                                       reduction="sum")
         gt = torch.gather(boxes, 1, matched.clamp(min=0)[..., None].expand(-1, -1, 4))  # (B, A, 4)
         anchors = self.anchors.expand_as(gt)
-        box_loss = F.smooth_l1_loss(deltas[pos], encode(anchors[pos], gt[pos]), beta=1 / 9, reduction="sum")
+        box_loss = F.smooth_l1_loss(deltas[pos], self.rpn_coder.encode(anchors[pos], gt[pos]), beta=1 / 9,
+                                    reduction="sum")
         return (cls_loss + box_loss) / chosen.sum().clamp(min=1)
 
     # -- RoI heads
     def roi_features(self, feats: list[torch.Tensor], rois: torch.Tensor, batch_idx: torch.Tensor, out: int):
-        return multiscale_roi_align(feats, self.strides, rois, batch_idx, out, self.canonical)
+        boxes = torch.cat((batch_idx[:, None].to(rois.dtype), rois), dim=1)  # torchvision's (K, 5) RoIs
+        return multiscale_roi_align(feats, self.strides, boxes, out, self.canonical)
 
-    def loss(self, images: torch.Tensor, masks: torch.Tensor, boxes: torch.Tensor,
-             labels: torch.Tensor) -> torch.Tensor:
+    def loss(self, images: torch.Tensor, masks: torch.Tensor, boxes: torch.Tensor, labels: torch.Tensor,
+             generator: torch.Generator) -> torch.Tensor:
         p = self.p
         feats = self.backbone(images)
         logits, deltas = self.rpn(feats)
         valid = labels > 0
-        loss = self.rpn_loss(torch.cat(logits, 1), torch.cat(deltas, 1), boxes, valid)
+        loss = self.rpn_loss(torch.cat(logits, 1), torch.cat(deltas, 1), boxes, valid, generator)
 
         # Sample RoIs among the proposals, with the ground-truth boxes added so that the heads see
         # good positives from the first step on.
@@ -457,14 +343,14 @@ class MaskRCNN(nn.Module):
         real = torch.cat((real, valid), dim=1)  # (B, P): not padding
         iou = box_iou(props, boxes).masked_fill(~valid[:, None, :], -1.0)  # (B, P, G)
         best, gi = iou.max(dim=2)
-        pos, neg = sample(real & (best >= 0.5), real & (best < 0.5), p["roi_batch_per_image"], 0.25)
+        pos, neg = sample(real & (best >= 0.5), real & (best < 0.5), p["roi_batch_per_image"], 0.25, generator)
         bidx, pidx = torch.nonzero(pos | neg, as_tuple=True)
         rois, gt_idx = props[bidx, pidx], gi[bidx, pidx]
         roi_labels = labels[bidx, gt_idx] * pos[bidx, pidx]  # background: 0
         cls, box_deltas = self.box_head(self.roi_features(feats, rois, bidx, p["box_pool"]))
         loss = loss + F.cross_entropy(cls, roi_labels)
         fg = torch.nonzero(roi_labels > 0).squeeze(1)
-        targets = encode(rois[fg], boxes[bidx[fg], gt_idx[fg]]) * self.box_weights
+        targets = self.box_coder.encode(rois[fg], boxes[bidx[fg], gt_idx[fg]])
         loss = loss + F.smooth_l1_loss(box_deltas[fg, roi_labels[fg]], targets, beta=1.0,
                                        reduction="sum") / len(roi_labels)
 
@@ -474,7 +360,8 @@ class MaskRCNN(nn.Module):
         mask_logits = self.mask_head(self.roi_features(feats, rois[fg], bidx[fg], p["mask_pool"]))
         gt_masks = masks.flatten(0, 1)[:, None].to(images.dtype)  # (B * G, 1, S, S)
         which = bidx[fg] * masks.shape[1] + gt_idx[fg]
-        mask_targets = roi_align(gt_masks, rois[fg], which, 2 * p["mask_pool"], 1.0)[:, 0] >= 0.5
+        crops = torch.cat((which[:, None].to(rois.dtype), rois[fg]), dim=1)
+        mask_targets = roi_align(gt_masks, crops, 2 * p["mask_pool"])[:, 0] >= 0.5
         mask_logits = mask_logits[torch.arange(len(fg), device=fg.device), roi_labels[fg] - 1]
         return loss + F.binary_cross_entropy_with_logits(mask_logits, mask_targets.to(images.dtype))
 
@@ -488,7 +375,7 @@ class MaskRCNN(nn.Module):
         rois = torch.cat(proposals)
         cls, deltas = self.box_head(self.roi_features(feats, rois, bidx, p["box_pool"]))
         scores = F.softmax(cls, dim=1)[:, 1:]  # (R, K)
-        boxes = decode(rois[:, None, :], deltas[:, 1:] / self.box_weights).clamp(0, self.size)  # (R, K, 4)
+        boxes = self.box_coder.decode(rois[:, None, :], deltas[:, 1:]).clamp(0, self.size)  # (R, K, 4)
         det_boxes, det_scores, det_cats, det_b = [], [], [], []
         for b in range(len(images)):
             s, bx = scores[bidx == b].flatten(), boxes[bidx == b].reshape(-1, 4)
@@ -568,9 +455,10 @@ def to_coco(image_id: int, boxes: torch.Tensor, scores: torch.Tensor, cats: torc
 # ------------------------------------------------------------------------------------ workload
 class Workload:
     higher_is_better = True
+    grad_clip_norm = None
 
-    def __init__(self, data_dir: Path, params: dict[str, Any], device: torch.device) -> None:
-        self.device = device
+    def __init__(self, data_dir: Path, params: dict[str, Any], device: torch.device, seed: int) -> None:
+        self.device, self.seed = device, seed
         self.p = params
         train, evals = np.load(data_dir / "train.npz"), np.load(data_dir / "eval.npz")
         self.x = torch.from_numpy(train["images"]).to(device)  # uint8: scaled per batch
@@ -580,15 +468,16 @@ class Workload:
         self.ex = torch.from_numpy(evals["images"]).to(device)
         self.coco_gt = coco_ground_truth(evals["masks"], evals["boxes"], evals["labels"])
         self.model = MaskRCNN(params).to(device)
+        self.sampling = torch.Generator().manual_seed(seed)  # the RPN's and RoI heads' training samples
         self.batch = params["batch_size"]
         self.steps_per_epoch = math.ceil(len(self.x) / self.batch)
-        self.opt = torch.optim.SGD(self.model.parameters(), lr=params["lr"], momentum=0.9,
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=params["lr"], momentum=0.9,
                                    weight_decay=params["weight_decay"], foreach=True)
         # The reference schedule: linear warmup from warmup_factor * lr, then x0.1 at two steps.
         warmup, factor = params["warmup_steps"], params["warmup_factor"]
         decay_steps = [e * self.steps_per_epoch for e in params["lr_decay_epochs"]]
-        self.sched = torch.optim.lr_scheduler.LambdaLR(
-            self.opt,
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer,
             lambda s: (factor + (1 - factor) * s / warmup if s < warmup else 1.0)
             * 0.1 ** sum(s >= d for d in decay_steps),
         )
@@ -615,17 +504,15 @@ class Workload:
     def _images(self, x: torch.Tensor) -> torch.Tensor:
         return x.float() / 255 - 0.5
 
-    def train_epoch(self, epoch: int) -> None:
-        self.model.train()
-        gen = torch.Generator().manual_seed(torch.initial_seed() * 1000 + epoch)
+    def batches(self, epoch: int) -> Iterator[torch.Tensor]:
+        gen = torch.Generator().manual_seed(self.seed * 1000 + epoch)
         order = torch.randperm(len(self.x), generator=gen).to(self.device)
         for i in range(self.steps_per_epoch):
-            idx = order[i * self.batch : (i + 1) * self.batch]
-            loss = self.model.loss(self._images(self.x[idx]), self.masks[idx], self.boxes[idx], self.labels[idx])
-            self.opt.zero_grad(set_to_none=True)
-            loss.backward()
-            self.opt.step()
-            self.sched.step()
+            yield order[i * self.batch : (i + 1) * self.batch]
+
+    def loss(self, idx: torch.Tensor) -> torch.Tensor:
+        return self.model.loss(self._images(self.x[idx]), self.masks[idx], self.boxes[idx], self.labels[idx],
+                               self.sampling)
 
     @torch.no_grad()
     def evaluate(self, epoch: int) -> dict[str, float]:

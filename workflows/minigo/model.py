@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -41,6 +42,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from mlrepro.schedules import FunctionLR
 
 BLACK, WHITE, EMPTY = 1, -1, 0
 
@@ -382,20 +385,21 @@ def apply_symmetry(x: torch.Tensor, pi: torch.Tensor, size: int, sym: tuple[int,
 
 class Workload:
     higher_is_better = True
+    grad_clip_norm = None
 
-    def __init__(self, data_dir: Path, params: dict[str, Any], device: torch.device) -> None:
-        self.device = device
+    def __init__(self, data_dir: Path, params: dict[str, Any], device: torch.device, seed: int) -> None:
+        self.device, self.seed = device, seed
         self.p = params
         setup = json.loads((data_dir / "eval_games.json").read_text())
         self.go = Go(setup["board_size"], setup["komi"], setup["max_moves"])
         self.eval_games: list[dict[str, Any]] = setup["games"]
-        self.net = PolicyValueNet(self.go.size, params["channels"], params["blocks"],
-                                  params["value_width"]).to(device)
-        self.searcher = Searcher(self.go, self.net, device, params)
+        self.model = PolicyValueNet(self.go.size, params["channels"], params["blocks"],
+                                    params["value_width"]).to(device)
+        self.searcher = Searcher(self.go, self.model, device, params)
         self.batch = params["batch_size"]
-        self.opt = torch.optim.SGD(self.net.parameters(), lr=params["lr_rates"][0],
-                                   momentum=params["momentum"], weight_decay=params["weight_decay"])
-        self.steps = 0
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=params["lr_rates"][0],
+                                         momentum=params["momentum"], weight_decay=params["weight_decay"])
+        self.scheduler = FunctionLR(self.optimizer, self.lr)
         # The replay window: the latest ``window_size`` (features, visit distribution, result) examples.
         self.window: list[tuple[np.ndarray, np.ndarray, float]] = []
         games = params["parallel_games"]
@@ -428,10 +432,10 @@ class Workload:
         self.eval_samples = len(self.eval_games)  # games played per evaluation
 
     def initialized_tensors(self) -> list[str]:
-        return [name for name, _ in self.net.named_parameters()]
+        return [name for name, _ in self.model.named_parameters()]
 
     def _rng(self, epoch: int, stream: int) -> np.random.Generator:
-        return np.random.default_rng([torch.initial_seed() % 2**32, epoch, stream])
+        return np.random.default_rng([self.seed % 2**32, epoch, stream])
 
     # -- self-play: one generation of games, every move chosen by tree search -------------------
     def self_play(self, epoch: int) -> list[tuple[np.ndarray, np.ndarray, float]]:
@@ -457,28 +461,28 @@ class Workload:
             examples += [(x, pi, 1.0 if colour == winner else -1.0) for x, pi, colour in game]
         return examples
 
-    def lr(self) -> float:
-        return self.p["lr_rates"][sum(self.steps >= b for b in self.p["lr_boundaries"])]
+    def lr(self, step: int) -> float:
+        return self.p["lr_rates"][sum(step >= b for b in self.p["lr_boundaries"])]
 
-    def train_epoch(self, epoch: int) -> None:
+    def batches(self, epoch: int) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+        """A generation: self-play adds its games to the replay window, then the network trains on
+        random, randomly rotated or mirrored minibatches of the window."""
         self.window = (self.window + self.self_play(epoch))[-self.p["window_size"]:]
         x_all = torch.from_numpy(np.stack([e[0] for e in self.window])).to(self.device)
         pi_all = torch.from_numpy(np.stack([e[1] for e in self.window])).to(self.device)
         z_all = torch.tensor([e[2] for e in self.window], dtype=torch.float32, device=self.device)
-        gen = torch.Generator().manual_seed(torch.initial_seed() * 1000 + epoch)
-        self.net.train()
+        gen = torch.Generator().manual_seed(self.seed * 1000 + epoch)
+        self.model.train()  # self-play searched with it in evaluation mode
         for _ in range(self.p["steps_per_generation"]):
             idx = torch.randint(len(self.window), (self.batch,), generator=gen).to(self.device)
             sym = SYMMETRIES[int(torch.randint(len(SYMMETRIES), (1,), generator=gen))]
             x, pi = apply_symmetry(x_all[idx], pi_all[idx], self.go.size, sym)
-            logits, value = self.net(x)
-            loss = -(pi * F.log_softmax(logits, 1)).sum(1).mean() + F.mse_loss(value, z_all[idx])
-            for group in self.opt.param_groups:
-                group["lr"] = self.lr()
-            self.opt.zero_grad(set_to_none=True)
-            loss.backward()
-            self.opt.step()
-            self.steps += 1
+            yield x, pi, z_all[idx]
+
+    def loss(self, batch: tuple[torch.Tensor, torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        x, pi, z = batch
+        logits, value = self.model(x)
+        return -(pi * F.log_softmax(logits, 1)).sum(1).mean() + F.mse_loss(value, z)
 
     # -- evaluation: the network, searching, against the fixed opponent --------------------------
     def evaluate(self, epoch: int) -> float:
@@ -498,7 +502,7 @@ class Workload:
             if readouts > 0:
                 self.searcher.search([nodes[g] for g in ours], readouts, None)
             else:  # the policy network alone: its most likely sensible move
-                self.net.eval()
+                self.model.eval()
                 self.searcher.evaluate([nodes[g] for g in ours if nodes[g].prior is None])
             for g in active:
                 node = nodes[g]

@@ -11,6 +11,7 @@ Hyperparameters are logged under the closed SGD recipe's keys.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -105,9 +106,10 @@ class ResNet(nn.Module):
 # ------------------------------------------------------------------------------------ workload
 class Workload:
     higher_is_better = True
+    grad_clip_norm = None
 
-    def __init__(self, data_dir: Path, params: dict[str, Any], device: torch.device) -> None:
-        self.device = device
+    def __init__(self, data_dir: Path, params: dict[str, Any], device: torch.device, seed: int) -> None:
+        self.device, self.seed = device, seed
         self.p = params
         train, evals = np.load(data_dir / "train.npz"), np.load(data_dir / "eval.npz")
         self.x = torch.from_numpy(train["images"]).to(device)
@@ -117,15 +119,15 @@ class Workload:
         self.model = ResNet(params["data"]["classes"], params["width"], params["blocks"]).to(device)
         self.batch = params["batch_size"]
         self.steps_per_epoch = math.ceil(len(self.x) / self.batch)
-        self.opt = torch.optim.SGD(
+        self.optimizer = torch.optim.SGD(
             self.model.parameters(), lr=params["lr"], momentum=params["momentum"],
             weight_decay=params["weight_decay"], nesterov=False,
         )
         total = self.steps_per_epoch * params["max_epochs"]
         warmup = self.steps_per_epoch * params["warmup_epochs"]
         # MLPerf's SGD recipe: linear warmup, then polynomial (power 2) decay to end_lr.
-        self.sched = torch.optim.lr_scheduler.LambdaLR(
-            self.opt,
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer,
             lambda s: (s + 1) / warmup if s < warmup else
             max(params["end_lr"] / params["lr"], (1 - (s - warmup) / max(1, total - warmup)) ** 2),
         )
@@ -147,17 +149,16 @@ class Workload:
     def initialized_tensors(self) -> list[str]:
         return [name for name, _ in self.model.named_parameters()]
 
-    def train_epoch(self, epoch: int) -> None:
-        self.model.train()
-        gen = torch.Generator().manual_seed(torch.initial_seed() * 1000 + epoch)
+    def batches(self, epoch: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        gen = torch.Generator().manual_seed(self.seed * 1000 + epoch)
         order = torch.randperm(len(self.x), generator=gen).to(self.device)
         for i in range(self.steps_per_epoch):
             idx = order[i * self.batch : (i + 1) * self.batch]
-            loss = F.cross_entropy(self.model(self.x[idx]), self.y[idx], label_smoothing=0.1)
-            self.opt.zero_grad(set_to_none=True)
-            loss.backward()
-            self.opt.step()
-            self.sched.step()
+            yield self.x[idx], self.y[idx]
+
+    def loss(self, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        x, y = batch
+        return F.cross_entropy(self.model(x), y, label_smoothing=0.1)
 
     @torch.no_grad()
     def evaluate(self, epoch: int) -> float:

@@ -26,6 +26,7 @@ length, not a different kind of problem.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from mlrepro.schedules import FunctionLR
 
 FRAME_SECONDS = 0.01  # every generated frame stands for one 10 ms hop, as in the reference's features
 MAX_SYMBOLS_PER_STEP = 4  # greedy decoding may emit at most this many labels per encoder frame
@@ -264,8 +267,8 @@ class Lamb(torch.optim.Optimizer):
 class Workload:
     higher_is_better = False  # WER
 
-    def __init__(self, data_dir: Path, params: dict[str, Any], device: torch.device) -> None:
-        self.device = device
+    def __init__(self, data_dir: Path, params: dict[str, Any], device: torch.device, seed: int) -> None:
+        self.device, self.seed = device, seed
         self.p = params
         train, evals = np.load(data_dir / "train.npz"), np.load(data_dir / "eval.npz")
         self.trainset = {k: torch.from_numpy(train[k]).to(device) for k in train.files}
@@ -280,12 +283,13 @@ class Workload:
         # Weight matrices and embeddings decay; biases do not (the usual LAMB split).
         matrices = [w for w in self.model.parameters() if w.dim() > 1]
         vectors = [w for w in self.model.parameters() if w.dim() <= 1]
-        self.opt = Lamb(
+        self.optimizer = Lamb(
             [{"params": matrices}, {"params": vectors, "weight_decay": 0.0}],
             lr=params["lr"], betas=(params["beta1"], params["beta2"]),
             eps=params["epsilon"], weight_decay=params["weight_decay"],
         )
-        self.step = 0
+        self.scheduler = FunctionLR(self.optimizer, self._lr)
+        self.grad_clip_norm = params["grad_clip_norm"]
         aug = params["augment"]
         self.hyperparameters = {
             "global_batch_size": self.batch,
@@ -325,13 +329,14 @@ class Workload:
     def initialized_tensors(self) -> list[str]:
         return [name for name, _ in self.model.named_children()]
 
-    def _lr(self, epoch: int) -> float:
+    def _lr(self, step: int) -> float:
         """The reference's lr_policy: linear warmup, hold, then exponential decay per epoch."""
         p = self.p
         warmup, hold = p["warmup_epochs"] * self.steps_per_epoch, p["hold_epochs"] * self.steps_per_epoch
-        if self.step < warmup:
-            a = (self.step + 1) / (warmup + 1)
-        elif self.step < warmup + hold:
+        epoch = step // self.steps_per_epoch + 1
+        if step < warmup:
+            a = (step + 1) / (warmup + 1)
+        elif step < warmup + hold:
             a = 1.0
         else:
             a = p["lr_exp_gamma"] ** (epoch - 1 - p["warmup_epochs"] - p["hold_epochs"])
@@ -360,9 +365,8 @@ class Workload:
         x = x.masked_fill(freq[:, None, :] | time[:, :, None], 0.0)
         return x, lengths
 
-    def train_epoch(self, epoch: int) -> None:
-        self.model.train()
-        gen = torch.Generator().manual_seed(torch.initial_seed() * 1000 + epoch)
+    def batches(self, epoch: int) -> Iterator[tuple[torch.Tensor, ...]]:
+        gen = torch.Generator().manual_seed(self.seed * 1000 + epoch)
         order = torch.randperm(self.train_samples, generator=gen).to(self.device)
         tr = self.trainset
         for i in range(self.steps_per_epoch):
@@ -371,16 +375,12 @@ class Workload:
             frames, label_lengths = tr["frames"][idx], tr["label_lengths"][idx]
             t_max, u_max = int(frames.max()), int(label_lengths.max())
             x, lengths = self._augment(tr["feats"][idx, :t_max], frames, gen)
-            labels = tr["labels"][idx, :u_max]
-            logits, f_lengths = self.model(x, lengths, labels)
-            loss = rnnt_loss(logits, labels, f_lengths, label_lengths, self.model.blank)
-            self.opt.zero_grad(set_to_none=True)
-            loss.backward()
-            nn.utils.clip_grad_norm_(self.model.parameters(), self.p["grad_clip_norm"])
-            for group in self.opt.param_groups:
-                group["lr"] = self._lr(epoch)
-            self.opt.step()
-            self.step += 1
+            yield x, lengths, tr["labels"][idx, :u_max], label_lengths
+
+    def loss(self, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        x, lengths, labels, label_lengths = batch
+        logits, f_lengths = self.model(x, lengths, labels)
+        return rnnt_loss(logits, labels, f_lengths, label_lengths, self.model.blank)
 
     @torch.no_grad()
     def evaluate(self, epoch: int) -> float:

@@ -15,6 +15,9 @@ every part of that recipe and shrinks the sizes:
   constant learning rate, as in the reference;
 - evaluation: score threshold, per-class NMS, top detections per image, and COCO mAP@[.5:.95] from
   pycocotools, the metric the real benchmark reports.
+
+The box geometry (IoU, NMS, box coding, anchors, matching, focal loss) is shared with the maskrcnn
+model: ``mlrepro.detection``, written to torchvision.ops' semantics.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import io
 import math
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +35,8 @@ import torch.nn.functional as F
 from pycocotools.coco import COCO
 from pycocotools.cocoeval import COCOeval
 from torch import nn
+
+from mlrepro.detection import BETWEEN_THRESHOLDS, BoxCoder, batched_nms, grid_anchors, match, sigmoid_focal_loss
 
 SHAPES = ("rectangle", "disc", "triangle")  # category ids 1, 2, 3 (0 pads the per-image lists)
 
@@ -79,102 +85,6 @@ def generate_data(out_dir: Path, params: dict[str, Any], seed: int) -> None:
         scenes = [_scene(rng, d) for _ in range(d[f"{split}_samples"])]
         images, boxes, labels = (np.stack(x) for x in zip(*scenes, strict=True))
         np.savez(out_dir / f"{split}.npz", images=images, boxes=boxes, labels=labels)
-
-
-# ----------------------------------------------------------------------------------- box utils
-def box_iou(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """Pairwise IoU of (..., N, 4) and (..., M, 4) boxes in (x0, y0, x1, y1): (..., N, M)."""
-    area_a = (a[..., 2] - a[..., 0]) * (a[..., 3] - a[..., 1])
-    area_b = (b[..., 2] - b[..., 0]) * (b[..., 3] - b[..., 1])
-    lt = torch.maximum(a[..., :, None, :2], b[..., None, :, :2])
-    rb = torch.minimum(a[..., :, None, 2:], b[..., None, :, 2:])
-    wh = (rb - lt).clamp(min=0)
-    inter = wh[..., 0] * wh[..., 1]
-    return inter / (area_a[..., :, None] + area_b[..., None, :] - inter).clamp(min=1e-6)
-
-
-def nms(boxes: torch.Tensor, scores: torch.Tensor, threshold: float) -> torch.Tensor:
-    """Greedy NMS: indices of the kept boxes, best first. On the host: a few hundred boxes at most."""
-    order = torch.argsort(scores, descending=True)
-    iou = box_iou(boxes[order], boxes[order]).cpu().numpy()
-    suppressed = np.zeros(len(order), dtype=bool)
-    keep = []
-    for i in range(len(order)):
-        if not suppressed[i]:
-            keep.append(i)
-            suppressed |= iou[i] > threshold
-    return order[torch.as_tensor(keep, dtype=torch.long, device=order.device)]
-
-
-def batched_nms(boxes: torch.Tensor, scores: torch.Tensor, classes: torch.Tensor, threshold: float):
-    """NMS within each class: shifting each class's boxes far apart makes one NMS call do them all."""
-    if len(boxes) == 0:
-        return torch.zeros(0, dtype=torch.long, device=boxes.device)
-    offset = classes.to(boxes.dtype)[:, None] * (boxes.max() + 1)
-    return nms(boxes + offset, scores, threshold)
-
-
-# Deltas clamp: exp() of a large predicted log-scale would overflow early in training.
-_MAX_LOG_SCALE = math.log(1000.0 / 16)
-
-
-def encode(ref: torch.Tensor, gt: torch.Tensor) -> torch.Tensor:
-    """Box deltas (dx, dy, dw, dh) that turn the reference boxes (anchors) into ``gt``."""
-    rw, rh = ref[..., 2] - ref[..., 0], ref[..., 3] - ref[..., 1]
-    gw, gh = gt[..., 2] - gt[..., 0], gt[..., 3] - gt[..., 1]
-    dx = (gt[..., 0] + gt[..., 2] - ref[..., 0] - ref[..., 2]) / 2 / rw
-    dy = (gt[..., 1] + gt[..., 3] - ref[..., 1] - ref[..., 3]) / 2 / rh
-    return torch.stack((dx, dy, torch.log(gw / rw), torch.log(gh / rh)), dim=-1)
-
-
-def decode(ref: torch.Tensor, deltas: torch.Tensor) -> torch.Tensor:
-    rw, rh = ref[..., 2] - ref[..., 0], ref[..., 3] - ref[..., 1]
-    cx = (ref[..., 0] + ref[..., 2]) / 2 + deltas[..., 0] * rw
-    cy = (ref[..., 1] + ref[..., 3]) / 2 + deltas[..., 1] * rh
-    w = rw * torch.exp(deltas[..., 2].clamp(max=_MAX_LOG_SCALE))
-    h = rh * torch.exp(deltas[..., 3].clamp(max=_MAX_LOG_SCALE))
-    return torch.stack((cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2), dim=-1)
-
-
-def make_anchors(image_size: int, strides: list[int], sizes: list[list[float]], ratios: list[float]):
-    """All anchors, level by level, each level in (y, x, anchor) order: the order the head's outputs
-    are flattened in. ``ratio`` is height / width, the area stays size**2."""
-    levels = []
-    for stride, level_sizes in zip(strides, sizes, strict=True):
-        n = image_size // stride
-        centres = (torch.arange(n, dtype=torch.float32) + 0.5) * stride
-        cy, cx = torch.meshgrid(centres, centres, indexing="ij")
-        wh = torch.tensor([(s / math.sqrt(r), s * math.sqrt(r)) for s in level_sizes for r in ratios])
-        ctr = torch.stack((cx, cy), dim=-1)[:, :, None, :]  # (n, n, 1, 2)
-        levels.append(torch.cat((ctr - wh / 2, ctr + wh / 2), dim=-1).reshape(-1, 4))
-    return torch.cat(levels)
-
-
-BACKGROUND, IGNORE = -1, -2  # values of match() for anchors that are not matched to an object
-
-
-def match(anchors: torch.Tensor, gt: torch.Tensor, valid: torch.Tensor, hi: float, lo: float):
-    """For each image and anchor, the index of its object, BACKGROUND or IGNORE.
-
-    gt: (B, G, 4) padded boxes, valid: (B, G). As in the reference, each object also claims the
-    anchors it overlaps best even below ``hi``, so no object, however oddly shaped, goes unmatched.
-    """
-    iou = box_iou(gt, anchors).masked_fill(~valid[..., None], -1.0)  # (B, G, A)
-    best, idx = iou.max(dim=1)
-    matched = idx.masked_fill(best < hi, IGNORE).masked_fill(best < lo, BACKGROUND)
-    best_per_gt = iou.max(dim=2, keepdim=True).values
-    low_quality = ((iou == best_per_gt) & valid[..., None] & (best_per_gt > 0)).any(dim=1)
-    return torch.where(low_quality, idx, matched)
-
-
-
-def sigmoid_focal_loss(logits: torch.Tensor, targets: torch.Tensor, alpha: float, gamma: float):
-    """Summed focal loss: the (1 - p_t)**gamma factor silences the flood of easy background anchors."""
-    p = torch.sigmoid(logits)
-    ce = F.binary_cross_entropy_with_logits(logits, targets, reduction="none")
-    p_t = p * targets + (1 - p) * (1 - targets)
-    alpha_t = alpha * targets + (1 - alpha) * (1 - targets)
-    return (alpha_t * ce * (1 - p_t) ** gamma).sum()
 
 
 # --------------------------------------------------------------------------------------- model
@@ -285,9 +195,9 @@ class RetinaNet(nn.Module):
         super().__init__()
         self.p = p
         sizes = [[s * scale for scale in p["anchor_scales"]] for s in p["anchor_sizes"]]
-        self.register_buffer(
-            "anchors", make_anchors(p["data"]["image_size"], p["strides"], sizes, p["anchor_ratios"])
-        )
+        anchors = grid_anchors(p["data"]["image_size"], p["strides"], sizes, p["anchor_ratios"])
+        self.register_buffer("anchors", torch.cat(anchors))
+        self.box_coder = BoxCoder()
         num_anchors = len(p["anchor_scales"]) * len(p["anchor_ratios"])
         classes = len(SHAPES)
         self.backbone = Backbone(p["width"], p["fpn_channels"])
@@ -307,9 +217,10 @@ class RetinaNet(nn.Module):
         targets = torch.zeros_like(logits)
         targets[fg] = F.one_hot(gt_labels[fg] - 1, logits.shape[-1]).to(logits.dtype)
         num_fg = max(1, int(fg.sum()))
-        cls_loss = sigmoid_focal_loss(logits[matched != IGNORE], targets[matched != IGNORE], 0.25, 2.0)
+        counted = matched != BETWEEN_THRESHOLDS
+        cls_loss = sigmoid_focal_loss(logits[counted], targets[counted], 0.25, 2.0, reduction="sum")
         anchors = self.anchors.expand_as(gt_boxes)
-        box_loss = F.l1_loss(deltas[fg], encode(anchors[fg], gt_boxes[fg]), reduction="sum")
+        box_loss = F.l1_loss(deltas[fg], self.box_coder.encode(anchors[fg], gt_boxes[fg]), reduction="sum")
         return (cls_loss + box_loss) / num_fg
 
     @torch.no_grad()
@@ -324,7 +235,7 @@ class RetinaNet(nn.Module):
             keep = torch.nonzero(scores > p["score_threshold"]).squeeze(1)
             keep = keep[torch.argsort(scores[keep], descending=True)[: p["pre_nms_top_n"]]]
             anchor, cls = keep // classes, keep % classes
-            boxes = decode(self.anchors[anchor], dl[anchor]).clamp(0, size)
+            boxes = self.box_coder.decode(self.anchors[anchor], dl[anchor]).clamp(0, size)
             kept = batched_nms(boxes, scores[keep], cls, p["nms_threshold"])[: p["detections_per_image"]]
             results.append((boxes[kept], scores[keep][kept], cls[kept] + 1))
         return results
@@ -380,9 +291,10 @@ def to_coco(image_id: int, boxes: torch.Tensor, scores: torch.Tensor, cats: torc
 # ------------------------------------------------------------------------------------ workload
 class Workload:
     higher_is_better = True
+    grad_clip_norm = None
 
-    def __init__(self, data_dir: Path, params: dict[str, Any], device: torch.device) -> None:
-        self.device = device
+    def __init__(self, data_dir: Path, params: dict[str, Any], device: torch.device, seed: int) -> None:
+        self.device, self.seed = device, seed
         self.p = params
         train, evals = np.load(data_dir / "train.npz"), np.load(data_dir / "eval.npz")
         self.x = torch.from_numpy(train["images"]).to(device)  # uint8: scaled per batch
@@ -394,10 +306,10 @@ class Workload:
         self.batch = params["batch_size"]
         self.steps_per_epoch = math.ceil(len(self.x) / self.batch)
         # The reference: Adam without weight decay, warmup from warmup_factor * lr, then constant.
-        self.opt = torch.optim.Adam(self.model.parameters(), lr=params["lr"], weight_decay=0.0, foreach=True)
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=params["lr"], weight_decay=0.0, foreach=True)
         warmup, factor = self.steps_per_epoch * params["warmup_epochs"], params["warmup_factor"]
-        self.sched = torch.optim.lr_scheduler.LambdaLR(
-            self.opt, lambda s: factor + (1 - factor) * s / warmup if s < warmup else 1.0
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lambda s: factor + (1 - factor) * s / warmup if s < warmup else 1.0
         )
         self.hyperparameters = {
             "global_batch_size": self.batch,
@@ -416,17 +328,14 @@ class Workload:
     def _images(self, x: torch.Tensor) -> torch.Tensor:
         return x.float() / 255 - 0.5
 
-    def train_epoch(self, epoch: int) -> None:
-        self.model.train()
-        gen = torch.Generator().manual_seed(torch.initial_seed() * 1000 + epoch)
+    def batches(self, epoch: int) -> Iterator[torch.Tensor]:
+        gen = torch.Generator().manual_seed(self.seed * 1000 + epoch)
         order = torch.randperm(len(self.x), generator=gen).to(self.device)
         for i in range(self.steps_per_epoch):
-            idx = order[i * self.batch : (i + 1) * self.batch]
-            loss = self.model.loss(self._images(self.x[idx]), self.boxes[idx], self.labels[idx])
-            self.opt.zero_grad(set_to_none=True)
-            loss.backward()
-            self.opt.step()
-            self.sched.step()
+            yield order[i * self.batch : (i + 1) * self.batch]
+
+    def loss(self, idx: torch.Tensor) -> torch.Tensor:
+        return self.model.loss(self._images(self.x[idx]), self.boxes[idx], self.labels[idx])
 
     @torch.no_grad()
     def evaluate(self, epoch: int) -> float:

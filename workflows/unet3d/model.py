@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -149,9 +150,10 @@ def dice_ce_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
 # ------------------------------------------------------------------------------------ workload
 class Workload:
     higher_is_better = True
+    grad_clip_norm = None
 
-    def __init__(self, data_dir: Path, params: dict[str, Any], device: torch.device) -> None:
-        self.device = device
+    def __init__(self, data_dir: Path, params: dict[str, Any], device: torch.device, seed: int) -> None:
+        self.device, self.seed = device, seed
         self.p = params
         train, evals = np.load(data_dir / "train.npz"), np.load(data_dir / "eval.npz")
         self.x = torch.from_numpy(train["images"]).to(device)
@@ -161,15 +163,15 @@ class Workload:
         self.model = UNet3D(params["filters"]).to(device)
         self.batch = params["batch_size"]
         self.steps_per_epoch = math.ceil(len(self.x) / self.batch)
-        self.opt = torch.optim.SGD(
+        self.optimizer = torch.optim.SGD(
             self.model.parameters(), lr=params["lr"], momentum=params["momentum"],
             weight_decay=params["weight_decay"], nesterov=True,
         )
         # The reference's schedule: linear warmup from init_lr to lr, then constant (no decay steps).
         warmup = self.steps_per_epoch * params["warmup_epochs"]
         init = params["init_lr"] / params["lr"]
-        self.sched = torch.optim.lr_scheduler.LambdaLR(
-            self.opt, lambda s: init + (1 - init) * s / warmup if s < warmup else 1.0
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lambda s: init + (1 - init) * s / warmup if s < warmup else 1.0
         )
         shape = [params["data"]["size"]] * 3
         self.hyperparameters = {
@@ -194,9 +196,8 @@ class Workload:
     def initialized_tensors(self) -> list[str]:
         return self.model.layer_names()
 
-    def train_epoch(self, epoch: int) -> None:
-        self.model.train()
-        gen = torch.Generator().manual_seed(torch.initial_seed() * 1000 + epoch)
+    def batches(self, epoch: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        gen = torch.Generator().manual_seed(self.seed * 1000 + epoch)
         order = torch.randperm(len(self.x), generator=gen).to(self.device)
         for i in range(self.steps_per_epoch):
             idx = order[i * self.batch : (i + 1) * self.batch]
@@ -206,11 +207,11 @@ class Workload:
             flips = [d for d in (2, 3, 4) if torch.rand(1, generator=gen).item() < 0.5]
             if flips:
                 x, y = x.flip(flips), y.flip([d - 1 for d in flips])
-            loss = dice_ce_loss(self.model(x), y)
-            self.opt.zero_grad(set_to_none=True)
-            loss.backward()
-            self.opt.step()
-            self.sched.step()
+            yield x, y
+
+    def loss(self, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        x, y = batch
+        return dice_ce_loss(self.model(x), y)
 
     @torch.no_grad()
     def evaluate(self, epoch: int) -> float:
