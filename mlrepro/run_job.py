@@ -58,6 +58,10 @@ def execute(engine: Engine, launch: dict[str, Any], image: str | None, run_dir: 
     if engine.name == "native":
         argv = ["bash", str(Path(launch["folder"]) / "run_and_time.sh")]
         env, mounts, workdir = launch_env(launch, str(data), str(run_dir)), [], launch["folder"]
+        if launch["kind"] == "mini":  # ours may start from this invocation's warm parent (mlrepro/warm.py)
+            from mlrepro import warm
+
+            env.update(warm.shim_env(os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])))
     else:
         argv = ["bash", launch["script_in_container"]]
         env = launch_env(launch, launch["data_mount"], launch["log_mount"])
