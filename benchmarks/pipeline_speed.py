@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-MODES = {"cold": "warm_start=false", "warm": "warm_start=true"}
+MODES = {"cold": "warm_start=False", "warm": "warm_start=True"}  # Snakemake parses True/False only
 
 
 def snakemake(snakefile: Path, workdir: Path, extra: list[str]) -> float:
