@@ -142,7 +142,10 @@ def main(argv: list[str] | None = None) -> None:
             roots = run_dir / "telemetry" / "container.pids"
             roots.unlink(missing_ok=True)
             os.environ[ROOTS_ENV] = str(roots)  # the sampler inherits it
-            sampler = start_sampler(run_dir / "telemetry", hz=args.telemetry_hz, watch_pid=os.getpid())
+            from mlrepro import warm
+
+            sampler = start_sampler(run_dir / "telemetry", hz=args.telemetry_hz, watch_pid=os.getpid(),
+                                    fork=warm.OWNER_ENV in os.environ)  # with the warm start, no new interpreter
         try:
             code = execute(engine, launch, image, run_dir, log, gpus, roots)
         finally:
