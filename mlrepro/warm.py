@@ -13,7 +13,8 @@ run, an interpreter setting that differs from the parent's (PYTHON*, OMP_*, ...)
 reach makes the shim exec the real interpreter: the cold path, exactly.
 
 Lifetime: the parent serves one owner, the Snakemake process that parsed rules/runs.smk on this host
-(``MLREPRO_WARM_OWNER`` = host:pid:start time), and exits within half a second of it. Under Slurm
+(``MLREPRO_WARM_OWNER`` = host:pid:start time), and exits within half a second of it, removing its
+folder. Under Slurm
 each job's own Snakemake parses the workflow on its node, so a parent never serves another node.
 The child dies with the parent (PR_SET_PDEATHSIG) and with the shim; the shim then exits non-zero,
 so the run fails without a result and the next invocation redoes it.
@@ -241,6 +242,7 @@ def shim_main(python: str, module: str = MODULE) -> None:
 
 def _child(conn: socket.socket, request: dict[str, Any], fds: list[int], parent: int, module: str) -> None:
     """In the forked child: become the run's process, run the module as __main__, report the status."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # as in a new interpreter
     ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     if os.getppid() != parent:  # the parent died before prctl took effect
         os._exit(1)
@@ -329,6 +331,7 @@ def serve(folder: Path, owner: str, module: str = MODULE) -> None:
     os.replace(partial, path)
     (folder / "parent.pid").write_text(f"{os.getpid()}\n")
     start_env = _start_env(dict(os.environ))
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # stopped: still remove the folder
     try:
         import importlib
 
@@ -348,10 +351,12 @@ def serve(folder: Path, owner: str, module: str = MODULE) -> None:
                     except (OSError, ValueError) as e:
                         print(f"mlrepro.warm: request failed: {e}", file=sys.stderr, flush=True)
     finally:
-        with contextlib.suppress(FileNotFoundError):
-            if os.stat(path).st_ino == inode:  # not a successor's socket
-                path.unlink()
         listener.close()
+        with contextlib.suppress(FileNotFoundError):
+            if os.stat(path).st_ino == inode:  # the folder is still this parent's: its owner is gone
+                import shutil
+
+                shutil.rmtree(folder, ignore_errors=True)
 
 
 def _import_workload_dependencies() -> None:

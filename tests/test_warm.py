@@ -21,22 +21,25 @@ from tests.conftest import REPO, SNAKEMAKE, snakemake
 CONFIG = "only: [resnet]\nallow_fewer_runs: true\nbenchmarks:\n  resnet: {runs: 2}\n"
 
 
-def _stop_parents(base: Path) -> None:
-    for pid_file in base.glob("mlrepro-warm-*/*/parent.pid"):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(int(pid_file.read_text()), signal.SIGTERM)
-
-
 def _parents_alive(base: Path) -> list[int]:
+    """The warm parents serving from folders under ``base`` (found by their command line: a parent
+    removes its folder when it exits); a zombie (killed, not reaped yet by init) is gone."""
     alive = []
-    for pid_file in base.glob("mlrepro-warm-*/*/parent.pid"):
-        pid = int(pid_file.read_text())
-        try:  # a zombie (killed, not reaped yet by init) is gone
-            if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
-                alive.append(pid)
-        except (OSError, IndexError):
-            pass
+    for proc in Path("/proc").iterdir():
+        try:
+            cmdline = (proc / "cmdline").read_bytes().split(b"\0")
+            mine = b"mlrepro.warm" in cmdline and any(arg.startswith(str(base).encode()) for arg in cmdline)
+            if mine and (proc / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+                alive.append(int(proc.name))
+        except (OSError, ValueError, IndexError):
+            continue
     return alive
+
+
+def _stop_parents(base: Path) -> None:
+    for pid in _parents_alive(base):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
 
 
 @pytest.fixture(scope="module")
