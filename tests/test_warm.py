@@ -23,17 +23,19 @@ CONFIG = "only: [resnet]\nallow_fewer_runs: true\nbenchmarks:\n  resnet: {runs: 
 
 def _parents_alive(base: Path) -> list[int]:
     """The warm parents serving from folders under ``base`` (found by their command line: a parent
-    removes its folder when it exits); a zombie (killed, not reaped yet by init) is gone."""
-    alive = []
+    removes its folder when it exits); a zombie (killed, not reaped yet by init) is gone. Its forked
+    children carry its command line too: a process whose parent matches is a child."""
+    found: dict[int, int] = {}
     for proc in Path("/proc").iterdir():
         try:
             cmdline = (proc / "cmdline").read_bytes().split(b"\0")
+            stat = (proc / "stat").read_text().rsplit(")", 1)[1].split()
             mine = b"mlrepro.warm" in cmdline and any(arg.startswith(str(base).encode()) for arg in cmdline)
-            if mine and (proc / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
-                alive.append(int(proc.name))
+            if mine and stat[0] != "Z":
+                found[int(proc.name)] = int(stat[1])
         except (OSError, ValueError, IndexError):
             continue
-    return alive
+    return [pid for pid, ppid in found.items() if ppid not in found]
 
 
 def _stop_parents(base: Path) -> None:
