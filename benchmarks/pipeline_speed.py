@@ -3,6 +3,7 @@ warm one (runs forked from one warm parent, mlrepro/warm.py), alternating on the
 per-run fixed cost, the no-op re-run and a bare Snakefile's no-op with as many jobs and files.
 
 Usage: python benchmarks/pipeline_speed.py [--configfile FILE] [--pairs N] [--workdir DIR] [--json OUT]
+                                          [--start-with cold|warm]
 
 Per pair: `snakemake --cores all` from an empty folder with `warm_start=false`, then with
 `warm_start=true` (the order alternates between pairs), each followed by a no-op re-run; then the bare
@@ -62,6 +63,16 @@ def run_figures(workdir: Path) -> dict[str, Any]:
             "train_s_sum": sum(r["train_s"] for r in runs.values())}
 
 
+def job_count(extra: list[str], empty: Path) -> int:
+    """The jobs of a run from clean: the dry run's job table in an empty folder."""
+    shutil.rmtree(empty, ignore_errors=True)
+    empty.mkdir()
+    out = subprocess.run([sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"), "--directory",
+                          str(empty), "--cores", "all", "-n", "--quiet", "rules", *extra], check=True, cwd=REPO,
+                         capture_output=True, text=True).stdout
+    return next(int(line.split()[1]) for line in out.splitlines() if line.startswith("total"))
+
+
 def bare_snakefile(folder: Path, jobs: int, files: int) -> Path:
     """A Snakefile of ``jobs`` trivial jobs writing ``files`` files in all: what Snakemake alone costs."""
     per_job = max(1, math.ceil(files / jobs))
@@ -79,12 +90,14 @@ def main() -> None:
     p.add_argument("--pairs", type=int, default=3)
     p.add_argument("--workdir", type=Path, help="keep outputs here (default: a temporary folder)")
     p.add_argument("--json", type=Path, default=Path("pipeline_speed.json"))
+    p.add_argument("--start-with", choices=list(MODES), default="cold", help="the first pair's first path")
     args = p.parse_args()
     extra = ["--configfile", str(args.configfile.resolve())] if args.configfile else []
     base = args.workdir or Path(tempfile.mkdtemp(prefix="mlrepro-speed-"))
     figures: dict[str, list[dict[str, Any]]] = {mode: [] for mode in MODES}
     for i in range(args.pairs):
-        for mode in list(MODES) if i % 2 == 0 else list(MODES)[::-1]:
+        first = list(MODES) if args.start_with == "cold" else list(MODES)[::-1]
+        for mode in first if i % 2 == 0 else first[::-1]:
             workdir = base / f"{mode}{i}"
             shutil.rmtree(workdir, ignore_errors=True)
             workdir.mkdir(parents=True)
@@ -94,7 +107,7 @@ def main() -> None:
             print(f"pair {i} {mode}: from clean {wall:.1f} s, no-op {noop:.2f} s, per-run fixed cost median "
                   f"{figures[mode][-1]['fixed_cost_median_s']:.2f} s", flush=True)
     last = base / f"warm{args.pairs - 1}"
-    jobs = sum(1 for _ in (last / "results" / "pipeline_info" / "benchmarks").glob("*.tsv"))
+    jobs = job_count(extra, base / "plan")
     files = sum(1 for f in last.rglob("*") if f.is_file())
     bare_dir = base / "bare"
     shutil.rmtree(bare_dir, ignore_errors=True)
