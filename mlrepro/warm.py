@@ -266,6 +266,7 @@ def _child(conn: socket.socket, request: dict[str, Any], fds: list[int], parent:
 
     sys.argv = ["-m", *request["argv"]]  # runpy puts the module's file in argv[0], as python -m does
     sys.path[0] = request["cwd"]
+    sys.modules.pop(module, None)  # as in a new interpreter, the module runs once, as __main__ only
     code: Any = 0
     try:
         runpy.run_module(module, run_name="__main__", alter_sys=True)
@@ -337,6 +338,9 @@ def serve(folder: Path, owner: str, module: str = MODULE) -> None:
 
         importlib.import_module(module)  # torch, numpy, mllog and the loop: what every run imports
         if module == MODULE:
+            # torch.use_deterministic_algorithms, which every run calls, imports torch._inductor
+            # (and torch._dynamo): seconds of CPU per run, more than the import of torch itself
+            importlib.import_module("torch._inductor")
             _import_workload_dependencies()
         while alive(owner):
             ready, _, _ = select.select([listener], [], [], 0.5)
