@@ -1,12 +1,16 @@
-"""Wall time of the default pipeline from clean, of the no-op re-run, and per-run figures.
+"""Wall time of the pipeline from clean on today's launch path (cold: one interpreter per run) and the
+warm one (runs forked from one warm parent, mlrepro/warm.py), alternating on the same config; the
+per-run fixed cost, the no-op re-run and a bare Snakefile's no-op with as many jobs and files.
 
-Usage: python benchmarks/pipeline_speed.py [--configfile FILE] [--repeat N] [--workdir DIR]
+Usage: python benchmarks/pipeline_speed.py [--configfile FILE] [--pairs N] [--workdir DIR] [--json OUT]
+                                          [--start-with cold|warm]
 
-Prints, for each repetition: wall seconds of `snakemake --cores all` from an empty working folder,
-wall seconds of the second (no-op) invocation; then over all runs of the last repetition: the
-median and max time to train (run_start -> run_stop), the median and max wall time of a run job
-(Snakemake's benchmark files: process start to exit), the largest peak RSS of a run, and the
-per-benchmark median time to train.
+Per pair: `snakemake --cores all` from an empty folder with `warm_start=false`, then with
+`warm_start=true` (the order alternates between pairs), each followed by a no-op re-run; then the bare
+Snakefile's no-op. Per run: the fixed cost is the run job's wall time (Snakemake's benchmark file:
+process start to exit) minus its time to train (MLLOG run_start..run_stop). Same seeds must give the
+same epochs and metrics on both paths: the script compares them and says so.
+Figures are medians over the pairs; the JSON (default: pipeline_speed.json) holds every figure.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import math
 import shutil
 import statistics
 import subprocess
@@ -21,57 +26,125 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
+MODES = {"cold": "warm_start=False", "warm": "warm_start=True"}  # Snakemake parses True/False only
 
 
-def snakemake(workdir: Path, extra: list[str]) -> float:
+def snakemake(snakefile: Path, workdir: Path, extra: list[str]) -> float:
     start = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"), "--directory",
-                    str(workdir), "--cores", "all", "--quiet", "all", *extra], check=True, cwd=REPO)
+    subprocess.run([sys.executable, "-m", "snakemake", "--snakefile", str(snakefile), "--directory", str(workdir),
+                    "--cores", "all", "--quiet", "all", *extra], check=True, cwd=REPO)
     return time.perf_counter() - start
+
+
+def p90(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, math.ceil(0.9 * len(ordered)) - 1)]
+
+
+def run_figures(workdir: Path) -> dict[str, Any]:
+    results = workdir / "results"
+    runs: dict[str, dict[str, Any]] = {}
+    fixed = []
+    for path in sorted(results.glob("runs/*/*/run.json")):
+        record = json.loads(path.read_text())
+        name = f"run_{record['benchmark']}_{path.parent.name}"
+        with (results / "pipeline_info" / "benchmarks" / f"{name}.tsv").open() as f:
+            job_s = float(next(csv.DictReader(f, delimiter="\t"))["s"])
+        train_s = (record["run_stop_ms"] - record["run_start_ms"]) / 1000
+        fixed.append(job_s - train_s)
+        runs[name] = {"seed": record["seed"], "epochs": record["epochs"], "status": record["status"],
+                      "final_metric": record["final_metric"], "metrics": [m["value"] for m in record["metrics"]],
+                      "job_s": job_s, "train_s": train_s}
+    return {"runs": runs, "fixed_cost_median_s": statistics.median(fixed), "fixed_cost_p90_s": p90(fixed),
+            "job_s_sum": sum(r["job_s"] for r in runs.values()),
+            "train_s_sum": sum(r["train_s"] for r in runs.values())}
+
+
+def job_count(extra: list[str], empty: Path) -> int:
+    """The jobs of a run from clean: the dry run's job table in an empty folder."""
+    shutil.rmtree(empty, ignore_errors=True)
+    empty.mkdir()
+    out = subprocess.run([sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"), "--directory",
+                          str(empty), "--cores", "all", "-n", "--quiet", "rules", *extra], check=True, cwd=REPO,
+                         capture_output=True, text=True).stdout
+    return next(int(line.split()[1]) for line in out.splitlines() if line.startswith("total"))
+
+
+def bare_snakefile(folder: Path, jobs: int, files: int) -> Path:
+    """A Snakefile of ``jobs`` trivial jobs writing ``files`` files in all: what Snakemake alone costs."""
+    per_job = max(1, math.ceil(files / jobs))
+    snakefile = folder / "Snakefile"
+    snakefile.write_text(
+        f"rule all:\n    input: expand('out/{{i}}/{{k}}.txt', i=range({jobs}), k=range({per_job}))\n\n"
+        f"rule make:\n    output: expand('out/{{{{i}}}}/{{k}}.txt', k=range({per_job}))\n"
+        "    shell: 'for f in {output:q}; do echo x > \"$f\"; done'\n")
+    return snakefile
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--configfile", type=Path)
-    p.add_argument("--repeat", type=int, default=1)
+    p.add_argument("--pairs", type=int, default=3)
     p.add_argument("--workdir", type=Path, help="keep outputs here (default: a temporary folder)")
+    p.add_argument("--json", type=Path, default=Path("pipeline_speed.json"))
+    p.add_argument("--start-with", choices=list(MODES), default="cold", help="the first pair's first path")
     args = p.parse_args()
     extra = ["--configfile", str(args.configfile.resolve())] if args.configfile else []
     base = args.workdir or Path(tempfile.mkdtemp(prefix="mlrepro-speed-"))
-    walls, noops = [], []
-    for i in range(args.repeat):
-        workdir = base / f"rep{i}"
-        shutil.rmtree(workdir, ignore_errors=True)
-        workdir.mkdir(parents=True)
-        walls.append(snakemake(workdir, extra))
-        noops.append(snakemake(workdir, extra))
-        print(f"repetition {i}: from clean {walls[-1]:.1f} s, no-op re-run {noops[-1]:.2f} s", flush=True)
-    results = workdir / "results"
-    runs = [json.loads(p.read_text()) for p in sorted(results.glob("runs/*/*/run.json"))]
-    ttt = [r["time_to_train_ms"] / 1000 for r in runs]
-    jobs = {}
-    for tsv in (results / "pipeline_info" / "benchmarks").glob("run_*.tsv"):
-        with tsv.open() as f:
-            row = next(csv.DictReader(f, delimiter="\t"))
-        jobs[tsv.stem] = (float(row["s"]), float(row["max_rss"]) if row["max_rss"] not in ("", "-", "NA") else 0.0)
-    print(f"pipeline from clean: median {statistics.median(walls):.1f} s over {len(walls)}; "
-          f"no-op re-run: median {statistics.median(noops):.2f} s")
-    print(f"runs: {len(runs)}; time to train median {statistics.median(ttt):.2f} s, max {max(ttt):.2f} s")
-    print(f"run job wall (incl. start-up): median {statistics.median(j[0] for j in jobs.values()):.2f} s, "
-          f"max {max(j[0] for j in jobs.values()):.2f} s")
-    print(f"peak RSS of one run (training process): max {max(r['peak_rss_mb'] for r in runs):.0f} MB; "
-          f"of one run job (Snakemake's max_rss): max {max(j[1] for j in jobs.values()):.0f} MB")
-    by_benchmark: dict[str, list[float]] = {}
-    for r in runs:
-        by_benchmark.setdefault(r["benchmark"], []).append(r["time_to_train_ms"] / 1000)
-    for name, values in sorted(by_benchmark.items()):
-        epochs = [r["epochs"] for r in runs if r["benchmark"] == name]
-        ok = sum(r["status"] == "success" for r in runs if r["benchmark"] == name)
-        median = statistics.median(values)
-        print(f"  {name:9s} runs {len(values):3d}  converged {ok:3d}  median time to train {median:6.2f} s"
-              f"  epochs median {statistics.median(epochs)}")
+    figures: dict[str, list[dict[str, Any]]] = {mode: [] for mode in MODES}
+    for i in range(args.pairs):
+        first = list(MODES) if args.start_with == "cold" else list(MODES)[::-1]
+        for mode in first if i % 2 == 0 else first[::-1]:
+            workdir = base / f"{mode}{i}"
+            shutil.rmtree(workdir, ignore_errors=True)
+            workdir.mkdir(parents=True)
+            wall = snakemake(REPO / "Snakefile", workdir, [*extra, "--config", MODES[mode]])
+            noop = snakemake(REPO / "Snakefile", workdir, [*extra, "--config", MODES[mode]])
+            figures[mode].append({"wall_s": wall, "noop_s": noop, **run_figures(workdir)})
+            print(f"pair {i} {mode}: from clean {wall:.1f} s, no-op {noop:.2f} s, per-run fixed cost median "
+                  f"{figures[mode][-1]['fixed_cost_median_s']:.2f} s", flush=True)
+    last = base / f"warm{args.pairs - 1}"
+    jobs = job_count(extra, base / "plan")
+    files = sum(1 for f in last.rglob("*") if f.is_file())
+    bare_dir = base / "bare"
+    shutil.rmtree(bare_dir, ignore_errors=True)
+    bare_dir.mkdir()
+    snakefile = bare_snakefile(bare_dir, jobs, files)
+    snakemake(snakefile, bare_dir, [])
+    bare_noops = [snakemake(snakefile, bare_dir, []) for _ in range(3)]
+
+    # same seeds, same epochs and metrics on both paths
+    reference = figures["cold"][0]["runs"]
+    same = all({k: (r["seed"], r["epochs"], r["status"], r["final_metric"], r["metrics"]) for k, r in f["runs"].items()}
+               == {k: (r["seed"], r["epochs"], r["status"], r["final_metric"], r["metrics"])
+                   for k, r in reference.items()} for mode in MODES for f in figures[mode])
+    summary: dict[str, Any] = {"config": str(args.configfile or "config/config.yaml"), "pairs": args.pairs,
+                               "runs": len(reference), "same_epochs_and_metrics": same,
+                               "bare_snakefile": {"jobs": jobs, "files": files,
+                                                  "noop_s_median": statistics.median(bare_noops)}}
+    for mode in MODES:
+        rows = figures[mode]
+        summary[mode] = {
+            "wall_s_median": statistics.median(r["wall_s"] for r in rows), "wall_s": [r["wall_s"] for r in rows],
+            "noop_s_median": statistics.median(r["noop_s"] for r in rows),
+            "fixed_cost_median_s": statistics.median(r["fixed_cost_median_s"] for r in rows),
+            "fixed_cost_p90_s": statistics.median(r["fixed_cost_p90_s"] for r in rows),
+            "job_s_sum_median": statistics.median(r["job_s_sum"] for r in rows),
+            "train_s_sum_median": statistics.median(r["train_s_sum"] for r in rows),
+        }
+    summary["wall_ratio_warm_to_cold"] = summary["warm"]["wall_s_median"] / summary["cold"]["wall_s_median"]
+    summary["noop_ratio_to_bare"] = summary["warm"]["noop_s_median"] / summary["bare_snakefile"]["noop_s_median"]
+    args.json.write_text(json.dumps(summary, indent=1) + "\n")
+    for mode in MODES:
+        s = summary[mode]
+        print(f"{mode}: wall median {s['wall_s_median']:.1f} s, fixed cost per run median "
+              f"{s['fixed_cost_median_s']:.2f} s p90 {s['fixed_cost_p90_s']:.2f} s, no-op {s['noop_s_median']:.2f} s")
+    print(f"warm/cold wall {summary['wall_ratio_warm_to_cold']:.2f}; bare Snakefile no-op "
+          f"{summary['bare_snakefile']['noop_s_median']:.2f} s ({jobs} jobs, {files} files), ratio "
+          f"{summary['noop_ratio_to_bare']:.2f}; same epochs and metrics on both paths: {same}; wrote {args.json}")
 
 
 if __name__ == "__main__":

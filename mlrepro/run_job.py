@@ -57,16 +57,22 @@ def execute(engine: Engine, launch: dict[str, Any], image: str | None, run_dir: 
             gpus: list[int], roots: Path | None = None) -> int:
     """Start run_and_time.sh once: natively in its folder, or in the image with data and logs mounted."""
     data = Path(launch["data_dir"])
+    processes = int(launch.get("nodes", 1)) * int(launch.get("tasks_per_node", 1))
     if engine.name == "native":
         argv = ["bash", str(Path(launch["folder"]) / "run_and_time.sh")]
         env, mounts, workdir = launch_env(launch, str(data), str(run_dir)), [], launch["folder"]
+        # ours may start from this invocation's warm parent (mlrepro/warm.py); ranks of a multi-process run
+        # start cold, each from its launcher
+        if launch["kind"] == "mini" and processes == 1:
+            from mlrepro import warm
+
+            env.update(warm.shim_env(os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])))
     else:
         argv = ["bash", launch["script_in_container"]]
         env = launch_env(launch, launch["data_mount"], launch["log_mount"])
         mounts = [Mount(data, read_only=True, target=launch["data_mount"]),
                   Mount(run_dir, read_only=False, target=launch["log_mount"])]
         workdir = None
-    processes = int(launch.get("nodes", 1)) * int(launch.get("tasks_per_node", 1))
     if processes > 1:  # one run, several processes: srun inside a Slurm allocation, torchrun elsewhere
         if engine.name != "native":
             raise RunFailed(f"{launch['benchmark']}: a run of {processes} processes runs with engine native here; "
@@ -161,7 +167,10 @@ def _drive(args: argparse.Namespace, launch: dict[str, Any], run_dir: Path) -> N
             roots = run_dir / "telemetry" / "container.pids"
             roots.unlink(missing_ok=True)
             os.environ[ROOTS_ENV] = str(roots)  # the sampler inherits it
-            sampler = start_sampler(run_dir / "telemetry", hz=args.telemetry_hz, watch_pid=os.getpid())
+            from mlrepro import warm
+
+            sampler = start_sampler(run_dir / "telemetry", hz=args.telemetry_hz, watch_pid=os.getpid(),
+                                    fork=warm.OWNER_ENV in os.environ)  # with the warm start, no new interpreter
         try:
             code = execute(engine, launch, image, run_dir, log, gpus, roots)
         finally:

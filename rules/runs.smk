@@ -3,9 +3,11 @@
 import hashlib
 import math
 
-from mlrepro.slurm.resources import run_resources, shape_for, shape_from_config_sh
+import os
 
 from mlrepro import atomic as _atomic
+from mlrepro import warm
+from mlrepro.slurm.resources import run_resources, shape_for, shape_from_config_sh
 from mlrepro.accelerators import machine_gpus
 
 # The GPUs runs share out; the default profile passes the same count as --resources gpus.
@@ -18,6 +20,13 @@ def _launch_digest(b):
     spec = {"env": b.implementation.env, "params": b.params, "files": b.implementation.digest()}
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
 
+
+# The warm parent, if any, serves this process (and this host) only and exits with it. In the
+# environment, not in a rule's params: turning it off or on does not make finished runs stale.
+if config["engine"] == "native" and config["warm_start"]:
+    os.environ[warm.OWNER_ENV] = warm.owner_here()
+else:
+    os.environ.pop(warm.OWNER_ENV, None)
 
 LAUNCH_DIGEST = {name: _launch_digest(b) for name, b in BENCHMARKS.items()}
 

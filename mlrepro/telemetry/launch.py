@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import selectors
@@ -12,6 +13,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 import mlrepro
 from mlrepro.telemetry.store import (
@@ -26,10 +28,69 @@ from mlrepro.telemetry.store import (
 )
 
 
+class ForkedSampler:
+    """A sampler forked from the calling process instead of a new interpreter (which would import
+    pyarrow and psutil again: about a second of the run's job on a busy 2-core machine); as much of
+    subprocess.Popen as the handle uses."""
+
+    def __init__(self, pid: int, stdout: IO[bytes]) -> None:
+        self.pid, self.stdout, self.returncode = pid, stdout, None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:
+            os.kill(self.pid, sig)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while (code := self.poll()) is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(f"sampler {self.pid}", timeout or 0)
+            time.sleep(0.01)
+        return code
+
+
+def _fork_sampler(argv: list[str], log: Path) -> ForkedSampler:
+    """Fork, and run the sampler's main in the child with its stdout on a pipe and stderr in ``log``,
+    as the spawned one has them. The caller must have no threads running (fork copies only itself)."""
+    from mlrepro.telemetry import sampler
+
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            os.close(read)
+            os.dup2(write, 1)
+            os.close(write)
+            err = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            os.dup2(err, 2)
+            os.close(err)
+            null = os.open(os.devnull, os.O_RDONLY)
+            os.dup2(null, 0)
+            os.close(null)
+            code = sampler.main(argv)
+        finally:
+            with contextlib.suppress(Exception):
+                sys.stderr.flush()
+            os._exit(code)
+    os.close(write)
+    return ForkedSampler(pid, os.fdopen(read, "rb"))
+
+
 @dataclass
 class SamplerHandle:
     out_dir: Path
-    proc: subprocess.Popen[bytes] | None
+    proc: subprocess.Popen[bytes] | ForkedSampler | None
     status: str  # "running", or "failed: <reason>" when the sampler could not start
     started: dict[str, str] = field(default_factory=dict)
 
@@ -94,15 +155,17 @@ def start_sampler(
     host: bool = True,
     flush_every_s: float = 5.0,
     ready_timeout_s: float = 60.0,
+    fork: bool = False,
 ) -> SamplerHandle:
     """Spawn ``python -m mlrepro.telemetry.sampler`` and return once it samples or has said why not.
 
     The sampler exits by itself when ``watch_pid`` (or this process, its parent) exits.
     ``backend`` is "nvml", "none" or "replay:TRACE.json" (tests and demos); samples reach disk every
-    ``flush_every_s``, which bounds what a killed sampler loses.
+    ``flush_every_s``, which bounds what a killed sampler loses. ``fork``: fork this process for it
+    instead of starting an interpreter (the run driver, which has no threads and has imported pyarrow).
     """
     out_dir = Path(out_dir)
-    proc: subprocess.Popen[bytes] | None = None
+    proc: subprocess.Popen[bytes] | ForkedSampler | None = None
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
         _clear_previous(out_dir)
@@ -118,10 +181,13 @@ def start_sampler(
         # the sampler must import the same mlrepro as this process, installed or not
         root = str(Path(mlrepro.__file__).resolve().parent.parent)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
-        with (out_dir / LOG).open("ab") as log:
-            proc = subprocess.Popen(
-                cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log, env=env
-            )
+        if fork:
+            proc = _fork_sampler(cmd[3:], out_dir / LOG)
+        else:
+            with (out_dir / LOG).open("ab") as log:
+                proc = subprocess.Popen(
+                    cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log, env=env
+                )
         assert proc.stdout is not None
         line = b""
         with selectors.DefaultSelector() as sel:

@@ -1,0 +1,181 @@
+"""The warm start (mlrepro/warm.py): a run forked from the warm parent is the run the cold path makes."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from mlrepro import warm
+from mlrepro.telemetry.host import ROOTS_ENV
+from tests.conftest import REPO, SNAKEMAKE, snakemake
+
+CONFIG = "only: [resnet]\nallow_fewer_runs: true\nbenchmarks:\n  resnet: {runs: 2}\n"
+
+
+def _parents_alive(base: Path) -> list[int]:
+    """The warm parents serving from folders under ``base`` (found by their command line: a parent
+    removes its folder when it exits); a zombie (killed, not reaped yet by init) is gone. Its forked
+    children carry its command line too: a process whose parent matches is a child."""
+    found: dict[int, int] = {}
+    for proc in Path("/proc").iterdir():
+        try:
+            cmdline = (proc / "cmdline").read_bytes().split(b"\0")
+            stat = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+            mine = b"mlrepro.warm" in cmdline and any(arg.startswith(str(base).encode()) for arg in cmdline)
+            if mine and stat[0] != "Z":
+                found[int(proc.name)] = int(stat[1])
+        except (OSError, ValueError, IndexError):
+            continue
+    return [pid for pid, ppid in found.items() if ppid not in found]
+
+
+def _stop_parents(base: Path) -> None:
+    for pid in _parents_alive(base):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """resnet's generated data and launch file, made by the real workflow."""
+    wd = tmp_path_factory.mktemp("warm")
+    (wd / "config.yaml").write_text(CONFIG)
+    snakemake(wd, "--configfile", str(wd / "config.yaml"), "--",
+              "results/runs/resnet/launch.json", "results/data/resnet/MANIFEST.sha256")
+    return wd
+
+
+@pytest.fixture
+def warm_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    base = tmp_path / "w"  # short: a Unix socket's path is limited
+    base.mkdir()
+    monkeypatch.setenv(warm.DIR_ENV, str(base))
+    yield base
+    _stop_parents(base)
+
+
+def _events(result: Path) -> list[dict[str, object]]:
+    events = []
+    for line in result.read_text().splitlines():
+        event = json.loads(line.split(":::MLLOG ", 1)[1])
+        del event["time_ms"]
+        events.append(event)
+    return events
+
+
+def _run_job(workdir: Path, run_dir: str, env: dict[str, str]) -> dict[str, object]:
+    subprocess.run([sys.executable, "-m", "mlrepro.run_job", "--launch", "results/runs/resnet/launch.json",
+                    "--seed", "11", "--run-dir", run_dir, "--gpu-locks", "results/.gpu_locks",
+                    "--telemetry-hz", "20"], cwd=workdir, env=env, check=True, timeout=300)
+    return json.loads((workdir / run_dir / "run.json").read_text())
+
+
+@pytest.mark.slow
+def test_warm_run_equals_cold_run_and_sampler_window(workdir: Path, warm_dir: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != warm.OWNER_ENV}
+    cold = _run_job(workdir, "cold", env)
+    assert not (workdir / "cold" / "telemetry" / "container.pids").exists()  # the trainer was the driver's child
+    hot = _run_job(workdir, "warm", {**env, warm.OWNER_ENV: warm.owner_here()})
+    # it went warm: the trainer was the parent's child, and the shim told the sampler its pid
+    parent = int(next(warm_dir.glob("*/*/parent.pid")).read_text())
+    trainer = int((workdir / "warm" / "telemetry" / "container.pids").read_text().split()[-1])
+    assert trainer != parent and _parents_alive(warm_dir) == [parent]
+    # same seed, same events (every MLLOG key, value and metadata), epochs and metric curve
+    assert _events(workdir / "warm" / "result.txt") == _events(workdir / "cold" / "result.txt")
+    for key in ("seed", "epochs", "status", "final_metric", "benchmark", "implementation"):
+        assert hot[key] == cold[key], key
+    assert [m["value"] for m in hot["metrics"]] == [m["value"] for m in cold["metrics"]]  # type: ignore[index]
+    # the sampler's window is the run's run_start..run_stop, and it measured the forked trainer
+    for record in (cold, hot):
+        telemetry = record["telemetry"]
+        assert isinstance(telemetry, dict)
+        assert telemetry["window"]["run_start_ms"] == record["run_start_ms"]
+        assert telemetry["window"]["run_stop_ms"] == record["run_stop_ms"]
+        assert telemetry["host"]["samples"] > 0 and telemetry["host"]["mean_proc_cpu_pct"] > 10
+
+
+def _shim(folder: Path) -> Path:
+    folder.mkdir(parents=True)
+    shim = folder / "python"
+    shim.write_text(f"#!{sys.executable} -I\nimport sys\nsys.path.insert(0, {str(REPO)!r})\n"
+                    f"from mlrepro.warm import shim_main\nshim_main({sys.executable!r}, module='tests.warm_counter')\n")
+    shim.chmod(0o755)
+    return shim
+
+
+def test_runs_from_one_parent_share_no_state(warm_dir: Path, tmp_path: Path) -> None:
+    assert warm.ROOTS_ENV == ROOTS_ENV
+    owner = warm.owner_here()
+    shim = _shim(warm.parent_dir(owner))
+    env = {**os.environ, "PYTHONPATH": str(REPO), warm.OWNER_ENV: owner, "WARM_TEST_MARKER": "x"}
+    runs = []
+    for seed, cwd in ((1, tmp_path), (2, warm_dir)):
+        out = subprocess.run([str(shim), "-m", "tests.warm_counter", str(seed)], env=env, cwd=cwd,
+                             capture_output=True, text=True, check=True, timeout=120).stdout
+        runs.append(json.loads(out))
+    parent = int((shim.parent / "parent.pid").read_text())
+    # both forked from the same parent, each a new process that counts itself as its first run
+    assert [r["ppid"] for r in runs] == [parent, parent] and runs[0]["pid"] != runs[1]["pid"]
+    assert [r["runs"] for r in runs] == [1, 1]
+    # each with its own arguments, working folder and environment
+    assert [(r["seed"], r["cwd"], r["marker"]) for r in runs] == [(1, str(tmp_path), "x"), (2, str(warm_dir), "x")]
+    # an interpreter setting the parent started without: the run goes cold (the real interpreter)
+    out = subprocess.run([str(shim), "-m", "tests.warm_counter", "3"], env={**env, "PYTHONHASHSEED": "123"},
+                         capture_output=True, text=True, check=True, timeout=120).stdout
+    assert json.loads(out)["ppid"] != parent
+    # the parent ends with its owner
+    owner_proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        other = f"{owner.split(':')[0]}:{owner_proc.pid}:{warm._start_time(owner_proc.pid)}"
+        shim2 = _shim(warm.parent_dir(other))
+        subprocess.run([str(shim2), "-m", "tests.warm_counter", "4"], env={**env, warm.OWNER_ENV: other},
+                       capture_output=True, check=True, timeout=120)
+        parent2 = int((shim2.parent / "parent.pid").read_text())
+        assert parent2 in _parents_alive(warm_dir)
+    finally:
+        owner_proc.kill()
+        owner_proc.wait()
+    deadline = time.monotonic() + 15
+    while parent2 in _parents_alive(warm_dir) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert parent2 not in _parents_alive(warm_dir)
+
+
+@pytest.mark.slow
+def test_killed_parent_leaves_no_result_and_next_invocation_redoes_the_run(workdir: Path, warm_dir: Path) -> None:
+    run = workdir / "results" / "runs" / "resnet" / "1"
+    args = [*SNAKEMAKE, "--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir), "--cores", "2",
+            "--configfile", str(workdir / "config.yaml"), "--", "results/runs/resnet/1/result.txt"]
+    env = {k: v for k, v in os.environ.items() if k != warm.OWNER_ENV}
+    first = subprocess.Popen(args, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 240
+        while not ((run / "train.log").is_file() and "run_start" in (run / "train.log").read_text()):
+            assert first.poll() is None and time.monotonic() < deadline, first.stdout and first.stdout.read()
+            time.sleep(0.05)
+        (parent,) = _parents_alive(warm_dir)
+        os.kill(parent, signal.SIGKILL)  # mid-run
+        output, _ = first.communicate(timeout=120)
+    finally:
+        if first.poll() is None:
+            first.kill()
+    assert first.returncode != 0, output
+    assert not (run / "result.txt").exists() and not (run / "run.json").exists()
+    assert "ended without an exit status" in (run / "train.log").read_text()
+    snakemake(workdir, "--configfile", str(workdir / "config.yaml"), "--", "results/runs/resnet/1/result.txt")
+    record = json.loads((run / "run.json").read_text())
+    assert record["status"] == "success" and (run / "result.txt").is_file()
+    # the second invocation's parent went with it (it polls its owner twice a second): no stray process
+    deadline = time.monotonic() + 15
+    while _parents_alive(warm_dir) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _parents_alive(warm_dir) == []
