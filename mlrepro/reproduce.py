@@ -37,7 +37,7 @@ import jsonschema
 import yaml
 
 from mlrepro import atomic, logs, rulesets
-from mlrepro.config import deep_merge
+from mlrepro.config import PIPELINE_KEYS, deep_merge
 from mlrepro.implementation import DATA_MOUNTS, LOG_MOUNT, MINI, RUN_SCRIPT, ImplementationError, capture
 from mlrepro.provenance import MANIFEST
 
@@ -76,9 +76,12 @@ class Implementation:
         return self.folder.name
 
 
-def _config_for(folder: Path, system: str, kind: str) -> Path | None:
-    """config_<X>.sh for ``system``: the longest X that the system's name starts with (NVIDIA's
-    dgxa100_ngc21.09_mxnet -> config_DGXA100.sh); ours falls back to config_CPU.sh as the pipeline does."""
+def _config_for(folder: Path, system: str, kind: str, chosen: str | None) -> Path | None:
+    """The config file named ``chosen`` (system_config, as the pipeline takes it), else config_<X>.sh for
+    ``system``: the longest X that the system's name starts with (NVIDIA's dgxa100_ngc21.09_mxnet ->
+    config_DGXA100.sh); ours falls back to config_CPU.sh as the pipeline does."""
+    if chosen:
+        return folder / chosen if "/" not in chosen and (folder / chosen).is_file() else None
     matches = [p for p in folder.glob("config_*.sh")
                if system.lower().startswith(p.stem.removeprefix("config_").lower())]
     best = max(matches, key=lambda p: len(p.stem), default=None)
@@ -87,7 +90,10 @@ def _config_for(folder: Path, system: str, kind: str) -> Path | None:
     return best
 
 
-def locate_implementation(org_dir: Path, benchmark: str, system: str = "") -> Implementation:
+def locate_implementation(org_dir: Path, benchmark: str, system: str = "", system_config: str | None = None
+                          ) -> Implementation:
+    """The package's implementation of ``benchmark`` with its config file for ``system`` (or the file
+    ``system_config`` names)."""
     base = org_dir / "benchmarks" / benchmark / "implementations"
     candidates: list[tuple[Path, Path, str]] = []
     for folder in sorted(p for p in base.glob("*") if p.is_dir()):
@@ -103,13 +109,13 @@ def locate_implementation(org_dir: Path, benchmark: str, system: str = "") -> Im
             f"(the layout this pipeline packages). Supply the implementation folder under {base}/<name>/, or leave "
             f"{benchmark} out with only=[...].")
     for folder, run_folder, kind in candidates:
-        if (config := _config_for(run_folder, system, kind)) is not None:
+        if (config := _config_for(run_folder, system, kind, system_config)) is not None:
             return Implementation(folder, run_folder, config, kind)
     configs = ", ".join(sorted(p.name for _, r, _ in candidates for p in r.glob("config_*.sh"))) or "none"
     raise ReproduceError(
         f"The package's implementation of {benchmark} ({', '.join(str(r) for _, r, _ in candidates)}) has no config "
-        f"file for system {system} (it has: {configs}). Give the system whose config_<SYSTEM>.sh it has, or "
-        "add that config file.")
+        f"file for system {system}{f' named {system_config}' if system_config else ''} (it has: {configs}). Give "
+        f"the system whose config_<SYSTEM>.sh it has, or name the file as benchmarks.{benchmark}.system_config.")
 
 
 def stage(impl: Implementation, dest: Path) -> None:
@@ -229,7 +235,8 @@ def _system(org_dir: Path, system: str) -> str:
 
 
 def plan(org_dir: Path, *, system: str, only: list[str], runs: int | None, overrides: dict[str, Any],
-         default_data_seed: int, data_dirs: dict[str, str] | None = None) -> Plan:
+         default_data_seed: int, data_dirs: dict[str, str] | None = None,
+         system_configs: dict[str, str] | None = None) -> Plan:
     """What to re-run; a :class:`ReproduceError` naming everything missing, before any run."""
     org_dir = org_dir.resolve()
     if not (org_dir / "results").is_dir():
@@ -254,7 +261,10 @@ def plan(org_dir: Path, *, system: str, only: list[str], runs: int | None, overr
     out: dict[str, BenchmarkPlan] = {}
     for b in chosen:
         try:
-            impl = locate_implementation(org_dir, b, system)
+            # the config file given here, else the one the submission's configuration chose, else the system's
+            chosen = (system_configs or {}).get(b) or ((config.get("benchmarks") or {}).get(b) or {}).get(
+                "system_config")
+            impl = locate_implementation(org_dir, b, system, chosen)
             env = capture(impl.config)
             nodes, per_node = int(env.get("DGXNNODES") or 1), int(env.get("DGXNGPU") or 0)
         except ReproduceError as e:
@@ -287,6 +297,7 @@ def plan(org_dir: Path, *, system: str, only: list[str], runs: int | None, overr
                     problems.append(f"{b}: the parameters fail the implementation's {schema.name}: " + "; ".join(
                         f"{'.'.join(map(str, e.absolute_path)) or '(top level)'}: {e.message}" for e in errors) + ".")
                     continue
+            params = {k: v for k, v in params.items() if k not in PIPELINE_KEYS}  # as the pipeline runs it
         else:
             params = {}
             if overrides.get(b):
@@ -498,7 +509,7 @@ def write_report(doc: dict[str, Any], json_out: Path, html_out: Path) -> None:
 def _plan_from_args(args: argparse.Namespace) -> Plan:
     return plan(args.package, system=args.system, only=args.only, runs=args.runs,
                 overrides=json.loads(args.overrides or "{}"), default_data_seed=args.data_seed,
-                data_dirs=json.loads(args.data_dirs or "{}"))
+                data_dirs=json.loads(args.data_dirs or "{}"), system_configs=json.loads(args.system_configs or "{}"))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -509,6 +520,7 @@ def main(argv: list[str] | None = None) -> None:
     s.add_argument("--package", type=Path, required=True)
     s.add_argument("--benchmark", required=True)
     s.add_argument("--system", required=True)
+    s.add_argument("--system-config", default=None)
     s.add_argument("--out", type=Path, required=True)
     r = sub.add_parser("report", help="compare the reproduced runs with the submission")
     r.add_argument("--package", type=Path, required=True)
@@ -518,6 +530,7 @@ def main(argv: list[str] | None = None) -> None:
     r.add_argument("--overrides", default=None, help="benchmark -> parameter overrides, as the plan had them")
     r.add_argument("--data-seed", type=int, default=20220629)
     r.add_argument("--data-dirs", default=None, help="benchmark -> the given dataset folder, as the plan had them")
+    r.add_argument("--system-configs", default=None, help="benchmark -> the given config file, as the plan had them")
     r.add_argument("--ruleset", default="2.0.0")
     r.add_argument("--reproduced", type=Path, required=True, help="the reproduction's output folder")
     r.add_argument("--json", type=Path, required=True)
@@ -525,7 +538,8 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     try:
         if args.step == "stage":
-            stage(locate_implementation(args.package.resolve(), args.benchmark, args.system), args.out)
+            stage(locate_implementation(args.package.resolve(), args.benchmark, args.system, args.system_config),
+                  args.out)
             return
         doc = compare(_plan_from_args(args), args.reproduced, args.ruleset)
     except ReproduceError as e:

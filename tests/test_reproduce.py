@@ -10,6 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
 from mlrepro import reproduce
 from tests.conftest import REPO, snakemake
@@ -46,6 +47,16 @@ def test_package_reproduces_bit_identically_on_cpu(tiny_package: Path, tmp_path:
     assert "Mann-Whitney U" in html and manifest["runs"][0]["file"].rsplit("/", 1)[1] in html
     # the reproduction's runs are on the record too: one ledger launch each
     assert len((tmp_path / "reproduction" / "runs" / "resnet" / "0" / "ledger.jsonl").read_text().splitlines()) == 2
+    # through the pipeline's run driver, from the package's own implementation folder: its run_and_time.sh
+    # and config_CPU.sh, and its training code (imported from the staged copy, not the pipeline's)
+    staged = (tmp_path / "reproduction" / "implementation" / "resnet").resolve()
+    run = json.loads((tmp_path / "reproduction" / "runs" / "resnet" / "0" / "run.json").read_text())
+    assert run["implementation"] == {"kind": "mini", "name": "mlrepro-pytorch", "config_file": "config_CPU.sh",
+                                     "folder": str(staged / "workflows" / "resnet")}
+    launch = json.loads((tmp_path / "reproduction" / "runs" / "resnet" / "launch.json").read_text())
+    assert launch["env"]["PYTHONPATH"] == str(staged) and launch["params"]["lr"] == 0.1
+    assert list((staged / "mlrepro" / "__pycache__").glob("train.*.pyc"))
+    assert not list(org.rglob("__pycache__"))  # nothing written into the audited package
 
 
 def test_changed_hyperparameter_is_not_reproduced_and_named(tiny_package: Path, tmp_path: Path) -> None:
@@ -135,3 +146,32 @@ def test_nvidia_v11_package_names_what_is_missing(nvidia_package: Path) -> None:
         reproduce.plan(org, system=NVIDIA_SYSTEM, only=["resnet"], runs=None, overrides={}, default_data_seed=0)
     with pytest.raises(reproduce.ReproduceError, match="no config file for system dgx2"):
         reproduce.locate_implementation(org, "resnet", "dgx2_ngc21.09_mxnet")
+
+
+def test_outside_implementation_package_reproduces(tmp_path: Path) -> None:
+    """A third-party implementation's package (tests/fixtures/outside_impl, run by the pipeline) reproduces
+    the same way: its own folder from the package, its config_CPU.sh (the submission's system_config), the
+    given dataset folder, the same seeds, the same metrics."""
+    from tests.test_implementations import OUTSIDE, _points
+
+    data = _points(tmp_path / "data")
+    cfg = {"telemetry": {"enabled": False}, "only": ["resnet"], "allow_fewer_runs": True,
+           "inference": {"benchmarks": []}, "benchmarks": {"resnet": {
+               "implementation": str(OUTSIDE), "system_config": "config_CPU.sh", "data_dir": str(data), "runs": 2}}}
+    (tmp_path / "outside.yaml").write_text(yaml.safe_dump(cfg))
+    snakemake(tmp_path / "submitter", "--configfile", str(tmp_path / "outside.yaml"))
+    org = tmp_path / "submitter" / "results" / "submission" / "mlrepro"
+    assert (org / "benchmarks" / "resnet" / "implementations" / "outside_impl" / "run_and_time.sh").is_file()
+    _reproduce(tmp_path / "auditor", org, "runs=2", f"benchmarks={{resnet: {{data_dir: {data}}}}}")
+    doc = json.loads((tmp_path / "auditor" / "reproduction" / "reproduction.json").read_text())
+    assert doc["verdict"] == "reproduced", doc["benchmarks"][0]["reasons"]
+    manifest = json.loads((org / "provenance.json").read_text())
+    runs = doc["benchmarks"][0]["runs"]
+    assert [r["seed"] for r in runs] == [r["seed"] for r in manifest["runs"]]
+    assert all(r["metrics_identical"] and r["compliant"] and r["reproduced_seed"] == r["seed"] for r in runs)
+    run = json.loads((tmp_path / "auditor" / "reproduction" / "runs" / "resnet" / "0" / "run.json").read_text())
+    staged = (tmp_path / "auditor" / "reproduction" / "implementation" / "resnet").resolve()
+    assert run["implementation"] == {"kind": "folder", "name": "outside_impl", "folder": str(staged),
+                                     "config_file": "config_CPU.sh"}
+    assert "RESULT,outside," in (tmp_path / "auditor" / "reproduction" / "runs" / "resnet" / "0" / "train.log"
+                                 ).read_text()
