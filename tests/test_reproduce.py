@@ -144,6 +144,13 @@ def test_nvidia_v11_package_names_what_is_missing(nvidia_package: Path) -> None:
     with pytest.raises(reproduce.ReproduceError, match=r"resnet: mxnet runs on its prepared dataset, and none was "
                        r"given.*benchmarks\.resnet\.data_dir \(mounted at /data\)"):
         reproduce.plan(org, system=NVIDIA_SYSTEM, only=["resnet"], runs=None, overrides={}, default_data_seed=0)
+    with pytest.raises(reproduce.ReproduceError, match=r"resnet: lr: mxnet takes its hyperparameters from "
+                       r"config_DGXA100\.sh"):
+        reproduce.plan(org, system=NVIDIA_SYSTEM, only=["resnet"], runs=None, overrides={"resnet": {"lr": 1}},
+                       default_data_seed=0, data_dirs={"resnet": str(org)})
+    with pytest.raises(reproduce.ReproduceError, match=r"no config file for system dgxa100_ngc21\.09_mxnet named "
+                       r"config_DGX2\.sh"):
+        reproduce.locate_implementation(org, "resnet", NVIDIA_SYSTEM, "config_DGX2.sh")
     with pytest.raises(reproduce.ReproduceError, match="no config file for system dgx2"):
         reproduce.locate_implementation(org, "resnet", "dgx2_ngc21.09_mxnet")
 
