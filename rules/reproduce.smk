@@ -17,6 +17,7 @@ from snakemake.exceptions import WorkflowError
 from mlrepro import atomic as _atomic
 from mlrepro import reproduce as _reproduce
 from mlrepro.accelerators import machine_gpus
+from mlrepro.slurm.resources import ShapeError, run_resources, shape_from_config_sh
 from mlrepro.data import MANIFEST as _DATA_MANIFEST
 
 PY = shlex.quote(sys.executable)
@@ -35,6 +36,10 @@ try:
                             data_dirs=_DATA_DIRS, system_configs=_SYSTEM_CONFIGS)
 except _reproduce.ReproduceError as _e:
     raise WorkflowError(str(_e)) from None
+try:  # the job shape of a run (nodes, tasks, walltime), from the config file as the main pipeline takes it
+    _SHAPES = {b: shape_from_config_sh(p.env) for b, p in REPRO.benchmarks.items()}
+except ShapeError as _e:
+    raise WorkflowError(f"reproduce: a config file's job shape: {_e}") from None
 if RO.resolve().is_relative_to(Path(REPRO.package)):
     raise WorkflowError(f"reproduce_out={RO} lies inside the package {REPRO.package}; choose another folder")
 for _note in REPRO.notes:
@@ -127,6 +132,8 @@ rule reproduce_run:
     threads: config["threads_per_run"]
     resources:
         gpus=lambda w: REPRO.benchmarks[w.benchmark].gpus,
+        # the job's shape on Slurm (profiles/slurm), as the main pipeline's run rule asks for it
+        **run_resources(config, config["threads_per_run"], _SHAPES.__getitem__),
     log:
         RO / "logs" / "run_{benchmark}_{run}.log",
     shell:
