@@ -2,9 +2,11 @@
 
 ``snakemake --cores all --config reproduce=ORG_DIR system=SYSTEM only=[...] runs=K`` (rules/reproduce.smk)
 plans the re-runs here (:func:`plan`: everything missing is named before any run), stages the package's
-implementation into a runnable folder (:func:`stage`), regenerates the dataset through the
-implementation's own generator, re-runs the first K results with their logged seeds through the usual
-run step and compliance gate, and writes the comparison (:func:`compare`) as JSON and HTML.
+implementation folder (``benchmarks/<bm>/implementations/<impl>/``) into a runnable copy (:func:`stage`),
+regenerates the dataset through the implementation's own generator (ours) or takes the given folder (a
+vendor's), re-runs the first K results with their logged seeds through the pipeline's run driver
+(mlrepro.run_job, from a launch file as the main pipeline writes it: run_and_time.sh and the config file
+for the system) and the usual compliance gate, and writes the comparison (:func:`compare`) as JSON and HTML.
 
 The verdict per benchmark, and the rules behind it:
 
@@ -35,7 +37,8 @@ import jsonschema
 import yaml
 
 from mlrepro import atomic, logs, rulesets
-from mlrepro.config import deep_merge
+from mlrepro.config import PIPELINE_KEYS, deep_merge
+from mlrepro.implementation import DATA_MOUNTS, LOG_MOUNT, MINI, RUN_SCRIPT, ImplementationError, capture
 from mlrepro.provenance import MANIFEST
 
 ALPHA = 0.05
@@ -55,57 +58,92 @@ class ReproduceError(ValueError):
 
 
 # ---------------------------------------------------------------------------------------------------------
-# The implementation inside a package. Today's layout (mlrepro/package.py): implementations/<impl>/ holds
-# workflow/ (the benchmark's model.py, defaults.yaml) and mlrepro/ (the training loop). Only these two
-# functions know it: the implementations issue's workflows/<bm>/ convention plugs in here.
+# The implementation inside a package: ``benchmarks/<bm>/implementations/<impl>/`` in the MLCommons
+# convention (run_and_time.sh, config_<SYSTEM>.sh), a vendor's as it is, or this pipeline's own as
+# mlrepro/package.py writes it (workflows/<bm>/ holding run_and_time.sh and config_CPU.sh, beside the
+# training code mlrepro/ it imports). Either runs through the pipeline's run driver (mlrepro.run_job)
+# from a launch file (:func:`launch_spec`), as the main pipeline's run rule launches it.
 
 @dataclass(frozen=True)
 class Implementation:
-    folder: Path
-    layout: str  # "mlrepro-package": workflow/ + mlrepro/; "mlcommons": run_and_time.sh + config_<system>.sh
-    config: Path | None = None  # the MLCommons layout's config file for the system
+    folder: Path  # implementations/<impl>/ in the package
+    run_folder: Path  # the folder holding run_and_time.sh (ours: workflows/<bm>/ inside ``folder``)
+    config: Path  # the config file for the system
+    kind: str  # MINI (this pipeline's own: shared code on PYTHONPATH, hyperparameters as JSON) or "folder"
+
+    @property
+    def name(self) -> str:
+        return self.folder.name
 
 
-def _mlcommons_config(folder: Path, system: str) -> Path | None:
-    """config_<X>.sh for ``system``: the longest X that the system folder's name starts with
-    (NVIDIA's dgxa100_ngc21.09_mxnet -> config_DGXA100.sh)."""
+def _config_for(folder: Path, system: str, kind: str, chosen: str | None) -> Path | None:
+    """The config file named ``chosen`` (system_config, as the pipeline takes it), else config_<X>.sh for
+    ``system``: the longest X that the system's name starts with (NVIDIA's dgxa100_ngc21.09_mxnet ->
+    config_DGXA100.sh); ours falls back to config_CPU.sh as the pipeline does."""
+    if chosen:
+        return folder / chosen if "/" not in chosen and (folder / chosen).is_file() else None
     matches = [p for p in folder.glob("config_*.sh")
                if system.lower().startswith(p.stem.removeprefix("config_").lower())]
-    return max(matches, key=lambda p: len(p.stem), default=None)
+    best = max(matches, key=lambda p: len(p.stem), default=None)
+    if best is None and kind == MINI and (folder / "config_CPU.sh").is_file():
+        return folder / "config_CPU.sh"
+    return best
 
 
-def locate_implementation(org_dir: Path, benchmark: str, system: str = "") -> Implementation:
+def locate_implementation(org_dir: Path, benchmark: str, system: str = "", system_config: str | None = None
+                          ) -> Implementation:
+    """The package's implementation of ``benchmark`` with its config file for ``system`` (or the file
+    ``system_config`` names)."""
     base = org_dir / "benchmarks" / benchmark / "implementations"
-    found = sorted(p for p in base.glob("*") if (p / "workflow" / "model.py").is_file() and (p / "mlrepro").is_dir())
-    mlcommons = sorted(p for p in base.glob("*") if (p / "run_and_time.sh").is_file())
-    if not found and mlcommons:
-        for folder in mlcommons:
-            if (config := _mlcommons_config(folder, system)) is not None:
-                return Implementation(folder, "mlcommons", config)
-        configs = ", ".join(sorted(p.name for f in mlcommons for p in f.glob("config_*.sh"))) or "none"
-        raise ReproduceError(
-            f"The package's implementation of {benchmark} ({', '.join(str(f) for f in mlcommons)}) has no config "
-            f"file for system {system} (it has: {configs}). Give the system whose config_<SYSTEM>.sh it has, or "
-            "add that config file.")
-    if not found:
+    candidates: list[tuple[Path, Path, str]] = []
+    for folder in sorted(p for p in base.glob("*") if p.is_dir()):
+        if (folder / RUN_SCRIPT).is_file():
+            candidates.append((folder, folder, "folder"))
+        elif (folder / "workflows" / benchmark / RUN_SCRIPT).is_file() and (folder / "mlrepro").is_dir():
+            candidates.append((folder, folder / "workflows" / benchmark, MINI))
+    if not candidates:
         present = ", ".join(sorted(p.name for p in base.glob("*"))) or "none"
         raise ReproduceError(
             f"The package {org_dir} has no runnable implementation of {benchmark}: {base} holds {present}, and none "
-            "has workflow/model.py and mlrepro/ (the layout this pipeline packages). Supply the implementation "
-            f"folder under {base}/<name>/, or leave {benchmark} out with only=[...].")
-    return Implementation(found[0], "mlrepro-package")
+            f"has {RUN_SCRIPT} (the MLCommons convention) or workflows/{benchmark}/{RUN_SCRIPT} beside mlrepro/ "
+            f"(the layout this pipeline packages). Supply the implementation folder under {base}/<name>/, or leave "
+            f"{benchmark} out with only=[...].")
+    for folder, run_folder, kind in candidates:
+        if (config := _config_for(run_folder, system, kind, system_config)) is not None:
+            return Implementation(folder, run_folder, config, kind)
+    configs = ", ".join(sorted(p.name for _, r, _ in candidates for p in r.glob("config_*.sh"))) or "none"
+    raise ReproduceError(
+        f"The package's implementation of {benchmark} ({', '.join(str(r) for _, r, _ in candidates)}) has no config "
+        f"file for system {system}{f' named {system_config}' if system_config else ''} (it has: {configs}). Give "
+        f"the system whose config_<SYSTEM>.sh it has, or name the file as benchmarks.{benchmark}.system_config.")
 
 
-def stage(impl: Implementation, benchmark: str, dest: Path) -> None:
-    """A runnable copy of ``impl`` at ``dest`` (``PYTHONPATH=dest python -m mlrepro.run_job ...``)."""
-    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+def stage(impl: Implementation, dest: Path) -> None:
+    """A copy of the package's implementation folder at ``dest`` to run from: whatever a run writes
+    beside its script (bytecode, logs) stays out of the audited package."""
     with atomic.atomic_dir(dest) as tmp:
-        shutil.copytree(impl.folder / "mlrepro", tmp / "mlrepro", ignore=ignore)
-        shutil.copytree(impl.folder / "workflow", tmp / "workflows" / benchmark, ignore=ignore)
+        shutil.copytree(impl.folder, tmp, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"), symlinks=True,
+                        dirs_exist_ok=True)
 
 
 def implementation_params(impl: Implementation) -> dict[str, Any]:
-    return yaml.safe_load((impl.folder / "workflow" / "defaults.yaml").read_text()) or {}
+    """Ours: the hyperparameters its defaults.yaml gives; a vendor's take theirs from the config file."""
+    defaults = impl.run_folder / "defaults.yaml"
+    return (yaml.safe_load(defaults.read_text()) or {}) if impl.kind == MINI and defaults.is_file() else {}
+
+
+def launch_spec(b: BenchmarkPlan, staged: Path, data_dir: Path, *, threads: int, device: str) -> dict[str, Any]:
+    """The launch file mlrepro.run_job reads (rules/runs.smk writes the same for the main pipeline), for
+    the staged copy of the package's implementation."""
+    run_folder = staged / Path(b.run_folder).relative_to(b.implementation)
+    env = dict(b.env)
+    if b.kind == MINI:  # its training code is the package's: the staged copy comes first on the path
+        env["PYTHONPATH"] = str(staged)
+    return {"benchmark": b.name, "kind": b.kind, "name": Path(b.implementation).name, "folder": str(run_folder),
+            "config_file": b.config_file, "script_in_container": f"./{RUN_SCRIPT}", "env": env, "params": b.params,
+            "data_dir": str(data_dir), "data_mount": DATA_MOUNTS.get(b.name, "/data"), "log_mount": LOG_MOUNT,
+            "gpus": b.gpus, "threads": threads, "nodes": b.nodes, "tasks_per_node": 1, "device": device,
+            "drop_caches": False, "submission": b.submission}
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -164,6 +202,13 @@ class BenchmarkPlan:
     data_seed: int
     submission: dict[str, Any]
     dataset_sha256: str | None  # the submitted dataset manifest's hash (from the provenance manifest)
+    run_folder: str = ""  # the package's folder holding run_and_time.sh (inside ``implementation``)
+    config_file: str = ""  # its config file for the system
+    kind: str = MINI
+    nodes: int = 1
+    gpus: int = 0  # nodes x accelerators per node, from the config file
+    data_dir: str | None = None  # a given dataset folder; None: ours, regenerated by the implementation
+    env: dict[str, str] = field(default_factory=dict)  # what the config file exports
 
 
 @dataclass
@@ -191,7 +236,8 @@ def _system(org_dir: Path, system: str) -> str:
 
 
 def plan(org_dir: Path, *, system: str, only: list[str], runs: int | None, overrides: dict[str, Any],
-         default_data_seed: int) -> Plan:
+         default_data_seed: int, data_dirs: dict[str, str] | None = None,
+         system_configs: dict[str, str] | None = None) -> Plan:
     """What to re-run; a :class:`ReproduceError` naming everything missing, before any run."""
     org_dir = org_dir.resolve()
     if not (org_dir / "results").is_dir():
@@ -216,16 +262,20 @@ def plan(org_dir: Path, *, system: str, only: list[str], runs: int | None, overr
     out: dict[str, BenchmarkPlan] = {}
     for b in chosen:
         try:
-            impl = locate_implementation(org_dir, b, system)
+            # the config file given here, else the one the submission's configuration chose, else the system's
+            chosen = (system_configs or {}).get(b) or ((config.get("benchmarks") or {}).get(b) or {}).get(
+                "system_config")
+            impl = locate_implementation(org_dir, b, system, chosen)
+            env = capture(impl.config)
+            nodes, per_node = int(env.get("DGXNNODES") or 1), int(env.get("DGXNGPU") or 0)
         except ReproduceError as e:
             problems.append(str(e))
             continue
-        if impl.layout == "mlcommons":
-            config_name = impl.config.name if impl.config else ""
-            problems.append(
-                f"{b}: {impl.folder} is an MLCommons-convention implementation (run_and_time.sh, {config_name} "
-                f"for {system}); the reproduce target runs this pipeline's packaged implementations only so far: "
-                "running run_and_time.sh needs the plug-in run driver of the implementations work.")
+        except ImplementationError as e:
+            problems.append(f"{b}: {e}")
+            continue
+        except ValueError:
+            problems.append(f"{b}: {impl.config}: DGXNNODES or DGXNGPU is not a whole number.")
             continue
         files = sorted((org_dir / "results" / system / b).glob("result_*.txt"),
                        key=lambda p: int(p.stem.rpartition("_")[2]) if p.stem.rpartition("_")[2].isdigit() else 0)
@@ -236,20 +286,40 @@ def plan(org_dir: Path, *, system: str, only: list[str], runs: int | None, overr
             problems.append(f"{b}: {', '.join(unseeded)} log no integer seed; a reproduction with the same seeds "
                             "needs them.")
             continue
-        params = deep_merge(deep_merge(implementation_params(impl), (config.get("benchmarks") or {}).get(b) or {}),
-                            overrides.get(b) or {})
-        schema = impl.folder / "workflow" / "params.schema.yaml"
-        if schema.is_file():
-            errors = sorted(jsonschema.Draft202012Validator(yaml.safe_load(schema.read_text())).iter_errors(params),
-                            key=lambda e: list(map(str, e.absolute_path)))
-            if errors:
-                problems.append(f"{b}: the parameters fail the implementation's {schema.name}: " + "; ".join(
-                    f"{'.'.join(map(str, e.absolute_path)) or '(top level)'}: {e.message}" for e in errors) + ".")
+        data_dir = None
+        if impl.kind == MINI:
+            params = deep_merge(deep_merge(implementation_params(impl), (config.get("benchmarks") or {}).get(b) or {}),
+                                overrides.get(b) or {})
+            schema = impl.run_folder / "params.schema.yaml"
+            if schema.is_file():
+                errors = sorted(jsonschema.Draft202012Validator(yaml.safe_load(schema.read_text())).iter_errors(params),
+                                key=lambda e: list(map(str, e.absolute_path)))
+                if errors:
+                    problems.append(f"{b}: the parameters fail the implementation's {schema.name}: " + "; ".join(
+                        f"{'.'.join(map(str, e.absolute_path)) or '(top level)'}: {e.message}" for e in errors) + ".")
+                    continue
+            params = {k: v for k, v in params.items() if k not in PIPELINE_KEYS}  # as the pipeline runs it
+        else:
+            params = {}
+            if overrides.get(b):
+                problems.append(f"{b}: {', '.join(sorted(overrides[b]))}: {impl.name} takes its hyperparameters from "
+                                f"{impl.config.name}; a changed hyperparameter needs a changed config file.")
                 continue
+            given = (data_dirs or {}).get(b)
+            if not given or not Path(given).is_dir():
+                problems.append(
+                    f"{b}: {impl.name} runs on its prepared dataset, and "
+                    + (f"benchmarks.{b}.data_dir={given} is not a folder" if given else "none was given")
+                    + f": prepare it as {impl.folder}/README.md says and give its folder as "
+                    f"benchmarks.{b}.data_dir (mounted at {DATA_MOUNTS.get(b, '/data')}).")
+                continue
+            data_dir = str(Path(given).resolve())
         datasets = (manifest or {}).get("datasets") or {}
+        identity = {k: submitted[0].submission.get(k) for k in _SUBMISSION}
         out[b] = BenchmarkPlan(b, str(impl.folder), [str(f) for f in files], [int(s.seed) for s in submitted],
-                               params, data_seed, {k: submitted[0].submission.get(k) for k in _SUBMISSION},
-                               (datasets.get(b) or {}).get("sha256"))
+                               params, data_seed, {k: str(v if v is not None else "") for k, v in identity.items()},
+                               (datasets.get(b) or {}).get("sha256"), str(impl.run_folder), impl.config.name,
+                               impl.kind, nodes, nodes * per_node, data_dir, env)
     if problems:
         raise ReproduceError("Cannot reproduce this package: " + " ".join(problems))
     if (manifest or {}).get("engines", ["native"]) != ["native"]:
@@ -439,7 +509,8 @@ def write_report(doc: dict[str, Any], json_out: Path, html_out: Path) -> None:
 
 def _plan_from_args(args: argparse.Namespace) -> Plan:
     return plan(args.package, system=args.system, only=args.only, runs=args.runs,
-                overrides=json.loads(args.overrides or "{}"), default_data_seed=args.data_seed)
+                overrides=json.loads(args.overrides or "{}"), default_data_seed=args.data_seed,
+                data_dirs=json.loads(args.data_dirs or "{}"), system_configs=json.loads(args.system_configs or "{}"))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -449,6 +520,8 @@ def main(argv: list[str] | None = None) -> None:
     s = sub.add_parser("stage", help="a runnable copy of the package's implementation of one benchmark")
     s.add_argument("--package", type=Path, required=True)
     s.add_argument("--benchmark", required=True)
+    s.add_argument("--system", required=True)
+    s.add_argument("--system-config", default=None)
     s.add_argument("--out", type=Path, required=True)
     r = sub.add_parser("report", help="compare the reproduced runs with the submission")
     r.add_argument("--package", type=Path, required=True)
@@ -457,6 +530,8 @@ def main(argv: list[str] | None = None) -> None:
     r.add_argument("--runs", type=int, default=None)
     r.add_argument("--overrides", default=None, help="benchmark -> parameter overrides, as the plan had them")
     r.add_argument("--data-seed", type=int, default=20220629)
+    r.add_argument("--data-dirs", default=None, help="benchmark -> the given dataset folder, as the plan had them")
+    r.add_argument("--system-configs", default=None, help="benchmark -> the given config file, as the plan had them")
     r.add_argument("--ruleset", default="2.0.0")
     r.add_argument("--reproduced", type=Path, required=True, help="the reproduction's output folder")
     r.add_argument("--json", type=Path, required=True)
@@ -464,7 +539,8 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     try:
         if args.step == "stage":
-            stage(locate_implementation(args.package.resolve(), args.benchmark), args.benchmark, args.out)
+            stage(locate_implementation(args.package.resolve(), args.benchmark, args.system, args.system_config),
+                  args.out)
             return
         doc = compare(_plan_from_args(args), args.reproduced, args.ruleset)
     except ReproduceError as e:

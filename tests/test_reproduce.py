@@ -10,6 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
 from mlrepro import reproduce
 from tests.conftest import REPO, snakemake
@@ -46,6 +47,15 @@ def test_package_reproduces_bit_identically_on_cpu(tiny_package: Path, tmp_path:
     assert "Mann-Whitney U" in html and manifest["runs"][0]["file"].rsplit("/", 1)[1] in html
     # the reproduction's runs are on the record too: one ledger launch each
     assert len((tmp_path / "reproduction" / "runs" / "resnet" / "0" / "ledger.jsonl").read_text().splitlines()) == 2
+    # through the pipeline's run driver, from the package's own implementation folder: its run_and_time.sh
+    # and config_CPU.sh, and its training code (imported from the staged copy, not the pipeline's)
+    staged = (tmp_path / "reproduction" / "implementation" / "resnet").resolve()
+    run = json.loads((tmp_path / "reproduction" / "runs" / "resnet" / "0" / "run.json").read_text())
+    assert run["implementation"] == {"kind": "mini", "name": "mlrepro-pytorch", "config_file": "config_CPU.sh",
+                                     "folder": str(staged / "workflows" / "resnet")}
+    launch = json.loads((tmp_path / "reproduction" / "runs" / "resnet" / "launch.json").read_text())
+    assert launch["env"]["PYTHONPATH"] == str(staged) and launch["params"]["lr"] == 0.1
+    assert not list(org.rglob("__pycache__"))  # nothing written into the audited package
 
 
 def test_changed_hyperparameter_is_not_reproduced_and_named(tiny_package: Path, tmp_path: Path) -> None:
@@ -80,23 +90,96 @@ def test_plan_without_manifest_uses_logged_seeds_with_a_note(tiny_package: Path,
 
 
 SHARED = REPO.parent / "shared" / "data"
+NVIDIA_SYSTEM = "dgxa100_ngc21.09_mxnet"
 
 
-@pytest.mark.skipif(not (SHARED / "mlperf_training_nvidia_implementations_v1.1.tar.xz").is_file(),
-                    reason="../shared/data is absent")
-def test_nvidia_v11_layout_is_recognised_with_its_dgxa100_config(tmp_path: Path) -> None:
-    """NVIDIA's v1.1 ResNet package: its implementation folder and config_DGXA100.sh are found; running
-    run_and_time.sh waits for the implementations plug-in driver, and the plan says so before any run."""
-    subprocess.run(["tar", "-xJf", str(SHARED / "mlperf_training_results_v1.1.tar.xz"), "-C", str(tmp_path),
-                    "./NVIDIA/results/dgxa100_ngc21.09_mxnet/resnet", "./NVIDIA/systems/dgxa100_ngc21.09_mxnet.json"],
-                   check=True)
-    subprocess.run(["tar", "-xJf", str(SHARED / "mlperf_training_nvidia_implementations_v1.1.tar.xz"), "-C",
-                    str(tmp_path), "NVIDIA/benchmarks/resnet/implementations/mxnet"], check=True)
+@pytest.fixture
+def nvidia_package(nvidia_benchmarks: Path, tmp_path: Path) -> Path:
+    """NVIDIA's v1.1 organisation folder for ResNet on DGX A100: its systems/ and results/ from the round,
+    around the benchmarks/ of the shared fixture (NVIDIA's own implementation folders)."""
+    results = SHARED / "mlperf_training_results_v1.1.tar.xz"
+    if not results.is_file():
+        pytest.skip(f"{results} is absent")
+    subprocess.run(["tar", "-xJf", str(results), "-C", str(tmp_path), f"./NVIDIA/results/{NVIDIA_SYSTEM}/resnet",
+                    f"./NVIDIA/systems/{NVIDIA_SYSTEM}.json"], check=True)
     org = tmp_path / "NVIDIA"
-    impl = reproduce.locate_implementation(org, "resnet", "dgxa100_ngc21.09_mxnet")
-    assert impl.layout == "mlcommons" and impl.config is not None and impl.config.name == "config_DGXA100.sh"
-    with pytest.raises(reproduce.ReproduceError, match=re.escape("config_DGXA100.sh for dgxa100_ngc21.09_mxnet")):
-        reproduce.plan(org, system="dgxa100_ngc21.09_mxnet", only=["resnet"], runs=None, overrides={},
-                       default_data_seed=0)
+    (org / "benchmarks").symlink_to(nvidia_benchmarks, target_is_directory=True)
+    return org
+
+
+def test_nvidia_v11_package_plans_with_its_own_folder_and_dgxa100_config(nvidia_package: Path,
+                                                                         tmp_path: Path) -> None:
+    """The reproduce target on NVIDIA's v1.1 package layout plans (-n) the package's own mxnet folder with
+    config_DGXA100.sh: its job shape (1 node x 8 GPUs), the logged seeds, through the pipeline's run driver."""
+    org = nvidia_package
+    impl = reproduce.locate_implementation(org, "resnet", NVIDIA_SYSTEM)
+    assert impl.kind == "folder" and impl.folder == org / "benchmarks" / "resnet" / "implementations" / "mxnet"
+    assert impl.config.name == "config_DGXA100.sh"
+    data = tmp_path / "imagenet"
+    data.mkdir()
+    out = snakemake(tmp_path, "--config", f"reproduce={org}", f"system={NVIDIA_SYSTEM}", "only=[resnet]",
+                    "runs=3", f"benchmarks={{resnet: {{data_dir: {data}}}}}", "-n", "-p", "--resources", "gpus=8")
+    text = out.stdout + out.stderr
+    seeds = [reproduce.read_log(org / "results" / NVIDIA_SYSTEM / "resnet" / f"result_{i}.txt").seed
+             for i in range(3)]
+    assert f"resnet: {impl.folder} with config_DGXA100.sh (1 node(s), 8 GPU(s)), 3 run(s), seeds {seeds}" in text
+    jobs = dict(re.findall(r"^(reproduce_\w+)\s+(\d+)$", text, re.M))
+    assert jobs["reproduce_stage"] == "1" and jobs["reproduce_run"] == "3" and jobs["reproduce_compliance"] == "3"
+    assert "reproduce_data" not in jobs  # the given dataset folder, not a generated one
+    assert text.count("-m mlrepro.run_job --launch") == 3
+    runs = re.findall(r"resources: .*gpus=8.*", text)
+    assert len(runs) == 3 and all("nodes=1, tasks=8" in r and "runtime=" in r for r in runs), runs[:1]
+    for seed in seeds:
+        assert f"--seed {seed} " in text
+    # what the run driver will read: the staged copy of the package's folder, its captured config
+    launch = json.loads((tmp_path / "reproduction" / "runs" / "resnet" / "launch.json").read_text())
+    assert launch["folder"] == str((tmp_path / "reproduction" / "implementation" / "resnet").resolve())
+    assert (launch["kind"], launch["name"], launch["config_file"]) == ("folder", "mxnet", "config_DGXA100.sh")
+    assert launch["env"]["DGXSYSTEM"] == "DGXA100" and launch["env"]["DGXNGPU"] == "8" and launch["gpus"] == 8
+    assert launch["data_dir"] == str(data) and launch["submission"]["org"] == "NVIDIA"
+    assert [p.name for p in (tmp_path / "reproduction").rglob("*") if p.is_file()] == ["launch.json"]
+
+
+def test_nvidia_v11_package_names_what_is_missing(nvidia_package: Path) -> None:
+    org = nvidia_package
+    with pytest.raises(reproduce.ReproduceError, match=r"resnet: mxnet runs on its prepared dataset, and none was "
+                       r"given.*benchmarks\.resnet\.data_dir \(mounted at /data\)"):
+        reproduce.plan(org, system=NVIDIA_SYSTEM, only=["resnet"], runs=None, overrides={}, default_data_seed=0)
+    with pytest.raises(reproduce.ReproduceError, match=r"resnet: lr: mxnet takes its hyperparameters from "
+                       r"config_DGXA100\.sh"):
+        reproduce.plan(org, system=NVIDIA_SYSTEM, only=["resnet"], runs=None, overrides={"resnet": {"lr": 1}},
+                       default_data_seed=0, data_dirs={"resnet": str(org)})
+    with pytest.raises(reproduce.ReproduceError, match=r"no config file for system dgxa100_ngc21\.09_mxnet named "
+                       r"config_DGX2\.sh"):
+        reproduce.locate_implementation(org, "resnet", NVIDIA_SYSTEM, "config_DGX2.sh")
     with pytest.raises(reproduce.ReproduceError, match="no config file for system dgx2"):
         reproduce.locate_implementation(org, "resnet", "dgx2_ngc21.09_mxnet")
+
+
+def test_outside_implementation_package_reproduces(tmp_path: Path) -> None:
+    """A third-party implementation's package (tests/fixtures/outside_impl, run by the pipeline) reproduces
+    the same way: its own folder from the package, its config_CPU.sh (the submission's system_config), the
+    given dataset folder, the same seeds, the same metrics."""
+    from tests.test_implementations import OUTSIDE, _points
+
+    data = _points(tmp_path / "data")
+    cfg = {"telemetry": {"enabled": False}, "only": ["resnet"], "allow_fewer_runs": True,
+           "inference": {"benchmarks": []}, "benchmarks": {"resnet": {
+               "implementation": str(OUTSIDE), "system_config": "config_CPU.sh", "data_dir": str(data), "runs": 2}}}
+    (tmp_path / "outside.yaml").write_text(yaml.safe_dump(cfg))
+    snakemake(tmp_path / "submitter", "--configfile", str(tmp_path / "outside.yaml"))
+    org = tmp_path / "submitter" / "results" / "submission" / "mlrepro"
+    assert (org / "benchmarks" / "resnet" / "implementations" / "outside_impl" / "run_and_time.sh").is_file()
+    _reproduce(tmp_path / "auditor", org, "runs=2", f"benchmarks={{resnet: {{data_dir: {data}}}}}")
+    doc = json.loads((tmp_path / "auditor" / "reproduction" / "reproduction.json").read_text())
+    assert doc["verdict"] == "reproduced", doc["benchmarks"][0]["reasons"]
+    manifest = json.loads((org / "provenance.json").read_text())
+    runs = doc["benchmarks"][0]["runs"]
+    assert [r["seed"] for r in runs] == [r["seed"] for r in manifest["runs"]]
+    assert all(r["metrics_identical"] and r["compliant"] and r["reproduced_seed"] == r["seed"] for r in runs)
+    run = json.loads((tmp_path / "auditor" / "reproduction" / "runs" / "resnet" / "0" / "run.json").read_text())
+    staged = (tmp_path / "auditor" / "reproduction" / "implementation" / "resnet").resolve()
+    assert run["implementation"] == {"kind": "folder", "name": "outside_impl", "folder": str(staged),
+                                     "config_file": "config_CPU.sh"}
+    assert "RESULT,outside," in (tmp_path / "auditor" / "reproduction" / "runs" / "resnet" / "0" / "train.log"
+                                 ).read_text()
