@@ -2,10 +2,9 @@
 # against the hashes recorded when they were written (mlrepro/integrity.py). Snakemake itself judges
 # outputs by time stamps only, so an edited result would otherwise be gated, packaged and scored.
 from mlrepro import integrity, outdir_lock
+from mlrepro.smk import dry_run
 
-# While the Snakefile is parsed the executor is not yet known (workflow.dryrun is False even for -n):
-# the output settings carry the dry-run flag.
-_DRYRUN = workflow.dryrun or bool(getattr(workflow.output_settings, "dryrun", False))
+_DRYRUN = dry_run(workflow)
 
 # Only the process that schedules jobs holds the lock (not a dry run, nor the Snakemake processes
 # that run single jobs); the kernel releases it when that process ends, even when it is killed.

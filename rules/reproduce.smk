@@ -66,15 +66,15 @@ def _run_inputs(wildcards):
 
 
 # The launch file of each benchmark, as rules/runs.smk writes it for the main pipeline: written when the
-# DAG is built, read by every run.
-if not workflow.dryrun:
-    for _name, _b in REPRO.benchmarks.items():
-        _spec = _reproduce.launch_spec(_b, (RO / "implementation" / _name).resolve(), _data_dir(_name),
-                                       threads=config["threads_per_run"], device=config["device"])
-        _text = json.dumps(_spec, sort_keys=True, indent=1) + "\n"
-        _launch = RO / "runs" / _name / "launch.json"
-        if not _launch.is_file() or _launch.read_text() != _text:
-            _atomic.write_text(_launch, _text)
+# DAG is built, read by every run. Also by a dry run (-n), in the reproduction's own folder, so that an
+# auditor can read what would be launched before anything runs.
+for _name, _b in REPRO.benchmarks.items():
+    _spec = _reproduce.launch_spec(_b, (RO / "implementation" / _name).resolve(), _data_dir(_name),
+                                   threads=config["threads_per_run"], device=config["device"])
+    _text = json.dumps(_spec, sort_keys=True, indent=1) + "\n"
+    _launch = RO / "runs" / _name / "launch.json"
+    if not _launch.is_file() or _launch.read_text() != _text:
+        _atomic.write_text(_launch, _text)
 
 
 wildcard_constraints:

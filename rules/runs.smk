@@ -1,5 +1,6 @@
 # Stage 3: N runs per benchmark, each its own job with its own seed, the telemetry sampler beside it.
 # Every implementation, ours and a vendor's, runs through its run_and_time.sh (mlrepro.run_job).
+from mlrepro import smk as _smk
 import hashlib
 import math
 
@@ -88,7 +89,7 @@ def launch_spec(benchmark):
 # How every run of a benchmark is launched, pipeline keys included: written when the DAG is built
 # (not a job: a rewritten input would re-run the runs), read by each run. What a run computes from is
 # in its params (LAUNCH_DIGEST), so a moved folder or other mounts keep finished runs.
-if not workflow.dryrun:
+if not _smk.dry_run(workflow):
     for _name in BENCHMARKS:
         _launch = OUT / "runs" / _name / "launch.json"
         _text = json.dumps(launch_spec(_name), sort_keys=True, indent=1) + "\n"
