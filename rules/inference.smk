@@ -6,7 +6,8 @@
 #   inference_report:  the seed-style inference table and latency plots
 INF = OUT / "inference"
 INF_CONF = config["inference"]
-INF_BENCHMARKS = [b for b in INF_CONF["benchmarks"] if b in BENCHMARKS]
+# served: our own models only (a vendor implementation's checkpoint is not ours to load)
+INF_BENCHMARKS = [b for b in INF_CONF["benchmarks"] if b in BENCHMARKS and BENCHMARKS[b].mini]
 INF_SCENARIOS = INF_CONF["scenarios"]
 INF_MODES = ["performance", "accuracy"]
 INFERENCE_TARGETS = [INF / "report.html"] if INF_BENCHMARKS else []
@@ -32,7 +33,7 @@ rule inference_conf:
         shortened="--shortened" if INF_CONF["shortened"] else "",
         source=lambda w, input: ["--from", str(input[0])] if input else [],
     shell:
-        "{PY} -m mlrepro.inference.settings --benchmark {wildcards.ibench} --samples {params.samples} "
+        "{PY} -m mlrepro.inference.settings --benchmark {wildcards.ibench:q} --samples {params.samples:q} "
         "{params.shortened} {params.source:q} --out {output:q}"
 
 
@@ -55,10 +56,10 @@ rule inference_run:
     benchmark:
         INFO / "benchmarks" / "inference_{ibench}_{scenario}_{mode}.tsv"
     shell:
-        "{PY} -m mlrepro.inference.run --benchmark {wildcards.ibench} --scenario {wildcards.scenario} "
-        "--mode {wildcards.mode} --runs {input.runs:q} --data-dir {params.data:q} --params {params.spec:q} "
-        "--user-conf {input.conf:q} {params.shortened} --out {output:q} --device {params.device} "
-        "--threads {threads} --telemetry-hz {params.hz} > {log:q} 2>&1"
+        "{PY} -m mlrepro.inference.run --benchmark {wildcards.ibench:q} --scenario {wildcards.scenario:q} "
+        "--mode {wildcards.mode:q} --runs {input.runs:q} --data-dir {params.data:q} --params {params.spec:q} "
+        "--user-conf {input.conf:q} {params.shortened} --out {output:q} --device {params.device:q} "
+        "--threads {threads} --telemetry-hz {params.hz:q} > {log:q} 2>&1"
 
 
 rule inference_package:

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from mlrepro.inference import check, package, report, run, settings, summary
-from tests.conftest import REPO, snakemake
+from tests.conftest import REPO, mini_launch, snakemake
 
 TINY = {
     "image": "pytorch", "target": 0.0, "max_epochs": 1,  # target 0: the first evaluation converges
@@ -42,9 +42,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     data_dir.mkdir()
     data.generate("resnet", data_dir, {"data": TINY["data"]}, 7)
     run_dir = root / "runs" / "resnet" / "0"
-    _py("-m", "mlrepro.run_job", "--benchmark", "resnet", "--data-dir", str(data_dir), "--params", json.dumps(TINY),
-        "--seed", "3", "--run-dir", str(run_dir), "--submission", json.dumps({"org": "t", "platform": "p"}),
-        "--device", "cpu")
+    _py(*mini_launch("resnet", TINY, data_dir, root), "--seed", "3", "--run-dir", str(run_dir))
     return {"root": root, "data": data_dir, "run_json": run_dir / "run.json"}
 
 
@@ -217,9 +215,7 @@ def test_dlrm_served_offline_auc_from_the_accuracy_log(tmp_path: Path) -> None:
     (tmp_path / "data").mkdir()
     data.generate("dlrm", tmp_path / "data", {"data": params["data"]}, 5)
     run_dir = tmp_path / "runs" / "dlrm" / "0"
-    _py("-m", "mlrepro.run_job", "--benchmark", "dlrm", "--data-dir", str(tmp_path / "data"),
-        "--params", json.dumps(params), "--seed", "3", "--run-dir", str(run_dir),
-        "--submission", json.dumps({"org": "t", "platform": "p"}), "--device", "cpu")
+    _py(*mini_launch("dlrm", params, tmp_path / "data", tmp_path), "--seed", "3", "--run-dir", str(run_dir))
     conf = tmp_path / "dlrm.user.conf"
     conf.write_text(settings.user_conf("dlrm", 512, shortened=True))
     for mode in settings.MODES:

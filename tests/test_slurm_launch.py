@@ -14,8 +14,7 @@ import yaml
 from mlrepro import distributed
 from mlrepro.slurm import launch
 from mlrepro.slurm.resources import JobShape, ShapeError, shape_from_config_sh, slurm_resources, walltime_minutes
-
-REPO = Path(__file__).resolve().parent.parent
+from tests.conftest import REPO, mini_launch
 
 
 def test_shape_from_nvidia_config_sh() -> None:
@@ -70,19 +69,10 @@ def test_two_processes_under_torchrun_match_one(tmp_path: Path) -> None:
     subprocess.run([*py, "mlrepro.data", "--benchmark", "dlrm", "--out", str(tmp_path / "data"),
                     "--params", json.dumps(params), "--seed", "3"], check=True, capture_output=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
-    folder = REPO / "workflows" / "dlrm"
     results = {}
     for n in (1, 2):
-        # what rules/runs.smk writes for the run driver: our implementation folder, run through run_and_time.sh
-        launch = {"benchmark": "dlrm", "kind": "mini", "name": "mini", "folder": str(folder),
-                  "config_file": "config_CPU.sh", "env": {"DGXSYSTEM": "CPU", "DGXNNODES": "1", "DGXNGPU": "0"},
-                  "params": params, "data_dir": str(tmp_path / "data"), "gpus": 0, "threads": 1, "device": "cpu",
-                  "nodes": 1, "tasks_per_node": n, "drop_caches": False,
-                  "submission": {"org": "o", "platform": "p", "division": "open", "status": "research"}}
-        (tmp_path / f"launch{n}.json").write_text(json.dumps(launch))
-        subprocess.run([*py, "mlrepro.run_job", "--launch", str(tmp_path / f"launch{n}.json"), "--seed", "11",
-                        "--run-dir", str(tmp_path / f"run{n}"), "--gpu-locks", str(tmp_path / "locks")],
-                       check=True, env=env, timeout=300)
+        subprocess.run([*py[:1], *mini_launch("dlrm", params, tmp_path / "data", tmp_path, tasks_per_node=n),
+                        "--seed", "11", "--run-dir", str(tmp_path / f"run{n}")], check=True, env=env, timeout=300)
         results[n] = json.loads((tmp_path / f"run{n}" / "run.json").read_text())
     assert results[2]["processes"] == 2 and results[2]["slurm"] is None
     assert results[1]["epochs"] == results[2]["epochs"]
