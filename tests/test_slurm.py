@@ -23,6 +23,7 @@ import yaml
 from mlrepro.slurm import checks
 from mlrepro.slurm.jobs import parse_sacct
 from mlrepro.slurm.resources import JobShape
+from tests.conftest import mini_launch
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 REPO = Path(__file__).resolve().parent.parent
@@ -116,21 +117,20 @@ def test_pipeline_through_slurm(plugin: Path, tmp_path: Path) -> None:
     steps = {row.split("|")[0]: row.split("|")[1] for row in
              sacct("-o", "JobID,NTasks", "-j", dlrm["slurm"]["job_id"]).splitlines()}
     assert "2" in steps.values(), steps
-    assert dlrm["processes"] == 2 and dlrm["world_size"] == 2
+    assert dlrm["processes"] == 2
     run_dir = out / "runs" / "dlrm" / "0"
     log = (run_dir / "result.txt").read_text()
     assert log.count('"key": "run_start"') == 1 and log.count('"key": "run_stop"') == 1
-    assert sorted(p.name for p in run_dir.iterdir() if p.is_file()) == ["result.txt", "run.json", "slurm_job.json",
-                                                                        "train.log"]
+    names = {p.name for p in run_dir.iterdir() if p.is_file()}
+    assert {"result.txt", "run.json", "slurm_job.json", "train.log", "ledger.jsonl"} <= names, names
+    assert names <= {"result.txt", "run.json", "slurm_job.json", "train.log", "ledger.jsonl", "checkpoint.pt"}, names
     start1 = time.time()
     single = tmp_path / "single"
-    subprocess.run([sys.executable, "-m", "mlrepro.run_job", "--benchmark", "dlrm", "--data-dir",
-                    str(out / "data" / "dlrm"), "--params", json.dumps(_params(tmp_path, "dlrm")),
-                    "--seed", str(dlrm["seed"]), "--run-dir", str(single), "--submission",
-                    json.dumps({"org": "o", "platform": "p", "division": "open", "status": "research"}),
-                    "--device", "cpu"], check=True, timeout=300, env={**os.environ, "SLURM_JOB_ID": ""})
+    subprocess.run([sys.executable, *mini_launch("dlrm", _params(tmp_path, "dlrm"), out / "data" / "dlrm", tmp_path),
+                    "--seed", str(dlrm["seed"]), "--run-dir", str(single)],
+                   check=True, timeout=300, env={k: v for k, v in os.environ.items() if not k.startswith("SLURM_")})
     one = json.loads((single / "run.json").read_text())
-    assert one["world_size"] == 1 and one["epochs"] == dlrm["epochs"]
+    assert one["processes"] == 1 and one["epochs"] == dlrm["epochs"]
     # Same steps on the same global batches; only the order of float sums differs (two shards, one all-reduce).
     assert abs(one["final_metric"] - dlrm["final_metric"]) < 1e-5, (one["final_metric"], dlrm["final_metric"])
     print(f"\nslurm pipeline wall {wall:.1f}s; dlrm 1 process {one['time_to_train_ms']} ms, "
