@@ -33,14 +33,20 @@ def chromium() -> str:
     return path
 
 
-def dump_dom(page: Path) -> str:
-    """The page's DOM after its scripts ran, as headless Chromium serializes it."""
+def browse(page: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """Load ``page`` in headless Chromium with a fresh profile and no background networking (the
+    machines reach no outside host); ``args``: what to do with it (--dump-dom, --screenshot, ...)."""
     with tempfile.TemporaryDirectory(prefix="mlrepro-chromium-") as profile:
-        proc = subprocess.run(
+        return subprocess.run(
             [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
              "--disable-component-update", "--disable-sync", "--no-first-run", f"--user-data-dir={profile}",
-             "--virtual-time-budget=2000", "--dump-dom", page.resolve().as_uri()],
+             *args, page.resolve().as_uri()],
             capture_output=True, text=True, timeout=120, check=False)
+
+
+def dump_dom(page: Path) -> str:
+    """The page's DOM after its scripts ran, as headless Chromium serializes it."""
+    proc = browse(page, "--virtual-time-budget=2000", "--dump-dom")
     assert proc.returncode == 0 and "<html" in proc.stdout, f"chromium failed on {page}: {proc.stderr[-2000:]}"
     return proc.stdout
 

@@ -8,11 +8,8 @@ probe on a copy whose table lost its scroll box must see the page overflow, so t
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 import subprocess
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +17,8 @@ import pytest
 
 from mlrepro.audit import pipeline
 from mlrepro.audit import report as audit_report
+from tests.chromium import browse as chromium_page
+from tests.chromium import chromium
 
 ROUND = Path(__file__).parent / "fixtures" / "audit" / "round"
 WIDTH = 1400
@@ -37,22 +36,9 @@ window.addEventListener("load", function () {
 </script>"""
 
 
-def chromium() -> str:
-    path = shutil.which("chromium")
-    if path is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("chromium is not installed (.ci/run installs Debian's chromium)")
-        pytest.skip("chromium is not installed")
-    return path
-
-
 def browse(page: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    with tempfile.TemporaryDirectory(prefix="mlrepro-chromium-") as profile:
-        return subprocess.run(
-            [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-             "--disable-component-update", "--disable-sync", "--no-first-run", f"--user-data-dir={profile}",
-             f"--window-size={WIDTH},900", "--hide-scrollbars", "--virtual-time-budget=3000", *args,
-             page.resolve().as_uri()], capture_output=True, text=True, timeout=120, check=False)
+    return chromium_page(page, f"--window-size={WIDTH},900", "--hide-scrollbars", "--virtual-time-budget=3000",
+                         *args)
 
 
 def measure(page: Path) -> dict[str, Any]:
