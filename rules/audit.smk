@@ -11,6 +11,7 @@ from snakemake.exceptions import WorkflowError
 
 from mlrepro import rulesets
 from mlrepro.audit import discover
+from mlrepro import smk as _smk
 
 AUDIT_ROOT = Path(config["audit"]).resolve()
 AUDIT_OUT = Path(config.get("audit_out") or "audit")
@@ -34,7 +35,7 @@ AUDIT_RESULT_FILES = [f for f in discover.result_files(discover.find_orgs(AUDIT_
 AUDIT_ALL_FILES = discover.input_files(AUDIT_ROOT)
 AUDIT_REJECTED = discover.rejected_entries(AUDIT_ROOT, AUDIT_MAX_BYTES)
 # The steps run with the interpreter that runs Snakemake (the project's environment).
-AUDIT_CMD = (f"{shlex.quote(sys.executable)} -m mlrepro.audit {{step}} --root {shlex.quote(str(AUDIT_ROOT))} "
+AUDIT_CMD = (f"{_smk.python_command()} -m mlrepro.audit {{step}} --root {shlex.quote(str(AUDIT_ROOT))} "
              f"--out {shlex.quote(str(AUDIT_OUT))} --usage {shlex.quote(AUDIT_USAGE)} "
              f"--ruleset {shlex.quote(AUDIT_RULESET)} --max-file-mb {AUDIT_MAX_BYTES / (1 << 20)!r}")
 

@@ -7,9 +7,10 @@ from pathlib import Path
 from mlrepro import rulesets
 from mlrepro.config import config_hash, run_seed, submittable, system_name
 from mlrepro.implementation import describe as describe_implementation
+from mlrepro import smk as _smk
 
 # The interpreter running snakemake runs every stage too (a venv need not be activated).
-PY = shlex.quote(sys.executable)
+PY = _smk.python_command()
 OUT = Path(config["outdir"])
 INFO = OUT / "pipeline_info"
 REPORT = OUT / "report.html"

@@ -9,7 +9,9 @@ from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
 
-PY = shlex.quote(sys.executable)  # the steps run with the interpreter that runs Snakemake
+from mlrepro import smk as _smk
+
+PY = _smk.python_command()  # the steps run with the interpreter that runs Snakemake
 INF_AUDIT_ROOT = Path(config["audit"]).resolve()
 INF_AUDIT_OUT = Path(config.get("audit_out") or "audit")
 

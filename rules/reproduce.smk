@@ -19,8 +19,9 @@ from mlrepro import reproduce as _reproduce
 from mlrepro.accelerators import machine_gpus
 from mlrepro.slurm.resources import ShapeError, run_resources, shape_from_config_sh
 from mlrepro.data import MANIFEST as _DATA_MANIFEST
+from mlrepro import smk as _smk
 
-PY = shlex.quote(sys.executable)
+PY = _smk.python_command()
 RO = Path(config.get("reproduce_out") or "reproduction")
 MACHINE_GPUS = machine_gpus() if config["gpus"] == "auto" else int(config["gpus"])
 # Where a benchmark runs (not what it computes): kept out of the parameter overrides.
