@@ -5,9 +5,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -56,12 +58,16 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture
-def warm_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    base = tmp_path / "w"  # short: a Unix socket's path is limited
-    base.mkdir()
+def warm_dir(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    # Short, directly under /tmp: a Unix socket's path holds at most 107 bytes, and pytest's own
+    # temporary folders (/tmp/pytest-of-root/pytest-N/<test name>/...) leave too few of them.
+    base = Path(tempfile.mkdtemp(prefix="mlw-", dir="/tmp"))
     monkeypatch.setenv(warm.DIR_ENV, str(base))
-    yield base
-    _stop_parents(base)
+    try:
+        yield base
+    finally:
+        _stop_parents(base)
+        shutil.rmtree(base, ignore_errors=True)
 
 
 def _events(result: Path) -> list[dict[str, object]]:
