@@ -3,7 +3,6 @@
 #   audit_check: every result file through the official compliance engine (process pool, cache)
 #   audit_summarize: package verdicts, RCPs and scores per organisation -> summary.csv/.json and
 #                    the HTML report (seed-document tables, scores, verdicts, a page per system)
-import shlex
 import sys
 from pathlib import Path
 
@@ -34,10 +33,13 @@ AUDIT_RESULT_FILES = [f for f in discover.result_files(discover.find_orgs(AUDIT_
                       if discover.entry_problem(Path(f), AUDIT_ROOT, AUDIT_MAX_BYTES) is None]
 AUDIT_ALL_FILES = discover.input_files(AUDIT_ROOT)
 AUDIT_REJECTED = discover.rejected_entries(AUDIT_ROOT, AUDIT_MAX_BYTES)
-# The steps run with the interpreter that runs Snakemake (the project's environment).
-AUDIT_CMD = (f"{_smk.python_command()} -m mlrepro.audit {{step}} --root {shlex.quote(str(AUDIT_ROOT))} "
-             f"--out {shlex.quote(str(AUDIT_OUT))} --usage {shlex.quote(AUDIT_USAGE)} "
-             f"--ruleset {shlex.quote(AUDIT_RULESET)} --max-file-mb {AUDIT_MAX_BYTES / (1 << 20)!r}")
+PY = _smk.python_command()  # the interpreter that runs Snakemake (the project's environment)
+
+
+def audit_args(step):
+    """The audit step's arguments after the interpreter, as a list the rules quote ({params.args:q})."""
+    return ["-m", "mlrepro.audit", step, "--root", str(AUDIT_ROOT), "--out", str(AUDIT_OUT), "--usage", AUDIT_USAGE,
+            "--ruleset", AUDIT_RULESET, "--max-file-mb", repr(AUDIT_MAX_BYTES / (1 << 20))]
 
 
 rule audit_all:
@@ -53,12 +55,12 @@ rule audit_check:
     output:
         AUDIT_OUT / "checks.json",
     params:
-        cmd=AUDIT_CMD.format(step="check"),
+        args=audit_args("check"),
         # in params: an entry that turns into (or stops being) a symlink, FIFO, ... re-runs the check
         rejected=AUDIT_REJECTED,
     threads: workflow.cores
     shell:
-        "{params.cmd} --jobs {threads}"
+        "{PY} {params.args:q} --jobs {threads}"
 
 
 rule audit_summarize:
@@ -71,9 +73,8 @@ rule audit_summarize:
         AUDIT_OUT / "audit.json",
         directory(AUDIT_OUT / "report"),
     params:
-        cmd=AUDIT_CMD.format(step="summarize"),
+        args=audit_args("summarize"),
         # the provenance manifest's hash as the package's report published it (optional)
-        manifest=shlex.join(["--manifest-sha256", str(config["manifest_sha256"])])
-        if config.get("manifest_sha256") else "",
+        manifest=["--manifest-sha256", str(config["manifest_sha256"])] if config.get("manifest_sha256") else [],
     shell:
-        "{params.cmd} {params.manifest}"
+        "{PY} {params.args:q} {params.manifest:q}"

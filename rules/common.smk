@@ -1,6 +1,5 @@
 # Paths and helpers every stage shares.
 import json
-import shlex
 import sys
 from pathlib import Path
 
@@ -37,11 +36,11 @@ def engine_options(image_records):
     """The options that point a stage at its engine: for container engines the image's build record,
     which names the image, the engine and its socket (one source: the record the image was built for)."""
     if not image_records:
-        return shlex.join(["--engine", "native"])
+        return ["--engine", "native"]
     options = ["--image-record", str(image_records[0])]
     if config["images"] == "locked":
         options.append("--locked")
-    return shlex.join(options)
+    return options  # an argument list: the rules quote each element ({params.engine:q})
 
 
 def submission_json():

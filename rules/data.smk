@@ -5,7 +5,6 @@
 # Every folder is hashed once when it is made; a receipt in <outdir>/data_receipts/ keeps each file's
 # stamp (size, mtime_ns, inode), and a start compares stamps only. `snakemake verify_data` hashes it all.
 from mlrepro import smk as _smk
-import shlex as _shlex
 
 from mlrepro import data as _data
 from mlrepro.datasets import fetch as _fetch
@@ -182,11 +181,11 @@ rule data_prepare:
         RECEIPTS / "{benchmark}" / "prepare.json",
     params:
         root=lambda w: DATA_ROOT / w.benchmark,
-        engine=lambda w, input: engine_options(input.image) if input.image else "",
+        engine=lambda w, input: engine_options(input.image) if input.image else [],
     log:
         INFO / "logs" / "data_prepare_{benchmark}.log",
     shell:
-        _recipe_step_shell("prepare").replace(" > ", " {params.engine} > ")
+        _recipe_step_shell("prepare").replace(" > ", " {params.engine:q} > ")
 
 
 rule data_path:
@@ -209,7 +208,7 @@ rule datasets:
 # `snakemake verify_data`: hash every file of every dataset of the config in parallel, name each mismatch.
 rule verify_data:
     params:
-        receipts=_shlex.join(str(r) for b in BENCHMARKS for r in dataset_receipts(b) if r.exists()),
+        receipts=[str(r) for b in BENCHMARKS for r in dataset_receipts(b) if r.exists()],
     threads: workflow.cores
     shell:
-        "{PY} -m mlrepro.datasets verify-data {params.receipts} --jobs {threads}"
+        "{PY} -m mlrepro.datasets verify-data {params.receipts:q} --jobs {threads}"

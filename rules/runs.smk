@@ -127,5 +127,5 @@ rule run:
         INFO / "benchmarks" / "run_{benchmark}_{run}.tsv"
     shell:
         "{PY} -m mlrepro.run_job --launch {params.launch:q} --seed {params.seed:q} --run-dir {params.run_dir:q} "
-        "{params.engine} --gpu-locks {params.locks:q} --machine-gpus {MACHINE_GPUS} "
+        "{params.engine:q} --gpu-locks {params.locks:q} --machine-gpus {MACHINE_GPUS} "
         "--telemetry-hz {params.hz:q} > {log:q} 2>&1"
