@@ -132,16 +132,22 @@ def test_kits19_preprocessed_and_checked_against_published_md5(server: src.Serve
     assert not (tmp_path / "bad" / "data_root" / "unet3d" / "prepared").exists()
 
 
-def test_bert_minigo_and_criteo_layouts(server: src.Server, tmp_path: Path) -> None:
+def test_bert_layout(server: src.Server, tmp_path: Path) -> None:
     _, bert = _run_recipe("bert", server, tmp_path / "bert")
     assert sorted(p.name for p in (bert / "phase1").iterdir()) == [
         "bert_config.json", "model.ckpt-28252.data-00000-of-00001", "model.ckpt-28252.index",
         "model.ckpt-28252.meta", "vocab.txt"]
     assert (bert / "results4" / "part-00001-of-00500").read_bytes().startswith(b"Article one.")
+
+
+def test_minigo_layout(server: src.Server, tmp_path: Path) -> None:
     _, minigo = _run_recipe("minigo", server, tmp_path / "minigo")
     assert (minigo / "mlperf07" / "work_dir" / "model.ckpt-9383.index").read_bytes() == b"index"
     assert sorted(p.name for p in (minigo / "target").iterdir()) == [
         "target.data-00000-of-00001", "target.index", "target.meta"]
+
+
+def test_criteo_layout(server: src.Server, tmp_path: Path) -> None:
     _, criteo = _run_recipe("dlrm", server, tmp_path / "dlrm")
     train = np.fromfile(criteo / "train_data.bin", dtype=np.int32).reshape(-1, 40)
     test = np.fromfile(criteo / "test_data.bin", dtype=np.int32).reshape(-1, 40)
