@@ -165,18 +165,41 @@ def coco(backbone: str) -> dict[str, bytes]:
     return files
 
 
-def librispeech() -> dict[str, bytes]:
+def _flac(audio: np.ndarray) -> bytes:
     import soundfile
 
-    members, lines = {}, []
-    for i in range(2):
-        audio = (np.sin(np.arange(1600) * (i + 1) / 10) * 3000).astype(np.int16)
-        buf = io.BytesIO()
-        soundfile.write(buf, audio, 16000, format="FLAC", subtype="PCM_16")
-        members[f"LibriSpeech/dev-clean/84/121123/84-121123-{i:04d}.flac"] = buf.getvalue()
-        lines.append(f"84-121123-{i:04d} HELLO WORLD {i}")
-    members["LibriSpeech/dev-clean/84/121123/84-121123.trans.txt"] = ("\n".join(lines) + "\n").encode()
-    return {"dev-clean.tar.gz": _tar(members, "w:gz")}
+    buf = io.BytesIO()
+    soundfile.write(buf, audio, 16000, format="FLAC", subtype="PCM_16")
+    return buf.getvalue()
+
+
+# dev-clean: a tone, tones just under and over pysox's silence threshold (a mean norm of 0.001 in sox's stat),
+# and zeros; odd lengths, so that durations round in soxi's %f
+LIBRISPEECH_DEV = [("HELLO WORLD", 1601, 3000), ("DON'T STOP", 2203, 51), ("SOFT", 1201, 53), ("QUIET", 803, 0)]
+
+
+def librispeech() -> dict[str, bytes]:
+    """dev-clean and train-clean-100 as OpenSLR 12 packs them: LibriSpeech/<set>/<speaker>/<chapter>/ with FLAC
+    and <speaker>-<chapter>.trans.txt. The train transcripts are long enough (8 lines of ~4,000 characters, the
+    sentencepiece trainer skips longer ones) for the reference's vocabulary of 1023 pieces."""
+    rng = np.random.default_rng(5)
+    letters = np.array(list("ABCDEFGHIJKLMNOPQRSTUVWXYZ'"))
+    words = ["".join(rng.choice(letters[:26], int(rng.integers(2, 10)))) for _ in range(2000)]
+    words[:2] = ["HELLO", "DON'T"]
+    archives = {}
+    for split, speaker, chapter, utterances in [
+            ("dev-clean", 84, 121123, [(text, (np.sin(np.arange(n) / 10) * amp).astype(np.int16))
+                                       for text, n, amp in LIBRISPEECH_DEV]),
+            ("train-clean-100", 103, 1240, [(" ".join(rng.choice(words, 600)),
+                                             rng.integers(-2000, 2000, 300 + 37 * i).astype(np.int16))
+                                            for i in range(8)])]:
+        folder = f"LibriSpeech/{split}/{speaker}/{chapter}"
+        members = {f"{folder}/{speaker}-{chapter}-{i:04d}.flac": _flac(audio)
+                   for i, (_, audio) in enumerate(utterances)}
+        members[f"{folder}/{speaker}-{chapter}.trans.txt"] = "".join(
+            f"{speaker}-{chapter}-{i:04d} {text}\n" for i, (text, _) in enumerate(utterances)).encode()
+        archives[f"{split}.tar.gz"] = _tar(members, "w:gz")
+    return archives
 
 
 def kits19() -> dict[str, bytes]:

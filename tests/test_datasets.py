@@ -102,10 +102,10 @@ def test_librispeech_becomes_wav_and_manifest(server: src.Server, tmp_path: Path
     _, prepared = _run_recipe("rnnt", server, tmp_path)
     root = prepared / "LibriSpeech"
     entries = json.loads((root / "librispeech-dev-clean-wav.json").read_text())
-    assert [e["transcript"] for e in entries] == ["hello world 0", "hello world 1"]
+    assert [e["transcript"] for e in entries] == ["hello world", "don't stop", "soft", "quiet"]
     wav = root / entries[1]["files"][0]["fname"]
     audio, rate = soundfile.read(wav, dtype="int16")
-    assert rate == 16000 and len(audio) == entries[1]["files"][0]["num_samples"] == 1600
+    assert rate == 16000 and len(audio) == entries[1]["files"][0]["num_samples"] == 2203
     flac, _ = soundfile.read(root / "dev-clean" / "84" / "121123" / "84-121123-0001.flac", dtype="int16")
     assert np.array_equal(audio, flac)
 
@@ -307,5 +307,7 @@ def test_data_choices_are_taken_out_of_the_benchmark_blocks(tmp_path: Path) -> N
 @pytest.mark.parametrize("benchmark", sorted(src.MAKERS))
 def test_every_benchmark_has_a_recipe_with_its_sources(benchmark: str) -> None:
     r = recipe.load(benchmark)
-    assert r.sources and r.prepare["python"] in prepare.PREPARERS and r.prepare.get("image", {}).get("command")
+    assert r.sources and r.prepare["python"] in prepare.PREPARERS
+    # RNN-T: our Python makes all that NVIDIA's scripts make (tests/test_dataset_rnnt.py), so it has no image step
+    assert bool(r.prepare.get("image", {}).get("command")) == (benchmark != "rnnt")
     assert (len(r.manual) > 0) == (benchmark in ("resnet", "dlrm"))

@@ -183,35 +183,18 @@ def coco_ssd(recipe: Recipe, extracted: Path, downloads: Path, out: Path) -> Non
         pickle.dump(arrays, f)
 
 
-# --- RNN-T: LibriSpeech FLAC -> 16 kHz WAV and the manifest JSON (preprocess_librispeech.sh) -----------
+# --- RNN-T: LibriSpeech as NVIDIA mounts it (mlrepro/datasets/librispeech.py) -----------------------------
 
 
 @preparer
 def librispeech(recipe: Recipe, extracted: Path, downloads: Path, out: Path) -> None:
-    import soundfile
+    from mlrepro.datasets import librispeech as nvidia_librispeech
 
-    source = extracted / "LibriSpeech"
-    target = out / "LibriSpeech"
-    for split in sorted(p.name for p in source.iterdir() if p.is_dir()):
-        _place_tree(source / split, target / split)
-        entries = []
-        for trans in sorted((source / split).rglob("*.trans.txt")):
-            for line in trans.read_text().splitlines():
-                utt, _, text = line.partition(" ")
-                flac = trans.parent / f"{utt}.flac"
-                audio, rate = soundfile.read(flac, dtype="int16")
-                if rate != 16000:
-                    raise PrepareError(f"{flac}: {rate} Hz; LibriSpeech is 16 kHz")
-                rel = Path(f"{split}-wav") / flac.relative_to(source / split).with_suffix(".wav")
-                (target / rel).parent.mkdir(parents=True, exist_ok=True)
-                soundfile.write(target / rel, audio, rate, subtype="PCM_16")
-                info = {"channels": 1, "sample_rate": rate, "bitdepth": 16, "bitrate": rate * 16,
-                        "duration": len(audio) / rate, "num_samples": len(audio),
-                        "encoding": "Signed Integer PCM", "silent": bool(not np.any(audio)),
-                        "fname": rel.as_posix(), "speed": 1}
-                entries.append({"transcript": text.lower(), "files": [info],
-                                "original_duration": info["duration"], "original_num_samples": len(audio)})
-        (target / f"librispeech-{split}-wav.json").write_text(json.dumps(entries, indent=2))
+    _place_tree(extracted / "LibriSpeech", out / "LibriSpeech")  # the FLAC stay next to the WAV, as in /datasets
+    try:
+        nvidia_librispeech.prepare(extracted / "LibriSpeech", out)
+    except nvidia_librispeech.LibriSpeechError as e:
+        raise PrepareError(f"{recipe.benchmark}: {e}") from e
 
 
 # --- 3D U-Net: KiTS19 (preprocess_dataset.py of the reference) -------------------------------------------
