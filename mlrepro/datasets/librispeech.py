@@ -14,8 +14,12 @@ Layout under the prepared folder (the recipe mounts it at /datasets):
 from __future__ import annotations
 
 import json
+import multiprocessing
+import os
 import pickle
 import tempfile
+from concurrent.futures import Executor, ProcessPoolExecutor
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -84,13 +88,25 @@ def sox_info(wav: Path, samples: np.ndarray, rate: int) -> dict[str, Any]:
             "silent": not mean_norm >= 0.001}  # pysox silent(): NaN counts as silent
 
 
-def convert_set(source: Path, target: Path, split: str) -> list[dict[str, Any]]:
-    """convert_librispeech.py --input_dir LibriSpeech/<split> --dest_dir LibriSpeech/<split>-wav: every line of
-    every *.trans.txt becomes one entry, its FLAC a WAV at the same rate (no speed perturbation)."""
+def _convert(flac: Path, wav: Path) -> dict[str, Any]:
+    """One FLAC to a WAV at its own rate (speed 1: sox's ``speed 1 rate -h <its rate>`` leaves the samples as they
+    are) and the WAV's pysox info."""
     import soundfile
 
+    info = soundfile.info(str(flac))
+    if info.channels != 1 or info.subtype != "PCM_16":
+        raise LibriSpeechError(f"{flac}: {info.channels} channel(s), {info.subtype}; LibriSpeech is 16-bit mono")
+    samples, rate = soundfile.read(str(flac), dtype="int16")
+    wav.parent.mkdir(parents=True, exist_ok=True)
+    soundfile.write(str(wav), samples, rate, format="WAV", subtype="PCM_16")
+    return sox_info(wav, samples, rate)
+
+
+def convert_set(source: Path, target: Path, split: str, pool: Executor | None = None) -> list[dict[str, Any]]:
+    """convert_librispeech.py --input_dir LibriSpeech/<split> --dest_dir LibriSpeech/<split>-wav: every line of
+    every *.trans.txt becomes one entry, its FLAC a WAV at the same rate (in ``pool``'s processes, in order)."""
     dest = f"{split}-wav"
-    entries = []
+    lines = []  # (transcript, flac, wav, fname in the manifest)
     # the reference globs **/*.trans.txt in the file system's order; sorted here, so that two runs agree
     for trans in sorted((source / split).rglob("*.trans.txt")):
         rel = trans.parent.relative_to(source / split)
@@ -100,20 +116,16 @@ def convert_set(source: Path, target: Path, split: str) -> list[dict[str, Any]]:
                 flac = trans.parent / f"{fname}.flac"
                 if not flac.is_file():
                     raise LibriSpeechError(f"{trans}: {fname} has no {flac.name} next to it")
-                info = soundfile.info(str(flac))
-                if info.channels != 1 or info.subtype != "PCM_16":
-                    raise LibriSpeechError(f"{flac}: {info.channels} channel(s), {info.subtype}; LibriSpeech is "
-                                           "16-bit mono")
-                samples, rate = soundfile.read(str(flac), dtype="int16")
-                wav = target / dest / rel / f"{fname}.wav"
-                wav.parent.mkdir(parents=True, exist_ok=True)
-                soundfile.write(str(wav), samples, rate, format="WAV", subtype="PCM_16")
-                file_info = sox_info(wav, samples, rate)
-                file_info["fname"] = (Path(dest) / rel / wav.name).as_posix()
-                file_info["speed"] = 1
-                entries.append({"transcript": transcript.lower().strip(), "files": [file_info],
-                                "original_duration": file_info["duration"],
-                                "original_num_samples": file_info["num_samples"]})
+                lines.append((transcript, flac, target / dest / rel / f"{fname}.wav",
+                              (Path(dest) / rel / f"{fname}.wav").as_posix()))
+    flacs, wavs = [line[1] for line in lines], [line[2] for line in lines]
+    infos = list(pool.map(_convert, flacs, wavs, chunksize=64) if pool else map(_convert, flacs, wavs))
+    entries = []
+    for (transcript, _, _, fname), info in zip(lines, infos, strict=True):
+        file_info = {**info, "fname": fname, "speed": 1}
+        entries.append({"transcript": transcript.lower().strip(), "files": [file_info],
+                        "original_duration": file_info["duration"],
+                        "original_num_samples": file_info["num_samples"]})
     (target / manifest_name(split)).write_text(json.dumps(entries, indent=2))
     return entries
 
@@ -150,15 +162,20 @@ def tokenize(manifests: list[Path], model: Path, folder: Path) -> None:
             pickle.dump(pruned, f, protocol=PICKLE_PROTOCOL)
 
 
-def prepare(source: Path, out: Path) -> None:
-    """``source``: the extracted LibriSpeech/ (its FLAC already placed under out/LibriSpeech/)."""
+def prepare(source: Path, out: Path, jobs: int | None = None) -> None:
+    """``source``: the extracted LibriSpeech/ (its FLAC already placed under out/LibriSpeech/); ``jobs``
+    conversions at once, by default one per CPU this process may use (convert_librispeech.py --parallel)."""
+    jobs = jobs or len(os.sched_getaffinity(0))
     target = out / "LibriSpeech"
     splits = [s for s in SETS if (source / s).is_dir()]
     if not any(s.startswith("train-") for s in splits):
         raise LibriSpeechError(f"{source}: no train-* set; create_sentencepieces.sh trains the sentencepiece "
                                "model on the transcripts of librispeech-train-*-wav.json")
-    for split in splits:
-        convert_set(source, target, split)
+    # spawn: a clean process per worker, whatever threads the caller runs
+    with (ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) if jobs > 1
+          else nullcontext()) as pool:
+        for split in splits:
+            convert_set(source, target, split, pool)
     # the shell globs librispeech-train-*-wav.json and librispeech-*.json: in sorted order
     model = train_sentencepieces(sorted(target.glob(manifest_name("train-*"))), out / "sentencepieces")
     tokenize(sorted(target.glob("librispeech-*.json")), model, out / "metadata")
