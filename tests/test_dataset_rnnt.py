@@ -146,3 +146,23 @@ def test_sox_info_of_any_length(length: int, pysox: Any, tmp_path: Path) -> None
     wav = tmp_path / "x.wav"
     soundfile.write(str(wav), samples, 16000, format="WAV", subtype="PCM_16")
     assert sox_info(wav, samples, 16000) == pysox.file_info.info(str(wav))
+
+
+def test_bad_input_is_named(tmp_path: Path) -> None:
+    import numpy as np
+    import soundfile
+
+    from mlrepro.datasets import librispeech
+
+    chapter = tmp_path / "LibriSpeech" / "train-clean-100" / "1" / "2"
+    chapter.mkdir(parents=True)
+    (chapter / "1-2.trans.txt").write_text("1-2-0000 A WORD\n")
+    with pytest.raises(librispeech.LibriSpeechError, match=r"1-2\.trans\.txt: 1-2-0000 has no 1-2-0000\.flac"):
+        librispeech.prepare(tmp_path / "LibriSpeech", tmp_path / "out", jobs=1)
+    soundfile.write(str(chapter / "1-2-0000.flac"), np.zeros((10, 2), np.int16), 16000, subtype="PCM_16")
+    with pytest.raises(librispeech.LibriSpeechError, match=r"1-2-0000\.flac: 2 channel\(s\), PCM_16; LibriSpeech is "
+                                                           "16-bit mono"):
+        librispeech.prepare(tmp_path / "LibriSpeech", tmp_path / "out", jobs=1)
+    (chapter.parents[1]).rename(tmp_path / "LibriSpeech" / "dev-clean")
+    with pytest.raises(librispeech.LibriSpeechError, match=r"LibriSpeech: no train-\* set; create_sentencepieces"):
+        librispeech.prepare(tmp_path / "LibriSpeech", tmp_path / "out", jobs=1)
