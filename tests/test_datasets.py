@@ -144,7 +144,9 @@ def test_minigo_layout(server: src.Server, tmp_path: Path) -> None:
     _, minigo = _run_recipe("minigo", server, tmp_path / "minigo")
     assert (minigo / "mlperf07" / "work_dir" / "model.ckpt-9383.index").read_bytes() == b"index"
     assert sorted(p.name for p in (minigo / "target").iterdir()) == [
-        "target.data-00000-of-00001", "target.index", "target.meta"]
+        "target.data-00000-of-00001", "target.evalfp32minigo", "target.index", "target.meta", "target.minigo.tf",
+        "target.stagedmodel"]
+    assert (minigo / "target" / "target.minigo.tf").read_bytes()[:8] == b"<minigo>"  # tests/test_dataset_minigo.py
 
 
 def test_criteo_layout(server: src.Server, tmp_path: Path) -> None:

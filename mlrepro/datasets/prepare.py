@@ -251,9 +251,15 @@ def kits19(recipe: Recipe, extracted: Path, downloads: Path, out: Path) -> None:
 
 @preparer
 def minigo(recipe: Recipe, extracted: Path, downloads: Path, out: Path) -> None:
+    from mlrepro.datasets import minigo as frozen  # the protobuf decoding stays off the pipeline's start-up
+
     _place_tree(extracted / "checkpoints", out)
     for target in sorted(downloads.glob("target.*")):
         _place(target, out / "target" / target.name)
+    try:  # target.minigo.tf (and freeze_graph.py's two other copies), as NVIDIA's README makes it
+        frozen.write_target(out / "target" / "target")
+    except (frozen.FreezeError, frozen.CheckpointError) as exc:
+        raise PrepareError(f"{recipe.benchmark}: {exc}") from exc
 
 
 # --- DLRM: Criteo 1TB day files -> the MLPerf binary (40 int32 per sample) -------------------------------
