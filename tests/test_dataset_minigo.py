@@ -40,7 +40,7 @@ def test_freeze_matches_tensorflow_node_by_node() -> None:
     assert our_rest == their_rest  # library and versions
     ops = {n.op for n in theirs}
     assert {"Placeholder", "Conv2D", "FusedBatchNormV3", "MatMul", "Softmax", "Tanh"} <= ops
-    assert not ops & {"VariableV2", "AssignAdd", "SoftmaxCrossEntropyWithLogits"}  # variables frozen, training ops pruned
+    assert not ops & {"VariableV2", "AssignAdd", "SoftmaxCrossEntropyWithLogits"}  # frozen; training ops pruned
     # a Const's value is the checkpoint's: tensor_content holds the raw little-endian bytes
     kernel = next(n for n in ours if n.name == "conv2d/kernel")
     tensor = dict(_fields(dict(_fields(kernel.attrs["value"], "attr"))[8], "tensor"))
