@@ -78,19 +78,24 @@ class _Dictionaries:
 
     def __init__(self) -> None:
         self.index: list[dict[int, int]] = [{} for _ in range(26)]
+        self._lookup: list[tuple[np.ndarray, np.ndarray]] = []
 
     def see(self, cats: np.ndarray) -> None:
         for j, column in enumerate(cats.T):
             values, first = np.unique(column, return_index=True)
             seen = self.index[j]
-            for v in values[np.argsort(first, kind="stable")].tolist():
+            for v in values[np.argsort(first)].tolist():
                 seen.setdefault(v, len(seen))
 
     def apply(self, cats: np.ndarray) -> np.ndarray:
+        """Each value's index; every value must have been seen (all days are seen before the first apply)."""
+        if not self._lookup:
+            for seen in self.index:
+                keys = np.fromiter(seen.keys(), dtype=np.int64, count=len(seen))  # in index order
+                self._lookup.append((keys, np.argsort(keys)))
         out = np.empty_like(cats)
         for j, column in enumerate(cats.T):
-            keys = np.fromiter(self.index[j].keys(), dtype=np.int64, count=len(self.index[j]))
-            order = np.argsort(keys)
+            keys, order = self._lookup[j]
             out[:, j] = order[np.searchsorted(keys, column, sorter=order)]
         return out
 
