@@ -217,10 +217,11 @@ def kits19() -> dict[str, bytes]:
 
 
 def minigo() -> dict[str, bytes]:
+    # the target: a tiny MiniGo-shaped model saved by real TensorFlow (tests/fixtures/datasets/minigo)
+    target = Path(__file__).parent / "fixtures" / "datasets" / "minigo" / "target"
     return {"checkpoint.tar.gz": _tar({"mlperf07/work_dir/model.ckpt-9383.index": b"index",
                                        "mlperf07/work_dir/model.ckpt-9383.data-00000-of-00001": b"data"}, "w:gz"),
-            "target.data-00000-of-00001": b"target-data", "target.index": b"target-index",
-            "target.meta": b"target-meta"}
+            **{f.name: f.read_bytes() for f in sorted(target.glob("target.*"))}}
 
 
 def bert() -> dict[str, bytes]:

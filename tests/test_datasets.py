@@ -144,7 +144,9 @@ def test_minigo_layout(server: src.Server, tmp_path: Path) -> None:
     _, minigo = _run_recipe("minigo", server, tmp_path / "minigo")
     assert (minigo / "mlperf07" / "work_dir" / "model.ckpt-9383.index").read_bytes() == b"index"
     assert sorted(p.name for p in (minigo / "target").iterdir()) == [
-        "target.data-00000-of-00001", "target.index", "target.meta"]
+        "target.data-00000-of-00001", "target.evalfp32minigo", "target.index", "target.meta", "target.minigo.tf",
+        "target.stagedmodel"]
+    assert (minigo / "target" / "target.minigo.tf").read_bytes()[:8] == b"<minigo>"  # tests/test_dataset_minigo.py
 
 
 def test_criteo_layout(server: src.Server, tmp_path: Path) -> None:
@@ -153,6 +155,7 @@ def test_criteo_layout(server: src.Server, tmp_path: Path) -> None:
     test = np.fromfile(criteo / "test_data.bin", dtype=np.int32).reshape(-1, 40)
     val = np.fromfile(criteo / "val_data.bin", dtype=np.int32).reshape(-1, 40)
     assert (len(train), len(test), len(val)) == (6, 3, 3)  # day 0 trains, day 1 is halved
+    # categorical values become their first-seen index (tests/test_dataset_criteo.py: bytes as the reference's)
     assert set(train[:, 0]) <= {0, 1} and (train[:, 1:14] >= 0).all() and (train[:, 14:] < 6).all()
 
 
@@ -192,7 +195,7 @@ def test_first_download_records_a_checksum_and_later_copies_must_match(server: s
     steps.download(r, root, tmp_path / "d.json", progressbar=False)
     steps.verify(r, root, tmp_path / "v.json")
     recorded = (root / fetch.RECORDED).read_text()
-    assert f"{hashlib.sha256(b'target-index').hexdigest()}  target.index" in recorded
+    assert f"{hashlib.sha256(files['target.index']).hexdigest()}  target.index" in recorded
     (root / "downloads" / "target.index").write_bytes(b"another copy")
     with pytest.raises(fetch.DatasetError, match=r"target\.index: sha256 is [0-9a-f]{64}, expected .* \(recorded\)"):
         steps.verify(r, root, tmp_path / "v.json")

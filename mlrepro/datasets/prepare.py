@@ -7,7 +7,6 @@ are hard-linked from the extracted folder (copied across file systems).
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import json
 import os
@@ -234,44 +233,25 @@ def kits19(recipe: Recipe, extracted: Path, downloads: Path, out: Path) -> None:
 
 @preparer
 def minigo(recipe: Recipe, extracted: Path, downloads: Path, out: Path) -> None:
+    from mlrepro.datasets import minigo as frozen  # the protobuf decoding stays off the pipeline's start-up
+
     _place_tree(extracted / "checkpoints", out)
     for target in sorted(downloads.glob("target.*")):
         _place(target, out / "target" / target.name)
+    try:  # target.minigo.tf (and freeze_graph.py's two other copies), as NVIDIA's README makes it
+        frozen.write_target(out / "target" / "target")
+    except (frozen.FreezeError, frozen.CheckpointError) as exc:
+        raise PrepareError(f"{recipe.benchmark}: {exc}") from exc
 
 
-# --- DLRM: Criteo 1TB day files -> the MLPerf binary (40 int32 per sample) -------------------------------
-
-CRITEO_MAX_INDEX = 40_000_000
-
-
-def _criteo_day(path: Path) -> np.ndarray:
-    rows = []
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt") as f:
-        for n, line in enumerate(f, 1):
-            fields = line.rstrip("\n").split("\t")
-            if len(fields) != 40:
-                raise PrepareError(f"{path}:{n}: {len(fields)} tab-separated fields, a Criteo line has 40")
-            dense = [max(int(v), 0) if v else 0 for v in fields[1:14]]
-            cats = [int(v, 16) % CRITEO_MAX_INDEX if v else 0 for v in fields[14:]]
-            rows.append([int(fields[0]), *dense, *cats])
-    return np.asarray(rows, dtype=np.int64).reshape(-1, 40)
+# --- DLRM: Criteo 1TB day files -> the MLPerf binaries (40 int32 per sample), as the reference writes them ----
 
 
 @preparer
 def criteo(recipe: Recipe, extracted: Path, downloads: Path, out: Path) -> None:
-    days = sorted(extracted.glob("day_*"), key=lambda p: int(p.name.split("_")[1].split(".")[0]))
-    if len(days) < 2:
-        raise PrepareError(f"{extracted}: Criteo needs at least two days (training days and the last, held out)")
-    data = [_criteo_day(p) for p in days]
-    # the reference maps every categorical value to its rank among the values seen (its dictionaries)
-    stacked = np.concatenate(data)
-    for column in range(14, 40):
-        _, stacked[:, column] = np.unique(stacked[:, column], return_inverse=True)
-    sizes = np.cumsum([0, *(len(d) for d in data)])
-    train, last = stacked[: sizes[-2]], stacked[sizes[-2]:]
-    half = len(last) // 2
-    out.mkdir(parents=True, exist_ok=True)
-    train.astype(np.int32).tofile(out / "train_data.bin")
-    last[:half].astype(np.int32).tofile(out / "test_data.bin")
-    last[half:].astype(np.int32).tofile(out / "val_data.bin")
+    from mlrepro.datasets import criteo as dlrm
+
+    try:
+        dlrm.prepare(dlrm.day_files(extracted), out)
+    except dlrm.CriteoError as exc:
+        raise PrepareError(f"{recipe.benchmark}: {exc}") from exc
