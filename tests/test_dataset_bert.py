@@ -148,3 +148,15 @@ def test_a_checkpoint_missing_a_parameter_is_refused() -> None:
     del variables["bert/pooler/dense/bias"]
     with pytest.raises(bert.BertDataError, match=r"no variable for bert\.pooler\.dense\.bias"):
         bert.convert_checkpoint(variables, config)
+
+
+def test_parts_made_in_parallel_give_the_same_shards(tmp_path: Path) -> None:
+    bert.prepare_hdf5(FIXTURES / "results4", FIXTURES / "vocab.txt", tmp_path, 3, workers=2)
+    bert.check_chk(tmp_path / "hdf5" / "training-3" / "hdf5_3_shards_varlength", FIXTURES / "3_shards_varlength.chk")
+    assert sorted(p.name for p in (tmp_path / "hdf5").iterdir()) == ["eval_varlength", "training-3"]
+
+
+def test_text_that_is_not_utf8_is_named(tmp_path: Path) -> None:
+    (tmp_path / "part-00000-of-00500").write_bytes(b"Fine line.\nBad \xff byte.\n")
+    with pytest.raises(bert.BertDataError, match=r"part-00000-of-00500:2: not UTF-8 \(invalid start byte at byte 4\)"):
+        bert.samples_from_text([tmp_path / "part-00000-of-00500"], bert.load_vocab(FIXTURES / "vocab.txt"))

@@ -141,9 +141,12 @@ def read_documents(files: Iterable[Path], tokenizer: Tokenizer) -> list[list[lis
     """One sentence a line, blank lines between documents; empty documents dropped."""
     documents: list[list[list[str]]] = [[]]
     for path in files:
-        with open(path, "rb") as f:
-            for raw in f:
-                line = raw.decode("utf-8", "ignore").strip()
+        with open(path, "rb") as f:  # GFile(path, "r").readline(): lines end at b"\n", strict UTF-8
+            for n, raw in enumerate(f, 1):
+                try:
+                    line = raw.decode("utf-8").strip()
+                except UnicodeDecodeError as e:
+                    raise BertDataError(f"{path}:{n}: not UTF-8 ({e.reason} at byte {e.start})") from e
                 if not line:
                     documents.append([])
                 if tokens := tokenizer.tokenize(line):
