@@ -160,3 +160,9 @@ def test_text_that_is_not_utf8_is_named(tmp_path: Path) -> None:
     (tmp_path / "part-00000-of-00500").write_bytes(b"Fine line.\nBad \xff byte.\n")
     with pytest.raises(bert.BertDataError, match=r"part-00000-of-00500:2: not UTF-8 \(invalid start byte at byte 4\)"):
         bert.samples_from_text([tmp_path / "part-00000-of-00500"], bert.load_vocab(FIXTURES / "vocab.txt"))
+
+
+def test_a_vocabulary_without_the_special_tokens_is_named(tmp_path: Path) -> None:
+    (tmp_path / "vocab.txt").write_text("[PAD]\n[UNK]\n[CLS]\nthe\n")
+    with pytest.raises(bert.BertDataError, match=r"the vocabulary has no \[SEP\], \[MASK\]"):
+        bert.samples_from_text([FIXTURES / "results4" / "eval.txt"], bert.load_vocab(tmp_path / "vocab.txt"))

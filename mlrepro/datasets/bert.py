@@ -88,7 +88,8 @@ class Tokenizer:
             cp = ord(char)
             if cp == 0 or cp == 0xFFFD or _is_control(char):
                 continue
-            chars.append(" " if _is_whitespace(char) else f" {char} " if _is_chinese_char(cp) else char)
+            chars.append(" " if _is_whitespace(char) else f" {char} " if cp >= 0x3400 and _is_chinese_char(cp)
+                         else char)
         split: list[str] = []
         for token in "".join(chars).split():
             token = "".join(c for c in unicodedata.normalize("NFD", token.lower())
@@ -270,6 +271,8 @@ def to_sample(instance: Instance, vocab: dict[str, int]) -> Sample:
 
 def samples_from_text(files: Sequence[Path], vocab: dict[str, int]) -> list[Sample]:
     """create_pretraining_data.py on ``files`` (one run: one RNG seeded 12345)."""
+    if missing := [t for t in ("[CLS]", "[SEP]", "[MASK]", "[UNK]") if t not in vocab]:
+        raise BertDataError(f"the vocabulary has no {', '.join(missing)}; the samples need them")
     instances = create_training_instances(files, Tokenizer(vocab), random.Random(RANDOM_SEED))
     return [to_sample(i, vocab) for i in instances]
 
