@@ -224,12 +224,21 @@ def minigo() -> dict[str, bytes]:
             **{f.name: f.read_bytes() for f in sorted(target.glob("target.*"))}}
 
 
+BERT_FIXTURES = Path(__file__).parent / "fixtures" / "datasets" / "bert"
+# three HDF5 shards instead of 4320, and NVIDIA's checksums of what its own scripts make of the fixtures
+BERT_PREPARE = {"python": "bert", "shards": 3,
+                "chk": {"hdf5/training-3/hdf5_3_shards_varlength": "3_shards_varlength.chk",
+                        "hdf5/eval_varlength": "eval_varlength.chk"}}
+
+
 def bert() -> dict[str, bytes]:
-    shards = {f"results4/part-{i:05d}-of-00500": b"Article one.\nSentence two.\n\nArticle two.\n" for i in range(2)}
-    shards["results4/eval.txt"] = b"An eval sentence.\n"
-    return {"bert_config.json": b'{"hidden_size": 4}', "vocab.txt": b"[PAD]\n[UNK]\nhello\n",
-            "model.ckpt-28252.data-00000-of-00001": b"weights", "model.ckpt-28252.index": b"index",
-            "model.ckpt-28252.meta": b"meta", "results_text.tar.gz": _tar(shards, "w:gz")}
+    """Text shards and a vocabulary, a BERT-shaped TF1 checkpoint saved by TensorFlow and NVIDIA's eval .chk
+    for them (fixtures/datasets/bert/make_fixtures.py)."""
+    shards = {f"results4/{p.name}": p.read_bytes() for p in sorted((BERT_FIXTURES / "results4").iterdir())}
+    names = ("bert_config.json", "vocab.txt", "model.ckpt-28252.data-00000-of-00001", "model.ckpt-28252.index",
+             "eval_varlength.chk")
+    return {**{n: (BERT_FIXTURES / n).read_bytes() for n in names}, "model.ckpt-28252.meta": b"meta",
+            "results_text.tar.gz": _tar(shards, "w:gz")}
 
 
 def criteo_day(seed: int, rows: int = 6) -> bytes:
@@ -245,6 +254,9 @@ def criteo_day(seed: int, rows: int = 6) -> bytes:
 def criteo() -> dict[str, bytes]:
     return {f"day_{i}.gz": criteo_day(i) for i in range(2)}
 
+
+# recipe settings a benchmark's tiny files need (recipe_for's ``extra``)
+EXTRA: dict[str, dict[str, Any]] = {"bert": {"prepare": BERT_PREPARE}}
 
 MAKERS = {"resnet": imagenet, "bert": bert, "maskrcnn": lambda: coco("R-50.pkl"),
           "ssd": lambda: coco("resnet34-333f7ec4.pth"), "rnnt": librispeech,

@@ -133,11 +133,14 @@ def test_kits19_preprocessed_and_checked_against_published_md5(server: src.Serve
 
 
 def test_bert_layout(server: src.Server, tmp_path: Path) -> None:
-    _, bert = _run_recipe("bert", server, tmp_path / "bert")
+    _, bert = _run_recipe("bert", server, tmp_path / "bert", **src.EXTRA["bert"])
     assert sorted(p.name for p in (bert / "phase1").iterdir()) == [
         "bert_config.json", "model.ckpt-28252.data-00000-of-00001", "model.ckpt-28252.index",
-        "model.ckpt-28252.meta", "vocab.txt"]
-    assert (bert / "results4" / "part-00001-of-00500").read_bytes().startswith(b"Article one.")
+        "model.ckpt-28252.meta", "model.ckpt-28252.pt", "vocab.txt"]
+    assert sorted(p.name for p in (bert / "hdf5" / "training-3" / "hdf5_3_shards_varlength").iterdir()) == [
+        f"part_{i:05d}_of_00003.hdf5" for i in range(3)]
+    assert sorted(p.name for p in (bert / "hdf5").iterdir()) == ["eval_varlength", "training-3"]
+    assert [p.name for p in (bert / "hdf5" / "eval_varlength").iterdir()] == ["part_eval_10k.hdf5"]
 
 
 def test_minigo_layout(server: src.Server, tmp_path: Path) -> None:

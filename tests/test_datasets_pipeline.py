@@ -27,7 +27,8 @@ def _config(tmp_path: Path, data: dict[str, object]) -> str:
 def test_every_recipe_through_the_pipeline(tmp_path: Path) -> None:
     with src.serving() as server:
         files = {b: make() for b, make in src.MAKERS.items()}
-        recipes = {b: str(src.recipe_for(b, server, tmp_path / "recipes", files[b])) for b in files}
+        recipes = {b: str(src.recipe_for(b, server, tmp_path / "recipes", files[b], src.EXTRA.get(b)))
+                   for b in files}
         config = _config(tmp_path, {b: {"recipe": r} for b, r in recipes.items()})
         work = tmp_path / "run"
 
@@ -48,7 +49,7 @@ def test_every_recipe_through_the_pipeline(tmp_path: Path) -> None:
                     (folder / source["file"]).write_bytes(files[b][source["file"]])
         snakemake(work, "datasets", "--configfile", config)
         prepared = {b: tmp_path / "shared" / b / "prepared" for b in files}
-        for b, key in [("resnet", "train.rec"), ("bert", "phase1/vocab.txt"), ("ssd", "coco2017/models"),
+        for b, key in [("resnet", "train.rec"), ("bert", "phase1/model.ckpt-28252.pt"), ("ssd", "coco2017/models"),
                        ("maskrcnn", "pkl_coco/instances_train2017.json.pickled"), ("unet3d", "case_00001_y.npy"),
                        ("rnnt", "LibriSpeech/librispeech-dev-clean-wav.json"), ("minigo", "mlperf07"),
                        ("dlrm", "train_data.bin")]:

@@ -110,16 +110,36 @@ def imagenet(recipe: Recipe, extracted: Path, downloads: Path, out: Path) -> Non
     _write_recordio(val_images, out / "val", val)
 
 
-# --- BERT: the inputs of NVIDIA's prepare_data.sh (text shards, vocab, phase-1 checkpoint) -------------
+# --- BERT: NVIDIA's prepare_data.sh in our own Python (mlrepro/datasets/bert.py) ---------------------------
 
 
 @preparer
 def bert(recipe: Recipe, extracted: Path, downloads: Path, out: Path) -> None:
-    _place_tree(extracted / "results4", out / "results4")
+    from mlrepro.datasets import bert as steps
+    from mlrepro.datasets.tf_checkpoint import CheckpointError
+
+    shards = recipe.prepare.get("shards", 4320)
+    if not isinstance(shards, int) or isinstance(shards, bool) or shards < 1:
+        raise PrepareError(f"{recipe.path}: prepare.shards is {shards!r}; give a positive number of HDF5 shards")
+    phase1 = out / "phase1"
     for name in ("bert_config.json", "vocab.txt"):
-        _place(downloads / name, out / "phase1" / name)
+        _place(downloads / name, phase1 / name)
     for ckpt in sorted(downloads.glob("model.ckpt-28252.*")):
-        _place(ckpt, out / "phase1" / ckpt.name)
+        _place(ckpt, phase1 / ckpt.name)
+    try:
+        steps.prepare_hdf5(extracted / "results4", downloads / "vocab.txt", out, shards)
+        steps.convert_tf_checkpoint(downloads / "model.ckpt-28252", downloads / "bert_config.json",
+                                    phase1 / "model.ckpt-28252.pt")
+        # NVIDIA's hdf5_md5.py checksums of the prepared shards, where the recipe downloads them
+        sources = {s.file for s in recipe.sources}
+        for folder, chk in (recipe.prepare.get("chk") or {}).items():
+            target = (out / folder).resolve()
+            if not target.is_relative_to(out.resolve()):
+                raise PrepareError(f"{recipe.path}: prepare.chk folder {folder!r} is outside the prepared folder")
+            if chk in sources:
+                steps.check_chk(target, downloads / chk)
+    except (steps.BertDataError, CheckpointError) as e:
+        raise PrepareError(f"{recipe.path}: {e}") from e
 
 
 # --- Mask R-CNN and SSD: COCO 2017 ---------------------------------------------------------------------
