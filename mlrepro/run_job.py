@@ -199,6 +199,9 @@ def _drive(args: argparse.Namespace, launch: dict[str, Any], run_dir: Path) -> N
 
 
 if __name__ == "__main__":
+    from mlrepro import warm
+
+    warm.hand_over(warm.DRIVER)  # exits there where this invocation's warm parent runs the driver
     try:
         main()
     except RunFailed as e:

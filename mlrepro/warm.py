@@ -19,6 +19,11 @@ each job's own Snakemake parses the workflow on its node, so a parent never serv
 The child dies with the parent (PR_SET_PDEATHSIG) and with the shim; the shim then exits non-zero,
 so the run fails without a result and the next invocation redoes it.
 
+The run driver (``python -m mlrepro.run_job``, one per Snakemake job) is served the same way by a
+second parent of the same owner that has imported the driver and its telemetry (pyarrow, numpy):
+``hand_over`` sends the driver's arguments there and waits for its exit status. The driver is not
+the training process; it still starts ``run_and_time.sh`` as a new process for every run.
+
 This module imports only the standard library at module level: the shim and the driver load it.
 """
 
@@ -43,7 +48,8 @@ from typing import Any
 
 OWNER_ENV = "MLREPRO_WARM_OWNER"
 DIR_ENV = "MLREPRO_WARM_DIR"  # where the parents' folders live (default: the temp folder)
-MODULE = "mlrepro.train"  # the only module a parent runs for the pipeline
+MODULE = "mlrepro.train"  # the training module a parent runs for the pipeline
+DRIVER = "mlrepro.run_job"  # the run driver, served by its own parent
 # Settings an interpreter or a native library reads once at start: a child inherits the parent's, so
 # a run that asks for others goes cold.
 _START_KEYS = ("PYTHON", "OMP_", "MKL_", "KMP_", "GOMP_", "LD_", "MALLOC_", "OPENBLAS_", "TORCH_")
@@ -83,12 +89,12 @@ def alive(owner: str) -> bool:
     return _start_time(int(pid)) == start
 
 
-def parent_dir(owner: str) -> Path:
-    """One folder per owner and interpreter: the shim, the socket, the parent's pid and log. Short, as
-    a Unix socket's path must be."""
+def parent_dir(owner: str, module: str = MODULE) -> Path:
+    """One folder per owner, interpreter and served module: the shim, the socket, the parent's pid and
+    log. Short, as a Unix socket's path must be."""
     base = Path(os.environ.get(DIR_ENV) or tempfile.gettempdir()) / f"mlrepro-warm-{os.getuid()}"
-    key = hashlib.sha256(f"{owner}\0{sys.executable}\0{os.environ.get('PYTHONPATH', '')}".encode()).hexdigest()
-    return base / key[:12]
+    key = f"{owner}\0{sys.executable}\0{os.environ.get('PYTHONPATH', '')}" + ("" if module == MODULE else f"\0{module}")
+    return base / hashlib.sha256(key.encode()).hexdigest()[:12]
 
 
 def _start_env(env: dict[str, str]) -> dict[str, str]:
@@ -201,6 +207,37 @@ def _add_root(pid: int) -> None:
         atomic.write_text(Path(roots), f"{previous}{pid}\n")
 
 
+def _through_parent(folder: Path, module: str, args: list[str], env: dict[str, str]) -> str:
+    """Have the folder's parent run ``python -m module args`` with this process's stdio, working folder
+    and ``env``; exit with its status. Returns (the reason) only where it did not start there."""
+    try:
+        conn = _connect(folder, env, module)
+        request = json.dumps({"argv": args, "env": env, "cwd": os.getcwd()}).encode() + b"\n"
+        socket.send_fds(conn, [request], [0, 1, 2])
+        replies = _lines(conn)
+        first = next(replies)
+    except (OSError, StopIteration, ValueError) as e:
+        return f"parent unreachable: {e}"
+    if "cold" in first:
+        return str(first["cold"])
+    child = int(first["pid"])  # it leads its own process group: what a signal to this job reaches
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, lambda s, _f: os.killpg(child, s))
+    _add_root(child)
+    for message in replies:
+        if "exit" in message:
+            sys.exit(message["exit"])
+    with contextlib.suppress(OSError):  # what it started outlives it (a driver's script): end it too
+        os.killpg(child, signal.SIGKILL)
+    sys.exit(f"mlrepro.warm: the run's process {child} ended without an exit status (its warm parent "
+             f"or the process itself was killed); the run has no result")
+
+
+def _debug(reason: str) -> None:
+    if os.environ.get("MLREPRO_WARM_DEBUG"):
+        print(f"mlrepro.warm: cold start: {reason}", file=sys.stderr, flush=True)
+
+
 def shim_main(python: str, module: str = MODULE) -> None:
     args = sys.argv[1:]
     folder = Path(sys.argv[0]).resolve().parent
@@ -208,41 +245,39 @@ def shim_main(python: str, module: str = MODULE) -> None:
     if path and Path(path[0]).resolve() == folder:
         path = path[1:]
     env = {**os.environ, "PATH": os.pathsep.join(path)}
+    reason = "not a run of " + module
+    if args[:2] == ["-m", module] and OWNER_ENV in env:
+        reason = _through_parent(folder, module, args[2:], env)
+    _debug(reason)
+    os.execve(python, [python, *args], env)
 
-    def cold(reason: str) -> None:
-        if os.environ.get("MLREPRO_WARM_DEBUG"):
-            print(f"mlrepro.warm: cold start: {reason}", file=sys.stderr, flush=True)
-        os.execve(python, [python, *args], env)
 
-    if args[:2] != ["-m", module] or OWNER_ENV not in env:
-        cold("not a run of " + module)
-    try:
-        conn = _connect(folder, env, module)
-        request = json.dumps({"argv": args[2:], "env": env, "cwd": os.getcwd()}).encode() + b"\n"
-        socket.send_fds(conn, [request], [0, 1, 2])
-        replies = _lines(conn)
-        first = next(replies)
-    except (OSError, StopIteration, ValueError) as e:
-        cold(f"parent unreachable: {e}")
+_serving: str | None = None  # in a parent's child: the module it runs
+
+
+def hand_over(module: str) -> None:
+    """Run this ``python -m module`` invocation in the owner's warm parent for ``module``; return
+    (and let the caller run it here) where none may serve: no owner on this host, or already served."""
+    owner = os.environ.get(OWNER_ENV)
+    if _serving is not None or not owner or not alive(owner):
         return
-    if "cold" in first:
-        cold(first["cold"])
-    child = int(first["pid"])
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, lambda s, _f: os.kill(child, s))
-    _add_root(child)
-    for message in replies:
-        if "exit" in message:
-            sys.exit(message["exit"])
-    sys.exit(f"mlrepro.warm: the run's process {child} ended without an exit status (its warm parent "
-             f"or the process itself was killed); the run has no result")
+    folder = parent_dir(owner, module)
+    try:
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    except OSError as e:
+        _debug(f"no folder for the warm parent: {e}")
+        return
+    _debug(_through_parent(folder, module, sys.argv[1:], dict(os.environ)))
 
 
 # --- the parent -------------------------------------------------------------------------------------
 
 def _child(conn: socket.socket, request: dict[str, Any], fds: list[int], parent: int, module: str) -> None:
     """In the forked child: become the run's process, run the module as __main__, report the status."""
+    global _serving
+    _serving = module
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # as in a new interpreter
+    os.setpgid(0, 0)  # the requester's signals reach this process and what it starts (a driver's script)
     ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     if os.getppid() != parent:  # the parent died before prctl took effect
         os._exit(1)
@@ -254,10 +289,10 @@ def _child(conn: socket.socket, request: dict[str, Any], fds: list[int], parent:
     os.environ.update(request["env"])
     _send(conn, {"pid": os.getpid()})
 
-    def watch_shim() -> None:  # the shim is gone (killed with its job): so is the run
+    def watch_shim() -> None:  # the requester is gone (killed with its job): so is the run
         with contextlib.suppress(OSError):
             conn.recv(1)
-        os.kill(os.getpid(), signal.SIGKILL)
+        os.killpg(0, signal.SIGKILL)
 
     threading.Thread(target=watch_shim, daemon=True).start()
     import atexit
@@ -337,6 +372,12 @@ def serve(folder: Path, owner: str, module: str = MODULE) -> None:
         import importlib
 
         importlib.import_module(module)  # torch, numpy, mllog and the loop: what every run imports
+        if module == DRIVER:
+            # the sampler and its summary: pyarrow and numpy, and pandas, which pyarrow imports on its
+            # first array (to tell DataFrames apart): 0.9 s of CPU in each driver and each sampler
+            importlib.import_module("mlrepro.telemetry")
+            with contextlib.suppress(ImportError):
+                importlib.import_module("pandas")
         if module == MODULE:
             # torch.use_deterministic_algorithms, which every run calls, imports torch._inductor
             # (and torch._dynamo): seconds of CPU per run, more than the import of torch itself
@@ -393,4 +434,6 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from mlrepro import warm  # the module, not this __main__ copy: hand_over reads its _serving
+
+    warm.main()

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from mlrepro import warm
+from mlrepro import ledger, warm
 from mlrepro.telemetry.host import ROOTS_ENV
 from tests.conftest import REPO, SNAKEMAKE, snakemake
 
@@ -38,6 +38,11 @@ def _parents_alive(base: Path) -> list[int]:
         except (OSError, ValueError, IndexError):
             continue
     return [pid for pid, ppid in found.items() if ppid not in found]
+
+
+def _parent_folder(pid: int) -> Path:
+    cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+    return Path(cmdline[cmdline.index("--dir") + 1])
 
 
 def _stop_parents(base: Path) -> None:
@@ -79,23 +84,36 @@ def _events(result: Path) -> list[dict[str, object]]:
     return events
 
 
-def _run_job(workdir: Path, run_dir: str, env: dict[str, str]) -> dict[str, object]:
-    subprocess.run([sys.executable, "-m", "mlrepro.run_job", "--launch", "results/runs/resnet/launch.json",
-                    "--seed", "11", "--run-dir", run_dir, "--gpu-locks", "results/.gpu_locks",
-                    "--telemetry-hz", "20"], cwd=workdir, env=env, check=True, timeout=300)
-    return json.loads((workdir / run_dir / "run.json").read_text())
+def _run_job(workdir: Path, run_dir: str, env: dict[str, str]) -> tuple[dict[str, object], int]:
+    """The run's record and the pid of the process started here."""
+    proc = subprocess.Popen([sys.executable, "-m", "mlrepro.run_job", "--launch", "results/runs/resnet/launch.json",
+                             "--seed", "11", "--run-dir", run_dir, "--gpu-locks", "results/.gpu_locks",
+                             "--telemetry-hz", "20"], cwd=workdir, env=env)
+    assert proc.wait(timeout=300) == 0
+    return json.loads((workdir / run_dir / "run.json").read_text()), proc.pid
+
+
+def _driver_pid(run_dir: Path) -> int:
+    """The pid the ledger's launch line records: the process that ran the driver."""
+    return int(json.loads((run_dir / ledger.LEDGER).read_text().splitlines()[0])["pid"])
 
 
 @pytest.mark.slow
 def test_warm_run_equals_cold_run_and_sampler_window(workdir: Path, warm_dir: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != warm.OWNER_ENV}
-    cold = _run_job(workdir, "cold", env)
+    cold, started = _run_job(workdir, "cold", env)
+    assert _driver_pid(workdir / "cold") == started  # the driver ran in the process started here
     assert not (workdir / "cold" / "telemetry" / "container.pids").exists()  # the trainer was the driver's child
-    hot = _run_job(workdir, "warm", {**env, warm.OWNER_ENV: warm.owner_here()})
-    # it went warm: the trainer was the parent's child, and the shim told the sampler its pid
-    parent = int(next(warm_dir.glob("*/*/parent.pid")).read_text())
+    owner = warm.owner_here()
+    hot, started = _run_job(workdir, "warm", {**env, warm.OWNER_ENV: owner})
+    # it went warm: the trainer was the training parent's child, and the shim told the sampler its pid;
+    # the driver ran in the driver's parent, not in the process started here
+    parent = int((warm.parent_dir(owner) / "parent.pid").read_text())
+    driver_parent = int((warm.parent_dir(owner, warm.DRIVER) / "parent.pid").read_text())
     trainer = int((workdir / "warm" / "telemetry" / "container.pids").read_text().split()[-1])
-    assert trainer != parent and _parents_alive(warm_dir) == [parent]
+    assert trainer not in (parent, driver_parent)
+    assert sorted(_parents_alive(warm_dir)) == sorted([parent, driver_parent])
+    assert _driver_pid(workdir / "warm") != started
     # same seed, same events (every MLLOG key, value and metadata), epochs and metric curve
     assert _events(workdir / "warm" / "result.txt") == _events(workdir / "cold" / "result.txt")
     for key in ("seed", "epochs", "status", "final_metric", "benchmark", "implementation"):
@@ -158,8 +176,11 @@ def test_runs_from_one_parent_share_no_state(warm_dir: Path, tmp_path: Path) -> 
 
 
 @pytest.mark.slow
-def test_killed_parent_leaves_no_result_and_next_invocation_redoes_the_run(workdir: Path, warm_dir: Path) -> None:
+@pytest.mark.parametrize("killed", ["training", "driver"])
+def test_killed_parent_leaves_no_result_and_next_invocation_redoes_the_run(workdir: Path, warm_dir: Path,
+                                                                          killed: str) -> None:
     run = workdir / "results" / "runs" / "resnet" / "1"
+    shutil.rmtree(run, ignore_errors=True)  # done by the other case
     args = [*SNAKEMAKE, "--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir), "--cores", "2",
             "--configfile", str(workdir / "config.yaml"), "--", "results/runs/resnet/1/result.txt"]
     env = {k: v for k, v in os.environ.items() if k != warm.OWNER_ENV}
@@ -169,7 +190,9 @@ def test_killed_parent_leaves_no_result_and_next_invocation_redoes_the_run(workd
         while not ((run / "train.log").is_file() and "run_start" in (run / "train.log").read_text()):
             assert first.poll() is None and time.monotonic() < deadline, first.stdout and first.stdout.read()
             time.sleep(0.05)
-        (parent,) = _parents_alive(warm_dir)
+        # the training run's parent has the shim in its folder, the driver's has not
+        (parent,) = [pid for pid in _parents_alive(warm_dir)
+                     if (_parent_folder(pid) / "python").is_file() == (killed == "training")]
         os.kill(parent, signal.SIGKILL)  # mid-run
         output, _ = first.communicate(timeout=120)
     finally:
@@ -177,7 +200,11 @@ def test_killed_parent_leaves_no_result_and_next_invocation_redoes_the_run(workd
             first.kill()
     assert first.returncode != 0, output
     assert not (run / "result.txt").exists() and not (run / "run.json").exists()
-    assert "ended without an exit status" in (run / "train.log").read_text()
+    job_log = workdir / "results" / "pipeline_info" / "logs" / "run_resnet_1.log"
+    assert "ended without an exit status" in (run / "train.log" if killed == "training" else job_log).read_text()
+    # nothing of the killed run goes on (its script and trainer end with it): no new file appears
+    time.sleep(2)
+    assert not (run / "result.txt").exists() and not (run / "checkpoint.pt").exists()
     snakemake(workdir, "--configfile", str(workdir / "config.yaml"), "--", "results/runs/resnet/1/result.txt")
     record = json.loads((run / "run.json").read_text())
     assert record["status"] == "success" and (run / "result.txt").is_file()

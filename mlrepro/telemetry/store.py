@@ -90,16 +90,21 @@ class SampleStore:
         return table.num_rows
 
 
+def _read(path: Path) -> pa.Table:
+    # ParquetFile, not pq.read_table: read_table imports pyarrow.dataset and with it pandas (0.5 s a run)
+    return pq.ParquetFile(path).read().cast(SCHEMA)
+
+
 def read_chunks(chunk_dir: Path) -> pa.Table:
     files = sorted(chunk_dir.glob("*.parquet")) if chunk_dir.is_dir() else []
-    tables = [pq.read_table(f, schema=SCHEMA) for f in files]
+    tables = [_read(f) for f in files]
     return pa.concat_tables(tables) if tables else SCHEMA.empty_table()
 
 
 def read_samples(out_dir: Path) -> tuple[pa.Table, bool]:
     """All samples and whether they come from a cleanly finished sampler."""
     if (out_dir / SAMPLES).is_file():
-        return pq.read_table(out_dir / SAMPLES, schema=SCHEMA), True
+        return _read(out_dir / SAMPLES), True
     return read_chunks(out_dir / CHUNKS), False
 
 
