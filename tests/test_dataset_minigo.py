@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import shutil
 import struct
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -22,18 +23,59 @@ from mlrepro.datasets.tf_checkpoint import _fields
 
 FIXTURES = Path(__file__).parent / "fixtures" / "datasets" / "minigo"
 TINY = {**minigo.ARCHITECTURE_19, "conv_width": 8, "fc_width": 8, "trunk_layers": 2, "board_size": 9}
+Node = tuple[str, str, list[str], dict[str, bytes]]  # name, op, inputs, {attr: AttrValue bytes}
 # Attributes TensorFlow 2.20 writes that the TF 1.15 of NVIDIA's image (nvcr.io/nvidia/tensorflow:21.09-tf1-py3)
 # does not know, each at the default value that 2.20 fills in when it reads a graph without it. Ours leaves them
 # out, since a 1.15 loader refuses a NodeDef naming an attr its op lacks ("NodeDef mentions attr
 # 'exponential_avg_factor' not in Op<name=FusedBatchNormV3...>", tensorflow/tensorflow#41391):
 # FusedBatchNormV3.exponential_avg_factor (TF 2.2; only used when is_training), MatMul.grad_a/grad_b (TF 2.12;
 # gradient hints).
-FLOAT_ONE = b"\x25" + struct.pack("<f", 1.0)  # AttrValue f: 1.0
 FALSE = b"\x28\x00"  # AttrValue b: false
-TF220_ONLY = {"FusedBatchNormV3": {"exponential_avg_factor": FLOAT_ONE}, "MatMul": {"grad_a": FALSE, "grad_b": FALSE}}
 
 
-def _nodes(raw: bytes) -> tuple[list[tuple[str, str, list[str], dict[str, bytes]]], dict[int, bytes]]:
+def _f(value: float) -> bytes:
+    return b"\x25" + struct.pack("<f", value)  # AttrValue f
+
+
+TF220_ONLY = {"FusedBatchNormV3": {"exponential_avg_factor": _f(1.0)}, "MatMul": {"grad_a": FALSE, "grad_b": FALSE}}
+
+
+def _as_tf115(nodes: list[Node]) -> tuple[list[Node], Counter[str]]:
+    """TensorFlow 2.20's freezing of dual_net's code turned, rule by rule, into what TF 1.15 writes for it (the
+    rules applied are counted, so that none is silently a no-op or more than it should be):
+    - attrs: TF220_ONLY dropped, each checked at its default value;
+    - epsilon: 2.20 keeps mg_batchn's 1e-5; 1.15's nn.fused_batch_norm raises it to 1.001e-5 (nn_impl.py r1.15,
+      "min_epsilon = 1.001e-5", as in DeepRec-AI/DeepRec, a TF 1.15 fork);
+    - a batch norm without center and scale: tf-keras 2.20 makes beta's 0 (Const) then gamma's 1 (Const_1) when
+      called, after the moving statistics; TF 1.15's BatchNormalization.build makes gamma's 1 (Const) then beta's
+      0 (Const_1) before them (tensorflow/python/keras/layers/normalization.py r1.15)."""
+    counts: Counter[str] = Counter()
+    swap: dict[str, str] = {}
+    for name, op, inputs, _ in nodes:
+        if op == "FusedBatchNormV3" and inputs[1].endswith("/Const_1"):  # gamma is tf-keras' Const_1
+            scope = name.rpartition("/")[0]
+            swap.update({f"{scope}/Const": f"{scope}/Const_1", f"{scope}/Const_1": f"{scope}/Const"})
+            counts["constants swapped"] += 1
+    out: list[Node] = []
+    for name, op, inputs, attrs in nodes:
+        dropped = TF220_ONLY.get(op, {})
+        assert {k: v for k, v in attrs.items() if k in dropped} == dropped, name
+        attrs = {k: v for k, v in attrs.items() if k not in dropped}
+        counts["attrs dropped"] += len(dropped)
+        if op == "FusedBatchNormV3":
+            assert attrs["epsilon"] == _f(1e-5), name
+            attrs["epsilon"] = _f(1.001e-5)
+            counts["epsilon"] += 1
+        out.append((swap.get(name, name), op, [swap.get(i, i) for i in inputs], attrs))
+    for scope in {n.rpartition("/")[0] for n in swap}:  # the two constants go before the moving mean
+        consts = sorted((n for n in out if n[0] in (f"{scope}/Const", f"{scope}/Const_1")), key=lambda n: n[0])
+        out = [n for n in out if n not in consts]
+        at = next(i for i, n in enumerate(out) if n[0] == f"{scope}/moving_mean")
+        out[at:at] = consts
+    return out, counts
+
+
+def _nodes(raw: bytes) -> tuple[list[Node], dict[int, bytes]]:
     """A GraphDef's nodes as (name, op, inputs, {attr: AttrValue bytes}), and its other fields."""
     nodes, rest = [], {}
     for number, value in _fields(raw, "graph"):
@@ -53,6 +95,13 @@ def _nodes(raw: bytes) -> tuple[list[tuple[str, str, list[str], dict[str, bytes]
     return nodes, rest
 
 
+def _tensor(node: Node) -> dict[int, int | bytes]:
+    """A Const's TensorProto fields (4: tensor_content, 5: float_val)."""
+    value = dict(_fields(node[3]["value"], "attr"))[8]
+    assert isinstance(value, bytes)
+    return dict(_fields(value, "tensor"))
+
+
 def _target(tmp_path: Path) -> Path:
     for f in (FIXTURES / "target").iterdir():
         shutil.copy(f, tmp_path / f.name)
@@ -63,11 +112,15 @@ def test_inference_graph_matches_tensorflow_node_by_node() -> None:
     values = tf_checkpoint.read(FIXTURES / "target" / "target")
     ours, our_rest = _nodes(minigo.inference_graph(values, TINY, "target"))
     theirs, their_rest = _nodes((FIXTURES / "frozen.pb").read_bytes())
-    assert [n[0] for n in ours] == [n[0] for n in theirs]  # same nodes, in the same order
-    for (name, op, inputs, attrs), (_, their_op, their_inputs, their_attrs) in zip(ours, theirs, strict=True):
+    expected, counts = _as_tf115(theirs)
+    # 7 batch norms (1 + 2 per block + 2 heads), 2 of them without center and scale; 3 dense layers
+    assert counts == {"attrs dropped": 7 + 3 * 2, "epsilon": 7, "constants swapped": 2}
+    assert [n[0] for n in ours] == [n[0] for n in expected]  # same nodes, in the same order
+    for (name, op, inputs, attrs), (_, their_op, their_inputs, their_attrs) in zip(ours, expected, strict=True):
         assert (op, inputs) == (their_op, their_inputs), name
-        assert attrs == {k: v for k, v in their_attrs.items() if k not in TF220_ONLY.get(op, {})}, name
-        assert {k: v for k, v in their_attrs.items() if k in TF220_ONLY.get(op, {})} == TF220_ONLY.get(op, {}), name
+        assert attrs == their_attrs, name  # attr values byte for byte, Const tensors included
+    gamma = next(n for n in ours if n[0] == "batch_normalization_5/FusedBatchNormV3")[2][1]
+    assert _tensor(next(n for n in ours if n[0] == gamma))[5] == struct.pack("<f", 1.0)  # float_val: 1
     # the function library (empty) alike; versions: only the producer, ours TF 1.15's, theirs 2.20's
     assert our_rest[2] == their_rest[2] == b"" and set(our_rest) == set(their_rest) == {2, 4}
     assert _fields(our_rest[4], "versions") == [(1, minigo.GRAPH_DEF_PRODUCER)]
@@ -76,9 +129,7 @@ def test_inference_graph_matches_tensorflow_node_by_node() -> None:
     assert {"Placeholder", "Cast", "Conv2D", "FusedBatchNormV3", "AddV2", "MatMul", "Softmax", "Tanh"} <= ops
     assert "global_step" in values and "global_step" not in {n[0] for n in ours}  # pruned: not an input
     # a frozen variable holds the checkpoint's value: tensor_content, the raw little-endian bytes
-    kernel = next(n for n in ours if n[0] == "conv2d/kernel")
-    tensor = dict(_fields(bytes(dict(_fields(kernel[3]["value"], "attr"))[8]), "tensor"))  # type: ignore[arg-type]
-    assert tensor[4] == values["conv2d/kernel"].tobytes()
+    assert _tensor(next(n for n in ours if n[0] == "conv2d/kernel"))[4] == values["conv2d/kernel"].tobytes()
 
 
 def test_full_size_architecture_builds() -> None:

@@ -13,7 +13,9 @@ GraphDef: `<minigo>`, uint64 version 1, file size and metadata size, the metadat
 identical without TensorRT.
 
 Here that frozen GraphDef is written node for node as TensorFlow 1.15 (NVIDIA's 21.09-tf1 image) emits it for
-tf.layers' names, ops and attributes, with the weights read from the checkpoint (tf_checkpoint.read).
+tf.layers' names, ops and attributes, with the weights read from the checkpoint (tf_checkpoint.read); `target.meta`
+is not read. tests/test_dataset_minigo.py compares it with TensorFlow 2.20's freezing of dual_net's own code and
+names each difference between 2.20 and 1.15.
 """
 
 from __future__ import annotations
@@ -39,9 +41,11 @@ ARCHITECTURE_19 = {"conv_width": 64, "fc_width": 64, "trunk_layers": 6, "use_SE"
                    "board_size": 19}
 PLANES = {"mlperf07": 13, "agz": 17}  # features.MLPERF07_FEATURES_PLANES, AGZ_FEATURES_PLANES
 POLICY_CONV_WIDTH, VALUE_CONV_WIDTH = 2, 1  # dual_net's flag defaults, not set by architecture.flags
-BN_EPSILON = 1e-5  # model_inference_fn's mg_batchn
-# GraphDef.versions.producer: TF_GRAPH_DEF_VERSION of TensorFlow 1.15 (core/public/version.h), which the
-# reference's image writes; loaders only refuse a producer below their minimum (0).
+# model_inference_fn's mg_batchn asks for 1e-5; TF 1.15's nn.fused_batch_norm raises it to cuDNN's minimum
+# ("min_epsilon = 1.001e-5", tensorflow/python/ops/nn_impl.py at r1.15; later TF 2.x dropped that)
+BN_EPSILON = 1.001e-5
+# GraphDef.versions.producer: TF_GRAPH_DEF_VERSION of TensorFlow 1.15 (core/public/version.h; the producer of
+# graphs written by 1.15), which the reference's image writes; loaders only refuse one below their minimum (0).
 GRAPH_DEF_PRODUCER = 134
 _FLOAT, _INT32, _BOOL = 1, 3, 10  # types.proto DataType
 
@@ -157,17 +161,18 @@ class _Graph:
             "use_cudnn_on_gpu": _bool(True)})
 
     def batchn(self, x: str, channels: int, data_format: str, center_scale: bool = True) -> str:
-        """tf.layers.batch_normalization(fused=True, training=False): FusedBatchNormV3 on the moving statistics;
-        without center and scale, gamma and beta are the layer's constants 1 (Const_1) and 0 (Const)."""
+        """tf.layers.batch_normalization(fused=True, training=False): FusedBatchNormV3 on the moving statistics.
+        Without center and scale, TF 1.15's BatchNormalization.build makes gamma's constant 1 (Const), then beta's
+        0 (Const_1), before the moving statistics (tensorflow/python/keras/layers/normalization.py at r1.15)."""
         scope = self.unique("batch_normalization")
         if center_scale:
             gamma = self.variable(f"{scope}/gamma", (channels,))
             beta = self.variable(f"{scope}/beta", (channels,))
+        else:
+            gamma = self.const(f"{scope}/Const", np.ones(1, "<f4"), (channels,))
+            beta = self.const(f"{scope}/Const_1", np.zeros(1, "<f4"), (channels,))
         mean = self.variable(f"{scope}/moving_mean", (channels,))
         variance = self.variable(f"{scope}/moving_variance", (channels,))
-        if not center_scale:
-            beta = self.const(f"{scope}/Const", np.zeros(1, "<f4"), (channels,))
-            gamma = self.const(f"{scope}/Const_1", np.ones(1, "<f4"), (channels,))
         return self.node(f"{scope}/FusedBatchNormV3", "FusedBatchNormV3", [x, gamma, beta, mean, variance], {
             "T": _type(_FLOAT), "U": _type(_FLOAT), "data_format": _text(data_format),
             "epsilon": _float(BN_EPSILON), "is_training": _bool(False)})
