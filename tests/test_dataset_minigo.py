@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mlrepro.datasets import minigo, tf_checkpoint
+from mlrepro.datasets import minigo, prepare, recipe, tf_checkpoint
 from mlrepro.datasets.minigo import FreezeError
 from mlrepro.datasets.tf_checkpoint import _fields
 
@@ -185,3 +185,25 @@ def test_wrong_architecture_and_bad_files_refused(tmp_path: Path) -> None:
     with pytest.raises(tf_checkpoint.CheckpointError, match=r"target\.index: not a TensorFlow checkpoint index"):
         minigo.write_target(target, TINY)
     assert not list(tmp_path.glob("*minigo*"))  # nothing that looks finished
+
+
+def test_preparer_takes_the_recipes_architecture(tmp_path: Path) -> None:
+    downloads, extracted = tmp_path / "downloads", tmp_path / "extracted"
+    downloads.mkdir()
+    _target(downloads)
+    (extracted / "checkpoints" / "mlperf07").mkdir(parents=True)
+    (extracted / "checkpoints" / "mlperf07" / "model.ckpt-1.index").write_bytes(b"index")
+
+    def run(architecture: object, out: Path) -> None:
+        r = recipe.Recipe("minigo", tmp_path / "dataset.yaml", "MiniGo", "/data", [], [],
+                          {"python": "minigo", "architecture": architecture})
+        prepare.run(r, extracted, downloads, out)
+
+    run({"conv_width": 8, "fc_width": 8, "trunk_layers": 2, "board_size": 9}, tmp_path / "out")
+    metadata, _ = minigo.read_minigo_model((tmp_path / "out" / "target" / "target.minigo.tf").read_bytes(), "model")
+    assert metadata == {"engine": "tf", "use_trt": False, **TINY}
+    assert (tmp_path / "out" / "mlperf07" / "model.ckpt-1.index").read_bytes() == b"index"
+    with pytest.raises(prepare.PrepareError, match=r"minigo: prepare\.architecture: unknown trunk; known: conv_wi"):
+        run({"trunk": 2}, tmp_path / "bad")
+    with pytest.raises(prepare.PrepareError, match=r"minigo: .*target: tensor 'conv2d/kernel' is float32\[3, 3, 13, 8"):
+        run(None, tmp_path / "default")  # architecture.flags' widths: not the tiny checkpoint's
