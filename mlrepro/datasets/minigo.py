@@ -33,7 +33,6 @@ from mlrepro.datasets.tf_checkpoint import CheckpointError
 __all__ = ["ARCHITECTURE_19", "CheckpointError", "FreezeError", "inference_graph", "minigo_model",
            "read_minigo_model", "write_target"]
 
-OUTPUT_NAMES = ("policy_output", "value_output")  # dual_net.freeze_graph
 # dual_net.make_model_metadata under ml_perf/flags/19/architecture.flags (conv_width 64, fc_width 64,
 # trunk_layers 6, bool_features, mlperf07 features, nchw); the other flags at dual_net's defaults.
 ARCHITECTURE_19 = {"conv_width": 64, "fc_width": 64, "trunk_layers": 6, "use_SE": False, "use_SE_bias": False,
@@ -48,6 +47,7 @@ BN_EPSILON = 1.001e-5
 # graphs written by 1.15), which the reference's image writes; loaders only refuse one below their minimum (0).
 GRAPH_DEF_PRODUCER = 134
 _FLOAT, _INT32, _BOOL = 1, 3, 10  # types.proto DataType
+_LAYOUT = "NCHW"  # architecture.flags' input_layout nchw: tf.layers' channels_first
 
 
 class FreezeError(ValueError):
@@ -152,15 +152,15 @@ class _Graph:
     def relu(self, x: str) -> str:
         return self.node(self.unique("Relu"), "Relu", [x], {"T": _type(_FLOAT)})
 
-    def conv(self, x: str, channels: int, filters: int, size: int, data_format: str) -> str:
+    def conv(self, x: str, channels: int, filters: int, size: int) -> str:
         scope = self.unique("conv2d")  # tf.layers.conv2d(use_bias=False, padding='same')
         kernel = self.variable(f"{scope}/kernel", (size, size, channels, filters))
         return self.node(f"{scope}/Conv2D", "Conv2D", [x, kernel], {
-            "T": _type(_FLOAT), "data_format": _text(data_format), "dilations": _ints([1, 1, 1, 1]),
+            "T": _type(_FLOAT), "data_format": _text(_LAYOUT), "dilations": _ints([1, 1, 1, 1]),
             "explicit_paddings": _ints([]), "padding": _text("SAME"), "strides": _ints([1, 1, 1, 1]),
             "use_cudnn_on_gpu": _bool(True)})
 
-    def batchn(self, x: str, channels: int, data_format: str, center_scale: bool = True) -> str:
+    def batchn(self, x: str, channels: int, center_scale: bool = True) -> str:
         """tf.layers.batch_normalization(fused=True, training=False): FusedBatchNormV3 on the moving statistics.
         Without center and scale, TF 1.15's BatchNormalization.build makes gamma's constant 1 (Const), then beta's
         0 (Const_1), before the moving statistics (tensorflow/python/keras/layers/normalization.py at r1.15)."""
@@ -174,7 +174,7 @@ class _Graph:
         mean = self.variable(f"{scope}/moving_mean", (channels,))
         variance = self.variable(f"{scope}/moving_variance", (channels,))
         return self.node(f"{scope}/FusedBatchNormV3", "FusedBatchNormV3", [x, gamma, beta, mean, variance], {
-            "T": _type(_FLOAT), "U": _type(_FLOAT), "data_format": _text(data_format),
+            "T": _type(_FLOAT), "U": _type(_FLOAT), "data_format": _text(_LAYOUT),
             "epsilon": _float(BN_EPSILON), "is_training": _bool(False)})
 
     def reshape(self, x: str, shape: list[int]) -> str:
@@ -202,7 +202,8 @@ def _int(architecture: dict[str, object], key: str, where: str) -> int:
 def inference_graph(values: dict[str, np.ndarray], architecture: dict[str, object], where: str) -> bytes:
     """The GraphDef dual_net.freeze_graph writes: get_inference_input and model_inference_fn(training=False)
     (mlcommons/training_results_v1.1:NVIDIA/benchmarks/minigo/implementations/tensorflow/minigo/dual_net.py),
-    pruned to OUTPUT_NAMES, the variables frozen to `values` (the checkpoint's tensors by name)."""
+    pruned to `policy_output` and `value_output` (only model_inference_fn's nodes remain), the variables frozen
+    to `values` (the checkpoint's tensors by name)."""
     unsupported = {k: architecture.get(k) for k in ("use_SE", "use_SE_bias", "use_swish") if architecture.get(k)}
     if architecture.get("input_layout") != "nchw" or architecture.get("input_type") != "bool" or unsupported \
             or architecture.get("input_features") not in PLANES:
@@ -214,16 +215,16 @@ def inference_graph(values: dict[str, np.ndarray], architecture: dict[str, objec
     features = g.node("pos_tensor", "Placeholder", [], {"dtype": _type(_BOOL), "shape": _tag(7, _shape(
         (-1, planes, n, n)))})
     x = g.node("Cast", "Cast", [features], {"DstT": _type(_FLOAT), "SrcT": _type(_BOOL), "Truncate": _bool(False)})
-    shared = g.relu(g.batchn(g.conv(x, planes, width, 3, "NCHW"), width, "NCHW"))
+    shared = g.relu(g.batchn(g.conv(x, planes, width, 3), width))
     for _ in range(_int(architecture, "trunk_layers", where)):
-        inner = g.relu(g.batchn(g.conv(shared, width, width, 3, "NCHW"), width, "NCHW"))
-        inner = g.batchn(g.conv(inner, width, width, 3, "NCHW"), width, "NCHW")
+        inner = g.relu(g.batchn(g.conv(shared, width, width, 3), width))
+        inner = g.batchn(g.conv(inner, width, width, 3), width)
         shared = g.relu(g.node(g.unique("add"), "AddV2", [shared, inner], {"T": _type(_FLOAT)}))
-    policy = g.relu(g.batchn(g.conv(shared, width, POLICY_CONV_WIDTH, 1, "NCHW"), POLICY_CONV_WIDTH, "NCHW",
+    policy = g.relu(g.batchn(g.conv(shared, width, POLICY_CONV_WIDTH, 1), POLICY_CONV_WIDTH,
                              center_scale=False))
     policy = g.reshape(policy, [-1, POLICY_CONV_WIDTH * n * n])
     g.node("policy_output", "Softmax", [g.dense(policy, POLICY_CONV_WIDTH * n * n, n * n + 1)], {"T": _type(_FLOAT)})
-    value = g.relu(g.batchn(g.conv(shared, width, VALUE_CONV_WIDTH, 1, "NCHW"), VALUE_CONV_WIDTH, "NCHW",
+    value = g.relu(g.batchn(g.conv(shared, width, VALUE_CONV_WIDTH, 1), VALUE_CONV_WIDTH,
                             center_scale=False))
     fc_width = _int(architecture, "fc_width", where)
     value = g.relu(g.dense(g.reshape(value, [-1, VALUE_CONV_WIDTH * n * n]), VALUE_CONV_WIDTH * n * n, fc_width))
