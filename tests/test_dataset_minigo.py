@@ -88,8 +88,9 @@ def _nodes(raw: bytes) -> tuple[list[Node], dict[int, bytes]]:
         attrs = {}
         for n, v in fields:
             if n == 5 and isinstance(v, bytes):
-                entry = dict(_fields(v, "attr"))
-                attrs[bytes(entry[1]).decode()] = bytes(entry[2])  # type: ignore[arg-type]
+                key, attr = (dict(_fields(v, "attr")).get(i) for i in (1, 2))
+                assert isinstance(key, bytes) and isinstance(attr, bytes)
+                attrs[key.decode()] = attr
         assert {n for n, _ in fields} <= {1, 2, 3, 5}, "a NodeDef field we do not compare (device?)"
         nodes.append((text[0], text[1], text[2:], attrs))
     return nodes, rest
