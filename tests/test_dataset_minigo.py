@@ -28,8 +28,8 @@ Node = tuple[str, str, list[str], dict[str, bytes]]  # name, op, inputs, {attr: 
 # does not know, each at the default value that 2.20 fills in when it reads a graph without it. Ours leaves them
 # out, since a 1.15 loader refuses a NodeDef naming an attr its op lacks ("NodeDef mentions attr
 # 'exponential_avg_factor' not in Op<name=FusedBatchNormV3...>", tensorflow/tensorflow#41391):
-# FusedBatchNormV3.exponential_avg_factor (TF 2.2; only used when is_training), MatMul.grad_a/grad_b (TF 2.12;
-# gradient hints).
+# FusedBatchNormV3.exponential_avg_factor (TF 2.2, 2020; used only when is_training), MatMul.grad_a/grad_b (2023,
+# TF 2.12/2.13; hints for gradient matmuls).
 FALSE = b"\x28\x00"  # AttrValue b: false
 
 

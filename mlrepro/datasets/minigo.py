@@ -43,8 +43,8 @@ POLICY_CONV_WIDTH, VALUE_CONV_WIDTH = 2, 1  # dual_net's flag defaults, not set 
 # model_inference_fn's mg_batchn asks for 1e-5; TF 1.15's nn.fused_batch_norm raises it to cuDNN's minimum
 # ("min_epsilon = 1.001e-5", tensorflow/python/ops/nn_impl.py at r1.15; later TF 2.x dropped that)
 BN_EPSILON = 1.001e-5
-# GraphDef.versions.producer: TF_GRAPH_DEF_VERSION of TensorFlow 1.15 (core/public/version.h; the producer of
-# graphs written by 1.15), which the reference's image writes; loaders only refuse one below their minimum (0).
+# GraphDef.versions.producer: TF_GRAPH_DEF_VERSION of TensorFlow 1.15, the producer graphs written by 1.15 carry
+# (the reference's image); loaders refuse only a producer below their minimum (0).
 GRAPH_DEF_PRODUCER = 134
 _FLOAT, _INT32, _BOOL = 1, 3, 10  # types.proto DataType
 _LAYOUT = "NCHW"  # architecture.flags' input_layout nchw: tf.layers' channels_first
