@@ -217,11 +217,12 @@ def kits19() -> dict[str, bytes]:
 
 
 def minigo() -> dict[str, bytes]:
-    # the target: a tiny MiniGo-shaped model saved by real TensorFlow (tests/fixtures/datasets/minigo)
+    # the target: a tiny MiniGo checkpoint saved by real TensorFlow (tests/fixtures/datasets/minigo, its
+    # architecture in EXTRA); its graph, target.meta, is downloaded but not read (the graph is rebuilt from code)
     target = Path(__file__).parent / "fixtures" / "datasets" / "minigo" / "target"
     return {"checkpoint.tar.gz": _tar({"mlperf07/work_dir/model.ckpt-9383.index": b"index",
                                        "mlperf07/work_dir/model.ckpt-9383.data-00000-of-00001": b"data"}, "w:gz"),
-            **{f.name: f.read_bytes() for f in sorted(target.glob("target.*"))}}
+            **{f.name: f.read_bytes() for f in sorted(target.glob("target.*"))}, "target.meta": b"MetaGraphDef"}
 
 
 BERT_FIXTURES = Path(__file__).parent / "fixtures" / "datasets" / "bert"
@@ -256,7 +257,8 @@ def criteo() -> dict[str, bytes]:
 
 
 # recipe settings a benchmark's tiny files need (recipe_for's ``extra``)
-EXTRA: dict[str, dict[str, Any]] = {"bert": {"prepare": BERT_PREPARE}}
+EXTRA: dict[str, dict[str, Any]] = {"bert": {"prepare": BERT_PREPARE}, "minigo": {"prepare": {
+    "python": "minigo", "architecture": {"conv_width": 8, "fc_width": 8, "trunk_layers": 2, "board_size": 9}}}}
 
 MAKERS = {"resnet": imagenet, "bert": bert, "maskrcnn": lambda: coco("R-50.pkl"),
           "ssd": lambda: coco("resnet34-333f7ec4.pth"), "rnnt": librispeech,

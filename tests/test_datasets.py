@@ -144,12 +144,15 @@ def test_bert_layout(server: src.Server, tmp_path: Path) -> None:
 
 
 def test_minigo_layout(server: src.Server, tmp_path: Path) -> None:
-    _, minigo = _run_recipe("minigo", server, tmp_path / "minigo")
+    _, minigo = _run_recipe("minigo", server, tmp_path / "minigo", **src.EXTRA["minigo"])
     assert (minigo / "mlperf07" / "work_dir" / "model.ckpt-9383.index").read_bytes() == b"index"
     assert sorted(p.name for p in (minigo / "target").iterdir()) == [
         "target.data-00000-of-00001", "target.evalfp32minigo", "target.index", "target.meta", "target.minigo.tf",
         "target.stagedmodel"]
-    assert (minigo / "target" / "target.minigo.tf").read_bytes()[:8] == b"<minigo>"  # tests/test_dataset_minigo.py
+    from mlrepro.datasets.minigo import read_minigo_model
+
+    metadata, _ = read_minigo_model((minigo / "target" / "target.minigo.tf").read_bytes(), "target.minigo.tf")
+    assert (metadata["board_size"], metadata["trunk_layers"]) == (9, 2)  # the graph: tests/test_dataset_minigo.py
 
 
 def test_criteo_layout(server: src.Server, tmp_path: Path) -> None:
@@ -293,7 +296,7 @@ def test_two_pipelines_preparing_one_data_root_at_once(server: src.Server, tmp_p
 
 
 def test_manifest_lists_every_prepared_file(server: src.Server, tmp_path: Path) -> None:
-    _, prepared = _run_recipe("minigo", server, tmp_path)
+    _, prepared = _run_recipe("minigo", server, tmp_path, **src.EXTRA["minigo"])
     listed = set(read_manifest(prepared))
     on_disk = {p.relative_to(prepared).as_posix() for p in prepared.rglob("*") if p.is_file()}
     assert listed == on_disk - {MANIFEST, steps.MADE_BY}

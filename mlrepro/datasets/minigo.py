@@ -3,15 +3,19 @@
 NVIDIA's v1.1 README (mlcommons/training_results_v1.1:NVIDIA/benchmarks/minigo/implementations/tensorflow/
 README.md) freezes the downloaded target with `freeze_graph.py --flagfile=ml_perf/flags/19/architecture.flags
 --model_path=ml_perf/target/target` and renames `target.minigo` to `target.minigo.tf`. dual_net.freeze_graph
-builds the PREDICT graph, restores the checkpoint and calls tf.graph_util.convert_variables_to_constants(sess,
-graph_def, ['policy_output', 'value_output']): every variable the two outputs need becomes a Const holding its
-checkpoint value, every other node is pruned. minigo_model.write_graph_def then wraps the GraphDef: `<minigo>`,
-uint64 version 1, file size and metadata size, the metadata as compact sorted JSON (dual_net.make_model_metadata),
-the GraphDef bytes. It writes `.evalfp32minigo`, `.stagedmodel` and `.minigo`, identical without TensorRT.
+(same folder, minigo/dual_net.py) does not use `target.meta`: DualNetwork REBUILDS the graph from code
+(get_inference_input's `pos_tensor`, model_inference_fn with training=False under the architecture flags),
+restores the checkpoint's values and calls tf.graph_util.convert_variables_to_constants(sess, graph_def,
+['policy_output', 'value_output']): every variable the two outputs need becomes a Const holding its checkpoint
+value, every other node (labels, losses, optimizer) is pruned. minigo_model.write_graph_def then wraps the
+GraphDef: `<minigo>`, uint64 version 1, file size and metadata size, the metadata as compact sorted JSON
+(dual_net.make_model_metadata), the GraphDef bytes. It writes `.evalfp32minigo`, `.stagedmodel` and `.minigo`,
+identical without TensorRT.
 
-Here the graph comes from `target.meta` (its MetaGraphDef), decoded with a minimal protobuf reader. Freezing is
-only right when that graph is the inference graph (`pos_tensor` fed, batch norms in inference mode): a training
-graph (an Estimator's checkpoint) is refused with a clear error, since the reference rebuilds the graph from code.
+Here that frozen GraphDef is written node for node as TensorFlow 1.15 (NVIDIA's 21.09-tf1 image) emits it for
+tf.layers' names, ops and attributes, with the weights read from the checkpoint (tf_checkpoint.read); `target.meta`
+is not read. tests/test_dataset_minigo.py compares it with TensorFlow 2.20's freezing of dual_net's own code and
+names each difference between 2.20 and 1.15.
 """
 
 from __future__ import annotations
@@ -24,34 +28,34 @@ from pathlib import Path
 import numpy as np
 
 from mlrepro.datasets import tf_checkpoint
-from mlrepro.datasets.tf_checkpoint import CheckpointError, _fields
+from mlrepro.datasets.tf_checkpoint import CheckpointError
 
-__all__ = ["CheckpointError", "FreezeError", "freeze", "minigo_model", "read_minigo_model", "write_target"]
+__all__ = ["ARCHITECTURE_19", "CheckpointError", "FreezeError", "inference_graph", "minigo_model",
+           "read_minigo_model", "write_target"]
 
-OUTPUT_NAMES = ("policy_output", "value_output")  # dual_net.freeze_graph
-INPUT_NAME = "pos_tensor"  # dual_net.get_inference_input
-# dual_net.make_model_metadata under ml_perf/flags/19/architecture.flags (the other flags at their defaults).
+# dual_net.make_model_metadata under ml_perf/flags/19/architecture.flags (conv_width 64, fc_width 64,
+# trunk_layers 6, bool_features, mlperf07 features, nchw); the other flags at dual_net's defaults.
 ARCHITECTURE_19 = {"conv_width": 64, "fc_width": 64, "trunk_layers": 6, "use_SE": False, "use_SE_bias": False,
                    "use_swish": False, "input_features": "mlperf07", "input_layout": "nchw", "input_type": "bool",
                    "board_size": 19}
-_VARIABLE_OPS = {"VariableV2", "Variable"}
-_SHAPE_ATTR = "_output_shapes"  # shape hints export_meta_graph adds; a graph built afresh has none
-# types.proto: the dtypes our checkpoint reader returns as numpy, and numpy back to the proto's number
-_DTYPE_NUMBERS = {np.dtype("<f4"): 1, np.dtype("<f8"): 2, np.dtype("<i4"): 3, np.dtype("u1"): 4,
-                  np.dtype("<i2"): 5, np.dtype("i1"): 6, np.dtype("<i8"): 9, np.dtype("?"): 10,
-                  np.dtype("<u2"): 17, np.dtype("<f2"): 19, np.dtype("<u4"): 22, np.dtype("<u8"): 23}
+PLANES = {"mlperf07": 13, "agz": 17}  # features.MLPERF07_FEATURES_PLANES, AGZ_FEATURES_PLANES
+POLICY_CONV_WIDTH, VALUE_CONV_WIDTH = 2, 1  # dual_net's flag defaults, not set by architecture.flags
+# model_inference_fn's mg_batchn asks for 1e-5; TF 1.15's nn.fused_batch_norm raises it to cuDNN's minimum
+# ("min_epsilon = 1.001e-5", tensorflow/python/ops/nn_impl.py at r1.15; later TF 2.x dropped that)
+BN_EPSILON = 1.001e-5
+# GraphDef.versions.producer: TF_GRAPH_DEF_VERSION of TensorFlow 1.15, the producer graphs written by 1.15 carry
+# (the reference's image); loaders refuse only a producer below their minimum (0).
+GRAPH_DEF_PRODUCER = 134
+_FLOAT, _INT32, _BOOL = 1, 3, 10  # types.proto DataType
+_LAYOUT = "NCHW"  # architecture.flags' input_layout nchw: tf.layers' channels_first
 
 
 class FreezeError(ValueError):
     """The target model cannot be frozen as the reference freezes it."""
 
 
-def _tag(number: int, payload: bytes) -> bytes:
-    """A length-delimited protobuf field."""
-    return _encode_varint(number << 3 | 2) + _encode_varint(len(payload)) + payload
-
-
 def _encode_varint(value: int) -> bytes:
+    value &= 0xFFFFFFFFFFFFFFFF  # negative int32/int64 as protobuf writes them: ten bytes, two's complement
     out = bytearray()
     while value >= 0x80:
         out.append(value & 0x7F | 0x80)
@@ -60,138 +64,174 @@ def _encode_varint(value: int) -> bytes:
     return bytes(out)
 
 
+def _tag(number: int, payload: bytes) -> bytes:
+    """A length-delimited protobuf field."""
+    return _encode_varint(number << 3 | 2) + _encode_varint(len(payload)) + payload
+
+
 def _varint_field(number: int, value: int) -> bytes:
     return _encode_varint(number << 3) + _encode_varint(value)
 
 
-class Node:
-    """A NodeDef, its fields kept as the bytes they came in (so unchanged nodes are re-emitted unchanged)."""
-
-    def __init__(self, raw: bytes, where: str) -> None:
-        self.fields = _fields(raw, where)
-        self.name = self._text(1)
-        self.op = self._text(2)
-        self.inputs = [bytes(v).decode() for n, v in self.fields if n == 3 and isinstance(v, bytes)]
-        self.attrs: dict[str, bytes] = {}
-        for number, value in self.fields:
-            if number == 5 and isinstance(value, bytes):
-                entry = dict(_fields(value, where))
-                key, attr = entry.get(1, b""), entry.get(2, b"")
-                assert isinstance(key, bytes) and isinstance(attr, bytes)
-                self.attrs[key.decode()] = attr
-
-    def _text(self, number: int) -> str:
-        value = next((v for n, v in self.fields if n == number), b"")
-        assert isinstance(value, bytes)
-        return value.decode()
-
-    def attr_field(self, key: str, number: int) -> int | bytes | None:
-        return next((v for n, v in _fields(self.attrs.get(key, b""), self.name) if n == number), None)
-
-    def encode(self) -> bytes:
-        out = []
-        for number, value in self.fields:
-            if number == 5 and isinstance(value, bytes):
-                key = dict(_fields(value, self.name)).get(1)
-                if key == _SHAPE_ATTR.encode():
-                    continue
-            assert isinstance(value, bytes), f"{self.name}: NodeDef field {number} is not length-delimited"
-            out.append(_tag(number, value))
-        return b"".join(out)
+# AttrValue (attr_value.proto): list 1 (ListValue: s 2, i 3), s 2, f 4, b 5, type 6, shape 7, tensor 8
+def _type(dtype: int) -> bytes:
+    return _varint_field(6, dtype)
 
 
-def _tensor_values(value: np.ndarray) -> bytes:
-    """TensorProto's values as tensor_util.make_tensor_proto stores them: the raw bytes (tensor_content) for
-    more than one element of a numeric type, otherwise the packed repeated field of the dtype."""
+def _bool(value: bool) -> bytes:
+    return _varint_field(5, int(value))
+
+
+def _text(value: str) -> bytes:
+    return _tag(2, value.encode())
+
+
+def _float(value: float) -> bytes:
+    return _encode_varint(4 << 3 | 5) + struct.pack("<f", value)
+
+
+def _ints(values: list[int]) -> bytes:
+    return _tag(1, _tag(3, b"".join(_encode_varint(v) for v in values)) if values else b"")
+
+
+def _shape(dims: tuple[int, ...]) -> bytes:
+    return b"".join(_tag(2, _varint_field(1, d)) for d in dims)  # TensorShapeProto.dim: Dim.size
+
+
+def _tensor(value: np.ndarray, shape: tuple[int, ...]) -> bytes:
+    """TensorProto as tensor_util.make_tensor_proto stores it: the raw bytes (tensor_content) for more than one
+    value, otherwise the value in the packed field of its dtype (float_val 5, int_val 7), broadcast to `shape`."""
+    dtype = {np.dtype("<f4"): _FLOAT, np.dtype("<i4"): _INT32}[value.dtype]
     flat = np.ascontiguousarray(value).ravel()
-    if flat.size > 1 and flat.dtype != np.bool_:
-        return _tag(4, flat.tobytes())
-    if flat.size == 0:
-        return b""
-    kind = flat.dtype
-    if kind == np.float32:
-        return _tag(5, flat.astype("<f4").tobytes())  # float_val
-    if kind == np.float64:
-        return _tag(6, flat.astype("<f8").tobytes())  # double_val
-    if kind == np.float16:  # half_val: the bits as varints
-        return _tag(13, b"".join(_encode_varint(int(v)) for v in flat.view("<u2")))
-    number = {np.dtype("<i8"): 10, np.dtype("?"): 11, np.dtype("<u4"): 16, np.dtype("<u8"): 17}.get(kind, 7)
-    return _tag(number, b"".join(_encode_varint(int(v) & 0xFFFFFFFFFFFFFFFF) for v in flat))
+    if flat.size > 1:
+        values = _tag(4, flat.tobytes())
+    elif dtype == _FLOAT:
+        values = _tag(5, flat.tobytes())
+    else:
+        values = _tag(7, _encode_varint(int(flat[0])))
+    return _varint_field(1, dtype) + _tag(2, _shape(shape)) + values
 
 
-def _const(name: str, value: np.ndarray) -> bytes:
-    """The Const NodeDef convert_variables_to_constants writes: attrs dtype and value (a TensorProto)."""
-    dtype = _DTYPE_NUMBERS.get(value.dtype)
-    if dtype is None:
-        raise FreezeError(f"variable {name!r}: dtype {value.dtype} cannot be frozen")
-    shape = b"".join(_tag(2, _varint_field(1, d)) for d in value.shape)
-    tensor = _varint_field(1, dtype) + _tag(2, shape) + _tensor_values(value)
-    attrs = [("dtype", _varint_field(6, dtype)), ("value", _tag(8, tensor))]
-    return (_tag(1, name.encode()) + _tag(2, b"Const")
-            + b"".join(_tag(5, _tag(1, k.encode()) + _tag(2, v)) for k, v in attrs))
+class _Graph:
+    """The frozen GraphDef, node by node in the order model_inference_fn creates them (extract_sub_graph keeps
+    the graph's order), with TensorFlow's name uniquification of ops made at the top level (Relu, Relu_1...)."""
 
+    def __init__(self, values: dict[str, np.ndarray], where: str) -> None:
+        self.values, self.where = values, where
+        self.nodes: list[bytes] = []
+        self.counts: dict[str, int] = {}
 
-def _source(name: str) -> str:
-    return name.lstrip("^").split(":")[0]
+    def unique(self, name: str) -> str:
+        count = self.counts.get(name, 0)
+        self.counts[name] = count + 1
+        return name if count == 0 else f"{name}_{count}"
 
+    def node(self, name: str, op: str, inputs: list[str], attrs: dict[str, bytes]) -> str:
+        self.nodes.append(_tag(1, _tag(1, name.encode()) + _tag(2, op.encode())
+                          + b"".join(_tag(3, i.encode()) for i in inputs)
+                          + b"".join(_tag(5, _tag(1, k.encode()) + _tag(2, attrs[k])) for k in sorted(attrs))))
+        return name
 
-def freeze(meta: Path, checkpoint: Path) -> bytes:
-    """The GraphDef of `meta`'s graph pruned to OUTPUT_NAMES, its variables replaced by the checkpoint's values."""
-    try:
-        raw = meta.read_bytes()
-    except OSError as exc:
-        raise FreezeError(f"cannot read {meta}: {exc.strerror or exc}") from exc
-    graph = next((v for n, v in _fields(raw, str(meta)) if n == 2), None)  # MetaGraphDef.graph_def
-    if not isinstance(graph, bytes):
-        raise FreezeError(f"{meta}: no graph_def in this MetaGraphDef")
-    graph_fields = _fields(graph, f"{meta}: graph_def")
-    nodes = [Node(v, f"{meta}: node") for n, v in graph_fields if n == 1 and isinstance(v, bytes)]
-    by_name = {node.name: node for node in nodes}
-    missing = [name for name in OUTPUT_NAMES if name not in by_name]
-    if missing:
-        raise FreezeError(f"{meta}: the graph has no node {', '.join(missing)} (the outputs dual_net freezes)")
-    needed: set[str] = set()
-    todo = list(OUTPUT_NAMES)
-    while todo:  # graph_util.extract_sub_graph: everything the outputs reach through data and control inputs
-        name = todo.pop()
-        if name in needed:
-            continue
-        if name not in by_name:
-            raise FreezeError(f"{meta}: node {name!r} is an input but not in the graph")
-        needed.add(name)
-        todo.extend(_source(i) for i in by_name[name].inputs)
-    kept = [node for node in nodes if node.name in needed]
-    _check_inference_graph(kept, meta)
-    values = tf_checkpoint.read(checkpoint)
-    out = []
-    for node in kept:
-        if node.op in _VARIABLE_OPS:
-            if node.name not in values:
-                raise FreezeError(f"{checkpoint}: no tensor {node.name!r} for the variable of that name in {meta}")
-            out.append(_tag(1, _const(node.name, values[node.name])))
-        elif node.op in {"VarHandleOp", "ReadVariableOp"}:
-            raise FreezeError(f"{meta}: node {node.name!r} is a resource variable ({node.op}); only TF1 variables "
-                              "(VariableV2, as MiniGo's TF 1.x graphs use) are frozen here")
+    def const(self, name: str, value: np.ndarray, shape: tuple[int, ...]) -> str:
+        dtype = _FLOAT if value.dtype == np.float32 else _INT32
+        return self.node(name, "Const", [], {"dtype": _type(dtype), "value": _tag(8, _tensor(value, shape))})
+
+    def variable(self, name: str, shape: tuple[int, ...]) -> str:
+        """A variable as convert_variables_to_constants leaves it: a Const of the checkpoint's value, read
+        through the `<name>/read` Identity that tf.Variable made (colocated with the variable: `_class`)."""
+        value = self.values.get(name)
+        if value is None:
+            raise FreezeError(f"{self.where}: no tensor {name!r}, which dual_net's model_inference_fn reads")
+        if value.dtype != np.float32 or value.shape != shape:
+            raise FreezeError(f"{self.where}: tensor {name!r} is {value.dtype}{list(value.shape)}, the architecture "
+                              f"needs float32{list(shape)} (set the architecture flags the target was trained with)")
+        self.const(name, value.astype("<f4"), shape)
+        return self.node(f"{name}/read", "Identity", [name],
+                         {"T": _type(_FLOAT), "_class": _tag(1, _tag(2, f"loc:@{name}".encode()))})
+
+    def relu(self, x: str) -> str:
+        return self.node(self.unique("Relu"), "Relu", [x], {"T": _type(_FLOAT)})
+
+    def conv(self, x: str, channels: int, filters: int, size: int) -> str:
+        scope = self.unique("conv2d")  # tf.layers.conv2d(use_bias=False, padding='same')
+        kernel = self.variable(f"{scope}/kernel", (size, size, channels, filters))
+        return self.node(f"{scope}/Conv2D", "Conv2D", [x, kernel], {
+            "T": _type(_FLOAT), "data_format": _text(_LAYOUT), "dilations": _ints([1, 1, 1, 1]),
+            "explicit_paddings": _ints([]), "padding": _text("SAME"), "strides": _ints([1, 1, 1, 1]),
+            "use_cudnn_on_gpu": _bool(True)})
+
+    def batchn(self, x: str, channels: int, center_scale: bool = True) -> str:
+        """tf.layers.batch_normalization(fused=True, training=False): FusedBatchNormV3 on the moving statistics.
+        Without center and scale, TF 1.15's BatchNormalization.build makes gamma's constant 1 (Const), then beta's
+        0 (Const_1), before the moving statistics (tensorflow/python/keras/layers/normalization.py at r1.15)."""
+        scope = self.unique("batch_normalization")
+        if center_scale:
+            gamma = self.variable(f"{scope}/gamma", (channels,))
+            beta = self.variable(f"{scope}/beta", (channels,))
         else:
-            out.append(_tag(1, node.encode()))
-    # convert_variables_to_constants copies the library (2, empty without functions) and the versions (4)
-    for number in (2, 4):
-        value = next((v for n, v in graph_fields if n == number), b"")
-        assert isinstance(value, bytes)
-        out.append(_tag(number, value))
-    return b"".join(out)
+            gamma = self.const(f"{scope}/Const", np.ones(1, "<f4"), (channels,))
+            beta = self.const(f"{scope}/Const_1", np.zeros(1, "<f4"), (channels,))
+        mean = self.variable(f"{scope}/moving_mean", (channels,))
+        variance = self.variable(f"{scope}/moving_variance", (channels,))
+        return self.node(f"{scope}/FusedBatchNormV3", "FusedBatchNormV3", [x, gamma, beta, mean, variance], {
+            "T": _type(_FLOAT), "U": _type(_FLOAT), "data_format": _text(_LAYOUT),
+            "epsilon": _float(BN_EPSILON), "is_training": _bool(False)})
+
+    def reshape(self, x: str, shape: list[int]) -> str:
+        name = self.unique("Reshape")
+        target = self.const(f"{name}/shape", np.array(shape, "<i4"), (len(shape),))
+        return self.node(name, "Reshape", [x, target], {"T": _type(_FLOAT), "Tshape": _type(_INT32)})
+
+    def dense(self, x: str, inputs: int, units: int) -> str:
+        scope = self.unique("dense")
+        kernel = self.variable(f"{scope}/kernel", (inputs, units))
+        bias = self.variable(f"{scope}/bias", (units,))
+        matmul = self.node(f"{scope}/MatMul", "MatMul", [x, kernel], {
+            "T": _type(_FLOAT), "transpose_a": _bool(False), "transpose_b": _bool(False)})
+        return self.node(f"{scope}/BiasAdd", "BiasAdd", [matmul, bias],
+                         {"T": _type(_FLOAT), "data_format": _text("NHWC")})
 
 
-def _check_inference_graph(kept: list[Node], meta: Path) -> None:
-    sources = {node.name for node in kept if node.op == "Placeholder"}
-    if sources != {INPUT_NAME}:
-        raise FreezeError(f"{meta}: the outputs are fed by {sorted(sources) or 'no placeholder'}, not by "
-                          f"{INPUT_NAME!r} alone: this is not MiniGo's inference graph (a training graph?); freeze "
-                          "it with the implementation's freeze_graph.py (the recipe's prepare.image) instead")
-    for node in kept:
-        if node.op.startswith("FusedBatchNorm") and node.attr_field("is_training", 5) == 1:
-            raise FreezeError(f"{meta}: {node.name} normalises with batch statistics (is_training): a training "
-                              "graph; freeze it with the implementation's freeze_graph.py (prepare.image) instead")
+def _int(architecture: dict[str, object], key: str, where: str) -> int:
+    value = architecture.get(key)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise FreezeError(f"{where}: architecture flag {key} must be a positive integer, not {value!r}")
+    return value
+
+
+def inference_graph(values: dict[str, np.ndarray], architecture: dict[str, object], where: str) -> bytes:
+    """The GraphDef dual_net.freeze_graph writes: get_inference_input and model_inference_fn(training=False)
+    (mlcommons/training_results_v1.1:NVIDIA/benchmarks/minigo/implementations/tensorflow/minigo/dual_net.py),
+    pruned to `policy_output` and `value_output` (only model_inference_fn's nodes remain), the variables frozen
+    to `values` (the checkpoint's tensors by name)."""
+    unsupported = {k: architecture.get(k) for k in ("use_SE", "use_SE_bias", "use_swish") if architecture.get(k)}
+    if architecture.get("input_layout") != "nchw" or architecture.get("input_type") != "bool" or unsupported \
+            or architecture.get("input_features") not in PLANES:
+        raise FreezeError(f"{where}: only the layout of ml_perf/flags/19/architecture.flags (bool mlperf07/agz "
+                          f"features, nchw, no squeeze-excitation or swish) is built here, not {architecture}")
+    n, width = _int(architecture, "board_size", where), _int(architecture, "conv_width", where)
+    planes = PLANES[str(architecture["input_features"])]
+    g = _Graph(values, where)
+    features = g.node("pos_tensor", "Placeholder", [], {"dtype": _type(_BOOL), "shape": _tag(7, _shape(
+        (-1, planes, n, n)))})
+    x = g.node("Cast", "Cast", [features], {"DstT": _type(_FLOAT), "SrcT": _type(_BOOL), "Truncate": _bool(False)})
+    shared = g.relu(g.batchn(g.conv(x, planes, width, 3), width))
+    for _ in range(_int(architecture, "trunk_layers", where)):
+        inner = g.relu(g.batchn(g.conv(shared, width, width, 3), width))
+        inner = g.batchn(g.conv(inner, width, width, 3), width)
+        shared = g.relu(g.node(g.unique("add"), "AddV2", [shared, inner], {"T": _type(_FLOAT)}))
+    policy = g.relu(g.batchn(g.conv(shared, width, POLICY_CONV_WIDTH, 1), POLICY_CONV_WIDTH,
+                             center_scale=False))
+    policy = g.reshape(policy, [-1, POLICY_CONV_WIDTH * n * n])
+    g.node("policy_output", "Softmax", [g.dense(policy, POLICY_CONV_WIDTH * n * n, n * n + 1)], {"T": _type(_FLOAT)})
+    value = g.relu(g.batchn(g.conv(shared, width, VALUE_CONV_WIDTH, 1), VALUE_CONV_WIDTH,
+                            center_scale=False))
+    fc_width = _int(architecture, "fc_width", where)
+    value = g.relu(g.dense(g.reshape(value, [-1, VALUE_CONV_WIDTH * n * n]), VALUE_CONV_WIDTH * n * n, fc_width))
+    value = g.reshape(g.dense(value, fc_width, 1), [-1])
+    g.node("value_output", "Tanh", [value], {"T": _type(_FLOAT)})
+    # convert_variables_to_constants copies the (empty) function library and the versions
+    return b"".join(g.nodes) + _tag(2, b"") + _tag(4, _varint_field(1, GRAPH_DEF_PRODUCER))
 
 
 def minigo_model(graph_def: bytes, metadata: dict[str, object]) -> bytes:
@@ -210,14 +250,15 @@ def read_minigo_model(data: bytes, where: str) -> tuple[dict[str, object], bytes
     return json.loads(data[32:32 + meta_size]), data[32 + meta_size:]
 
 
-def write_target(target: Path, metadata: dict[str, object] | None = None) -> Path:
-    """Freeze `target` (`target.meta` + its checkpoint) next to it as freeze_graph.py and NVIDIA's README do."""
-    model = minigo_model(freeze(target.with_name(target.name + ".meta"), target),
-                         {"engine": "tf", "use_trt": False, **(metadata or ARCHITECTURE_19)})
+def write_target(target: Path, architecture: dict[str, object] | None = None) -> Path:
+    """Freeze the checkpoint `target` next to it as freeze_graph.py and NVIDIA's README do (target.meta, the
+    graph the checkpoint was saved with, is not read: the reference rebuilds the inference graph from code)."""
+    architecture = architecture or ARCHITECTURE_19
+    graph = inference_graph(tf_checkpoint.read(target), architecture, str(target))
+    model = minigo_model(graph, {"engine": "tf", "use_trt": False, **architecture})
     names = [".evalfp32minigo", ".stagedmodel", ".minigo.tf"]  # .minigo renamed to .minigo.tf (README)
     for suffix in names:
         tmp = target.with_name(f"{target.name}{suffix}.tmp{os.getpid()}")
         tmp.write_bytes(model)
         tmp.replace(target.with_name(target.name + suffix))
     return target.with_name(target.name + ".minigo.tf")
-

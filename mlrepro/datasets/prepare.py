@@ -258,8 +258,13 @@ def minigo(recipe: Recipe, extracted: Path, downloads: Path, out: Path) -> None:
     _place_tree(extracted / "checkpoints", out)
     for target in sorted(downloads.glob("target.*")):
         _place(target, out / "target" / target.name)
+    flags = recipe.prepare.get("architecture") or {}  # architecture.flags' values, if the target differs
+    unknown = sorted(set(flags) - set(frozen.ARCHITECTURE_19)) if isinstance(flags, dict) else ["(not a mapping)"]
+    if unknown:
+        raise PrepareError(f"{recipe.benchmark}: prepare.architecture: unknown {', '.join(map(str, unknown))}; "
+                           f"known: {', '.join(frozen.ARCHITECTURE_19)}")
     try:  # target.minigo.tf (and freeze_graph.py's two other copies), as NVIDIA's README makes it
-        frozen.write_target(out / "target" / "target")
+        frozen.write_target(out / "target" / "target", {**frozen.ARCHITECTURE_19, **flags})
     except (frozen.FreezeError, frozen.CheckpointError) as exc:
         raise PrepareError(f"{recipe.benchmark}: {exc}") from exc
 
