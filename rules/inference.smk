@@ -30,11 +30,11 @@ rule inference_conf:
         INF / "conf" / "{ibench}.user.conf",
     params:
         samples=lambda w: BENCHMARKS[w.ibench].params["data"]["eval_samples"],
-        shortened="--shortened" if INF_CONF["shortened"] else "",
+        shortened=["--shortened"] if INF_CONF["shortened"] else [],
         source=lambda w, input: ["--from", str(input[0])] if input else [],
     shell:
         "{PY} -m mlrepro.inference.settings --benchmark {wildcards.ibench:q} --samples {params.samples:q} "
-        "{params.shortened} {params.source:q} --out {output:q}"
+        "{params.shortened:q} {params.source:q} --out {output:q}"
 
 
 rule inference_run:
@@ -47,7 +47,7 @@ rule inference_run:
     params:
         data=lambda w: OUT / "data" / w.ibench,
         spec=lambda w: json.dumps(BENCHMARKS[w.ibench].params, sort_keys=True),
-        shortened="--shortened" if INF_CONF["shortened"] else "",
+        shortened=["--shortened"] if INF_CONF["shortened"] else [],
         device=config["device"],
         hz=config["telemetry"]["hz"] if config["telemetry"]["enabled"] else 0,
     threads: config["threads_per_run"]
@@ -58,7 +58,7 @@ rule inference_run:
     shell:
         "{PY} -m mlrepro.inference.run --benchmark {wildcards.ibench:q} --scenario {wildcards.scenario:q} "
         "--mode {wildcards.mode:q} --runs {input.runs:q} --data-dir {params.data:q} --params {params.spec:q} "
-        "--user-conf {input.conf:q} {params.shortened} --out {output:q} --device {params.device:q} "
+        "--user-conf {input.conf:q} {params.shortened:q} --out {output:q} --device {params.device:q} "
         "--threads {threads} --telemetry-hz {params.hz:q} > {log:q} 2>&1"
 
 

@@ -17,7 +17,7 @@ rule report:
         config=json.dumps(config, sort_keys=True, default=str),
         config_hash=CONFIG_HASH,
         system=SYSTEM,
-        submittable_flag="" if SUBMITTABLE else "--not-submittable",
+        submittable_flag=[] if SUBMITTABLE else ["--not-submittable"],
         benchmarks=json.dumps({b: {"params": BENCHMARKS[b].params, "runs": BENCHMARKS[b].runs,
                                    "required_runs": BENCHMARKS[b].required_runs,
                                    "implementation": describe_implementation(BENCHMARKS[b].implementation)}
@@ -27,4 +27,4 @@ rule report:
     shell:
         "{PY} -m mlrepro.report.submission --outdir {OUT:q} --system {params.system:q} "
         "--config {params.config:q} --config-hash {params.config_hash:q} "
-        "--benchmarks {params.benchmarks:q} {params.submittable_flag} --out {output:q} 2> {log:q}"
+        "--benchmarks {params.benchmarks:q} {params.submittable_flag:q} --out {output:q} 2> {log:q}"

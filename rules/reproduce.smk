@@ -97,7 +97,7 @@ rule reproduce_stage:
         system=REPRO.system,
         config_file=lambda w: REPRO.benchmarks[w.benchmark].config_file,
     shell:
-        "{PY} -m mlrepro.reproduce stage --package {params.package:q} --benchmark {wildcards.benchmark} "
+        "{PY} -m mlrepro.reproduce stage --package {params.package:q} --benchmark {wildcards.benchmark:q} "
         "--system {params.system:q} --system-config {params.config_file:q} --out {output:q}"
 
 
@@ -114,8 +114,8 @@ rule reproduce_data:
         RO / "logs" / "data_{benchmark}.log",
     shell:
         # the package's own data generator: its staged copy comes first on the path
-        "PYTHONPATH={input.stage:q} {PY} -m mlrepro.data --benchmark {wildcards.benchmark} --out {params.folder:q} "
-        "--params {params.spec:q} --seed {params.seed} > {log:q} 2>&1"
+        "PYTHONPATH={input.stage:q} {PY} -m mlrepro.data --benchmark {wildcards.benchmark:q} --out {params.folder:q} "
+        "--params {params.spec:q} --seed {params.seed:q} > {log:q} 2>&1"
 
 
 rule reproduce_run:
@@ -139,9 +139,9 @@ rule reproduce_run:
         RO / "logs" / "run_{benchmark}_{run}.log",
     shell:
         # the pipeline's run driver, as in rules/runs.smk; the implementation is the package's staged copy
-        "{PY} -m mlrepro.run_job --launch {params.launch:q} --seed {params.seed} --run-dir {params.run_dir:q} "
+        "{PY} -m mlrepro.run_job --launch {params.launch:q} --seed {params.seed:q} --run-dir {params.run_dir:q} "
         "--engine native --gpu-locks {params.locks:q} --machine-gpus {MACHINE_GPUS} "
-        "--telemetry-hz {params.hz} > {log:q} 2>&1"
+        "--telemetry-hz {params.hz:q} > {log:q} 2>&1"
 
 
 rule reproduce_compliance:
