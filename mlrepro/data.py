@@ -113,4 +113,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
+    from mlrepro import warm
+
+    warm.hand_over(warm.DATA)  # exits there where this invocation's warm parent generates the data
     main()

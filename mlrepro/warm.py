@@ -22,7 +22,9 @@ so the run fails without a result and the next invocation redoes it.
 The run driver (``python -m mlrepro.run_job``, one per Snakemake job) is served the same way by a
 second parent of the same owner that has imported the driver and its telemetry (pyarrow, numpy):
 ``hand_over`` sends the driver's arguments there and waits for its exit status. The driver is not
-the training process; it still starts ``run_and_time.sh`` as a new process for every run.
+the training process; it still starts ``run_and_time.sh`` as a new process for every run. The jobs
+that generate a dataset (``mlrepro.data``) and that run LoadGen (``mlrepro.inference.run``) hand
+over to parents of their own in the same way: each imports torch once instead of once per job.
 
 This module imports only the standard library at module level: the shim and the driver load it.
 """
@@ -50,6 +52,21 @@ OWNER_ENV = "MLREPRO_WARM_OWNER"
 DIR_ENV = "MLREPRO_WARM_DIR"  # where the parents' folders live (default: the temp folder)
 MODULE = "mlrepro.train"  # the training module a parent runs for the pipeline
 DRIVER = "mlrepro.run_job"  # the run driver, served by its own parent
+# Other jobs of the pipeline that import torch and a workload, each served by its own parent: a
+# generated dataset and a LoadGen run (neither is a training run; each still runs in a fresh child).
+DATA = "mlrepro.data"
+INFERENCE = "mlrepro.inference.run"
+# What a parent imports besides its module (which may import lazily), so that its children need not.
+_PRELOAD = {
+    # torch.use_deterministic_algorithms, which every run calls, imports torch._inductor (and
+    # torch._dynamo): seconds of CPU per run, more than the import of torch itself
+    MODULE: ("torch._inductor",),
+    # the sampler and its summary: pyarrow and numpy, and pandas, which pyarrow imports on its first
+    # array (to tell DataFrames apart): 0.9 s of CPU in each driver and each sampler
+    DRIVER: ("mlrepro.telemetry", "pandas"),
+    # not mlperf_loadgen: a child must be the first of its process to use LoadGen's global state
+    INFERENCE: ("torch", "mlrepro.inference.serve"),
+}
 # Settings an interpreter or a native library reads once at start: a child inherits the parent's, so
 # a run that asks for others goes cold.
 _START_KEYS = ("PYTHON", "OMP_", "MKL_", "KMP_", "GOMP_", "LD_", "MALLOC_", "OPENBLAS_", "TORCH_")
@@ -371,17 +388,11 @@ def serve(folder: Path, owner: str, module: str = MODULE) -> None:
     try:
         import importlib
 
-        importlib.import_module(module)  # torch, numpy, mllog and the loop: what every run imports
-        if module == DRIVER:
-            # the sampler and its summary: pyarrow and numpy, and pandas, which pyarrow imports on its
-            # first array (to tell DataFrames apart): 0.9 s of CPU in each driver and each sampler
-            importlib.import_module("mlrepro.telemetry")
+        importlib.import_module(module)  # for training: torch, numpy, mllog and the loop
+        for name in _PRELOAD.get(module, ()):
             with contextlib.suppress(ImportError):
-                importlib.import_module("pandas")
-        if module == MODULE:
-            # torch.use_deterministic_algorithms, which every run calls, imports torch._inductor
-            # (and torch._dynamo): seconds of CPU per run, more than the import of torch itself
-            importlib.import_module("torch._inductor")
+                importlib.import_module(name)
+        if module in (MODULE, DATA, INFERENCE):
             _import_workload_dependencies()
         while alive(owner):
             ready, _, _ = select.select([listener], [], [], 0.5)

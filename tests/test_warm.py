@@ -128,6 +128,29 @@ def test_warm_run_equals_cold_run_and_sampler_window(workdir: Path, warm_dir: Pa
         assert telemetry["host"]["samples"] > 0 and telemetry["host"]["mean_proc_cpu_pct"] > 10
 
 
+@pytest.mark.slow
+def test_dataset_job_goes_warm_and_writes_what_the_cold_one_writes(workdir: Path, warm_dir: Path,
+                                                                   tmp_path: Path) -> None:
+    launch = json.loads((workdir / "results" / "runs" / "resnet" / "launch.json").read_text())
+    params = {"data": launch["params"]["data"]}  # what rules/data.smk passes
+    env = {k: v for k, v in os.environ.items() if k != warm.OWNER_ENV} | {"MLREPRO_WARM_DEBUG": "1"}
+    owner = warm.owner_here()
+    out = {}
+    for mode, extra in (("cold", {}), ("warm", {warm.OWNER_ENV: owner})):
+        job = subprocess.run([sys.executable, "-m", "mlrepro.data", "--benchmark", "resnet", "--out",
+                              str(tmp_path / mode), "--params", json.dumps(params), "--seed", "7"],
+                             env=env | extra, capture_output=True, text=True, timeout=300, check=True)
+        out[mode] = job.stdout
+        # with MLREPRO_WARM_DEBUG a job the warm parent could not serve says why it started cold
+        assert "cold start" not in job.stderr, job.stderr
+    data_parent = int((warm.parent_dir(owner, warm.DATA) / "parent.pid").read_text())
+    assert _parents_alive(warm_dir) == [data_parent]
+    assert out["warm"] == out["cold"] and out["cold"].count("  ") >= 2  # the same files, hash for hash
+    for path in (tmp_path / "cold").rglob("*"):
+        if path.is_file():
+            assert (tmp_path / "warm" / path.relative_to(tmp_path / "cold")).read_bytes() == path.read_bytes()
+
+
 def _shim(folder: Path) -> Path:
     folder.mkdir(parents=True)
     shim = folder / "python"

@@ -206,6 +206,9 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
+    from mlrepro import warm
+
+    warm.hand_over(warm.INFERENCE)  # exits there where this invocation's warm parent runs LoadGen
     try:
         main()
     except (InferenceFailed, summary.SummaryError, ValueError) as e:
