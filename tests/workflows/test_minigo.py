@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -221,6 +222,40 @@ def test_capturing_moves_and_greedy_opponent(mg: ModuleType) -> None:
     assert len(moves) > 5 and pt(0, 0) not in moves  # random, never its own eye
 
 
+def test_move_generators_agree_with_play(mg: ModuleType) -> None:
+    """The fast move generators (liberties computed lazily, only where a move needs them) against the
+    rules' definitions through play(), over random games on boards of several sizes."""
+    checked = 0
+    for size in (3, 4, 5, 6):
+        go = mg.Go(size, 0.5, 3 * size * size)
+        rng = np.random.default_rng(size)
+        for _ in range(6):
+            pos = go.initial()
+            while not go.is_over(pos):
+                me, sensible = pos.to_play, go.sensible_moves(pos)
+                legal, capturing = np.zeros(go.points + 1, dtype=bool), []
+                for move in range(go.points):
+                    try:
+                        after = go.play(pos, move)
+                    except mg.IllegalMove:
+                        continue
+                    legal[move] = True
+                    if any(after.board[p] == mg.EMPTY for p in range(go.points) if pos.board[p] == -me):
+                        capturing.append(move)
+                eyes = [all(pos.board[q] == me for q in go.neighbours[p]) for p in range(go.points)]
+                expected = legal[:-1] & ~np.array(eyes)
+                assert list(sensible[:-1]) == list(expected), pos
+                assert sensible[-1] == (not expected.any())
+                assert go.sensible_list(pos) == list(np.flatnonzero(sensible))
+                assert list(go.legal_moves(pos)[:-1]) == list(legal[:-1])
+                assert go.capturing_moves(pos) == capturing, pos
+                checked += 1
+                # Mostly sensible moves, sometimes any legal one (filling eyes makes suicides and kos).
+                choices = np.flatnonzero(legal[:-1] if rng.random() < 0.3 else sensible)
+                pos = go.play(pos, int(rng.choice(choices)) if len(choices) else go.pass_move)
+    assert checked > 200
+
+
 # ----------------------------------------------------------------------------------------- search
 def make_searcher(mg: ModuleType, params: dict[str, Any], go: Any = None) -> tuple[Any, Any]:
     torch.manual_seed(0)
@@ -269,6 +304,25 @@ def test_search_finds_the_only_winning_move(mg: ModuleType, params: dict[str, An
     assert int(np.argmax(root.n)) == pt(0, 0)
 
 
+def test_select_is_the_numpy_puct_formula(mg: ModuleType, params: dict[str, Any]) -> None:
+    """select() in Python floats picks what the PUCT formula on numpy arrays picks, ties included."""
+    go, searcher = make_searcher(mg, params)
+    rng = np.random.default_rng(0)
+    root = mg.Node(go, go.play(go.initial(), 12))
+    searcher.search([root], 1, None)  # expands the root
+    for trial in range(300):
+        root.visits = [int(v) for v in rng.integers(0, 4, go.points + 1)]
+        root.value_sums = [float(v) for v in rng.choice([-1.0, -0.5, 0.0, 0.25, 1.0], go.points + 1)]
+        if trial % 3 == 0:  # equal priors and no visits: ties everywhere
+            root.visits, root.value_sums = [0] * (go.points + 1), [0.0] * (go.points + 1)
+            root.priors = [1 / 24] * (go.points + 1)
+        root.n_total = sum(root.visits)
+        n, w, prior = root.n, root.w, np.array(root.priors)
+        q = np.where(n > 0, w / np.maximum(n, 1), root.value - 0.2)
+        u = 1.5 * prior * math.sqrt(max(1, root.n_total)) / (1 + n)
+        assert root.select(1.5, 0.2) == int(np.argmax(np.where(root.legal, q + u, -np.inf)))
+
+
 # ------------------------------------------------------------------------------------ the workload
 def test_symmetry_moves_stones_and_policy_alike(mg: ModuleType) -> None:
     x = torch.zeros(1, 3, 5, 5)
@@ -304,3 +358,26 @@ def test_network_shapes(mg: ModuleType) -> None:
     logits, value = net(torch.zeros(4, 3, 5, 5))
     assert logits.shape == (4, 26) and value.shape == (4,)
     assert bool((value.abs() <= 1).all())
+
+
+def test_infer_is_forward_to_the_bit(mg: ModuleType) -> None:
+    """The search's functional forward pass gives forward()'s outputs exactly, at batch sizes on both
+    sides of the ones where PyTorch changes convolution algorithm."""
+    torch.manual_seed(0)
+    net = mg.PolicyValueNet(5, 16, 2, 32)
+    with torch.no_grad():  # batch-norm statistics and affine parameters that are not the defaults
+        for module in net.modules():
+            if isinstance(module, torch.nn.BatchNorm2d):
+                module.running_mean.normal_()
+                module.running_var.uniform_(0.5, 2.0)
+                module.weight.normal_()
+                module.bias.normal_()
+    net.eval()
+    for batch in (1, 3, 15, 16, 24, 48, 64):
+        x = (torch.rand(batch, 3, 5, 5) < 0.4).float()
+        with torch.no_grad():
+            logits, value = net(x)
+        fast_logits, fast_value = net.infer(x)
+        assert torch.equal(logits, fast_logits) and torch.equal(value, fast_value)
+    with pytest.raises(AssertionError):
+        net.train().infer(x)

@@ -34,7 +34,8 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
+from operator import itemgetter
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -61,6 +62,10 @@ class IllegalMove(ValueError):
     pass
 
 
+def _no_neighbours(board: Sequence[int]) -> tuple[int, ...]:
+    return ()
+
+
 class Go:
     """The rules of Go on a ``size`` x ``size`` board. Moves are point indices; ``size*size`` is pass."""
 
@@ -73,6 +78,11 @@ class Go:
             r, c = divmod(p, size)
             adj = [(r - 1, c), (r + 1, c), (r, c - 1), (r, c + 1)]
             self.neighbours.append(tuple(i * size + j for i, j in adj if 0 <= i < size and 0 <= j < size))
+        # around[p](board): the colours of p's neighbours in one C call (itemgetter) instead of a Python
+        # loop, as the rules ask it of nearly every point of every position the search expands. Every
+        # point has 2 to 4 neighbours (none on a 1x1 board), so itemgetter returns a tuple.
+        self.around: list[Callable[[Sequence[int]], tuple[int, ...]]] = [
+            itemgetter(*nb) if len(nb) > 1 else _no_neighbours for nb in self.neighbours]
 
     def initial(self) -> Position:
         return Position((EMPTY,) * self.points)
@@ -103,18 +113,23 @@ class Go:
         board[move] = me
         captured: list[int] = []
         for q in self.neighbours[move]:
-            if board[q] == -me:
+            # An opponent stone next to an empty point keeps that liberty: only flood-fill the others.
+            if board[q] == -me and EMPTY not in self.around[q](board):
                 stones, libs = self.group(board, q)
                 if not libs:
                     captured.extend(stones)
                     for s in stones:
                         board[s] = EMPTY
-        stones, libs = self.group(board, move)
-        if not libs:
-            raise IllegalMove(f"point {move} is suicide")
-        # Simple ko: a single stone that captured a single stone and now has that point as its only
-        # liberty may be captured back at once, which would repeat the position; forbid that retake.
-        ko = captured[0] if len(captured) == 1 and len(stones) == 1 and libs == {captured[0]} else -1
+        ko = -1
+        # A new stone next to an empty point is no suicide, and can only make a ko by capturing one stone.
+        if len(captured) == 1 or EMPTY not in self.around[move](board):
+            stones, libs = self.group(board, move)
+            if not libs:
+                raise IllegalMove(f"point {move} is suicide")
+            # Simple ko: a single stone that captured a single stone and now has that point as its only
+            # liberty may be captured back at once, which would repeat the position; forbid that retake.
+            if len(captured) == 1 and len(stones) == 1 and libs == {captured[0]}:
+                ko = captured[0]
         return Position(tuple(board), -me, ko, 0, pos.moves + 1)
 
     def liberties(self, board: tuple[int, ...]) -> dict[int, int]:
@@ -127,22 +142,50 @@ class Go:
                     libs_of[s] = len(libs)
         return libs_of
 
+    def _in_atari(self, board: tuple[int, ...], q: int, known: dict[int, bool]) -> bool:
+        """Whether the group at ``q``, a stone next to an empty point, has that one liberty only.
+
+        ``known`` remembers the answer for the stones seen: the move generators below ask it of the
+        groups around many points of one position.
+        """
+        if self.around[q](board).count(EMPTY) > 1:  # two liberties already
+            return False
+        atari = known.get(q)
+        if atari is None:  # flood-fill the group until it shows a second liberty
+            colour, stones, todo, liberty, atari = board[q], {q}, [q], -1, True
+            while todo and atari:
+                for r in self.neighbours[todo.pop()]:
+                    if board[r] == EMPTY:
+                        if liberty not in (-1, r):
+                            atari = False
+                            break
+                        liberty = r
+                    elif board[r] == colour and r not in stones:
+                        stones.add(r)
+                        todo.append(r)
+            for s in stones:  # the whole group, or a part of it that showed two liberties
+                known[s] = atari
+        return atari
+
+    def _legal_surrounded(self, board: tuple[int, ...], me: int, p: int, known: dict[int, bool]) -> bool:
+        """Whether playing at the empty point ``p``, all of whose neighbours are stones, is legal: it
+        joins a group of ``me`` that keeps another liberty or captures an opponent group in atari."""
+        for q in self.neighbours[p]:  # noqa: SIM110 (a loop, faster than any() on a generator)
+            if self._in_atari(board, q, known) != (board[q] == me):
+                return True
+        return False
+
     def legal_moves(self, pos: Position) -> np.ndarray:
         """A boolean mask over the ``points + 1`` moves (pass is always legal)."""
-        board, me = pos.board, pos.to_play
-        libs_of = self.liberties(board)
+        board, me, known = pos.board, pos.to_play, {}
         legal = np.zeros(self.points + 1, dtype=bool)
         legal[self.pass_move] = True
         for p in range(self.points):
             if board[p] != EMPTY or p == pos.ko:
                 continue
-            for q in self.neighbours[p]:
-                # Legal if the new stone touches a liberty, joins a group that keeps another one,
-                # or captures an opponent group in atari.
-                c = board[q]
-                if c == EMPTY or (c == me and libs_of[q] > 1) or (c == -me and libs_of[q] == 1):
-                    legal[p] = True
-                    break
+            # Legal if the new stone touches a liberty, joins a group that keeps another one,
+            # or captures an opponent group in atari.
+            legal[p] = EMPTY in self.around[p](board) or self._legal_surrounded(board, me, p, known)
         return legal
 
     def sensible_moves(self, pos: Position) -> np.ndarray:
@@ -153,19 +196,32 @@ class Go:
         forbids play inside one's own pass-alive areas: without it, a tiny network learning from
         scratch soon discovers that passing early or destroying its own eyes ends games at random.
         """
-        moves = self.legal_moves(pos)
-        for p in range(self.points):
-            if moves[p] and all(pos.board[q] == pos.to_play for q in self.neighbours[p]):
-                moves[p] = False
-        moves[self.pass_move] = not moves[: self.points].any()
+        moves = np.zeros(self.points + 1, dtype=bool)
+        moves[self.sensible_list(pos)] = True
         return moves
+
+    def sensible_list(self, pos: Position) -> list[int]:
+        """The sensible moves in increasing order (pass last, alone): what the search expands with.
+
+        Most empty points touch another empty point, which makes them legal and no eye at once; only
+        the points surrounded by stones, some of them the opponent's, need their groups' liberties.
+        """
+        board, me, known = pos.board, pos.to_play, {}
+        moves = []
+        for p, colour in enumerate(board):
+            if colour != EMPTY or p == pos.ko:
+                continue
+            around = self.around[p](board)
+            if EMPTY in around or (-me in around and self._legal_surrounded(board, me, p, known)):
+                moves.append(p)
+        return moves or [self.pass_move]
 
     def capturing_moves(self, pos: Position) -> list[int]:
         """The points where the player to move captures: next to an opponent group with one liberty."""
-        board, me = pos.board, pos.to_play
-        libs_of = self.liberties(board)
-        return [p for p in range(self.points) if board[p] == EMPTY and p != pos.ko
-                and any(board[q] == -me and libs_of[q] == 1 for q in self.neighbours[p])]
+        board, me, known = pos.board, pos.to_play, {}
+        return [p for p, colour in enumerate(board) if colour == EMPTY and p != pos.ko
+                and -me in self.around[p](board)
+                and any(board[q] == -me and self._in_atari(board, q, known) for q in self.neighbours[p])]
 
     def is_over(self, pos: Position) -> bool:
         return pos.passes >= 2 or pos.moves >= self.max_moves
@@ -197,20 +253,25 @@ class Go:
 
     def features(self, pos: Position) -> np.ndarray:
         """Input planes for the player to move: own stones, the opponent's, ones if black is to play."""
-        b = np.asarray(pos.board, dtype=np.int8).reshape(self.size, self.size)
-        planes = np.empty((3, self.size, self.size), dtype=np.float32)
-        planes[0] = b == pos.to_play
-        planes[1] = b == -pos.to_play
-        planes[2] = pos.to_play == BLACK
+        return self.batch_features([pos])[0]
+
+    def batch_features(self, positions: Sequence[Position]) -> np.ndarray:
+        """``features`` of several positions, stacked, in a few numpy calls for all of them."""
+        boards = np.array([pos.board for pos in positions], dtype=np.int8).reshape(-1, self.size, self.size)
+        to_play = np.array([pos.to_play for pos in positions], dtype=np.int8).reshape(-1, 1, 1)
+        planes = np.empty((len(positions), 3, self.size, self.size), dtype=np.float32)
+        planes[:, 0] = boards == to_play
+        planes[:, 1] = boards == -to_play
+        planes[:, 2] = to_play == BLACK
         return planes
 
 
 def opponent_move(go: Go, pos: Position, rng: np.random.Generator, greedy: bool) -> int:
     """The evaluation opponent: a uniformly random sensible move; a ``greedy`` one captures when it can."""
-    moves = go.sensible_moves(pos)
-    choices = [p for p in range(go.points + 1) if moves[p]]
+    choices = go.sensible_list(pos)
     if greedy:
-        choices = [p for p in go.capturing_moves(pos) if moves[p]] or choices
+        sensible = set(choices)
+        choices = [p for p in go.capturing_moves(pos) if p in sensible] or choices
     return int(choices[rng.integers(len(choices))])
 
 
@@ -271,12 +332,51 @@ class PolicyValueNet(nn.Module):
         value = torch.tanh(self.value_fc(self.value_conv(x).flatten(1))).squeeze(1)
         return policy, value
 
+    @torch.inference_mode()
+    def infer(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``forward`` in evaluation mode, for the search's thousands of batches of a few dozen boards.
+
+        It calls the torch functions that the layers' forward methods call, with the same arguments, so
+        its outputs are forward's to the bit (tests/workflows/test_minigo.py checks it), but without
+        nn.Module.__call__ and the layers' Python code, a tenth of the time of such a small batch.
+        """
+        assert not self.training, "infer() is forward() in evaluation mode"
+        x = _conv_bn_relu(self.stem, x)
+        for block in self.tower:
+            out = F.relu(_batch_norm(block.bn1, _conv(block.conv1, x)))
+            x = F.relu(x + _batch_norm(block.bn2, _conv(block.conv2, out)))
+        policy_fc, (hidden, _, value_out) = self.policy_fc, self.value_fc
+        policy = F.linear(_conv_bn_relu(self.policy_conv, x).flatten(1), policy_fc.weight, policy_fc.bias)
+        v = F.relu(F.linear(_conv_bn_relu(self.value_conv, x).flatten(1), hidden.weight, hidden.bias))
+        return policy, torch.tanh(F.linear(v, value_out.weight, value_out.bias)).squeeze(1)
+
+
+# What nn.Conv2d (zero padding), nn.BatchNorm2d in evaluation mode and nn.ReLU call, for infer().
+def _conv(conv: nn.Conv2d, x: torch.Tensor) -> torch.Tensor:
+    return F.conv2d(x, conv.weight, conv.bias, conv.stride, conv.padding, conv.dilation, conv.groups)
+
+
+def _batch_norm(bn: nn.BatchNorm2d, x: torch.Tensor) -> torch.Tensor:
+    # The running statistics, no update (training=False makes the momentum unused).
+    return F.batch_norm(x, bn.running_mean, bn.running_var, bn.weight, bn.bias, False, 0.0, bn.eps)
+
+
+def _conv_bn_relu(layers: nn.Sequential, x: torch.Tensor) -> torch.Tensor:
+    conv, bn, _ = layers
+    return F.relu(_batch_norm(bn, _conv(conv, x)))
+
 
 # ---------------------------------------------------------------------------------------- search
 class Node:
-    """One position in the search tree, with per-move statistics for the player to move there."""
+    """One position in the search tree, with per-move statistics for the player to move there.
 
-    __slots__ = ("children", "legal", "n", "n_total", "pos", "prior", "terminal", "value", "w")
+    The statistics are Python lists indexed by move (``points + 1`` long) and the search visits only
+    the sensible ``moves``: on a 5x5 board numpy's per-call overhead on 26-element arrays cost more
+    than the arithmetic. ``n``, ``w`` and ``prior`` are also there as numpy arrays for the callers.
+    """
+
+    __slots__ = ("children", "legal", "moves", "n_total", "pos", "prior", "priors", "terminal", "value",
+                 "value_sums", "visits")
 
     def __init__(self, go: Go, pos: Position) -> None:
         self.pos = pos
@@ -289,22 +389,62 @@ class Node:
         self.n_total = 0
 
     def expand(self, go: Go, logits: np.ndarray, value: float) -> None:
-        self.legal = go.sensible_moves(self.pos)
+        self.moves = go.sensible_list(self.pos)
+        self.legal = np.zeros(go.points + 1, dtype=bool)
+        self.legal[self.moves] = True
         p = np.where(self.legal, np.exp(logits - logits[self.legal].max()), 0.0)
         self.prior = p / p.sum()
-        self.n = np.zeros(go.points + 1)  # visits per move
-        self.w = np.zeros(go.points + 1)  # summed values per move, for the player to move here
+        self.priors: list[float] = self.prior.tolist()
+        self.visits = [0] * (go.points + 1)  # visits per move
+        self.value_sums = [0.0] * (go.points + 1)  # summed values per move, for the player to move here
         self.value = value
 
+    def mix_noise(self, noise: np.ndarray, noise_mix: float) -> None:
+        """Mix ``noise`` (one value per sensible move) into the prior: self-play's exploration at the root."""
+        assert self.prior is not None
+        self.prior[self.legal] = (1 - noise_mix) * self.prior[self.legal] + noise_mix * noise
+        self.priors = self.prior.tolist()
+
+    @property
+    def n(self) -> np.ndarray:
+        """Visits per move."""
+        return np.array(self.visits, dtype=np.float64)
+
+    @property
+    def w(self) -> np.ndarray:
+        """Summed values per move, for the player to move here."""
+        return np.array(self.value_sums, dtype=np.float64)
+
     def select(self, c_puct: float, value_init_penalty: float) -> int:
-        """PUCT: argmax of Q + c * P * sqrt(N) / (1 + n); unvisited moves start at Q = V - penalty."""
-        q = np.where(self.n > 0, self.w / np.maximum(self.n, 1), self.value - value_init_penalty)
-        u = c_puct * self.prior * math.sqrt(max(1, self.n_total)) / (1 + self.n)
-        return int(np.argmax(np.where(self.legal, q + u, -np.inf)))
+        """PUCT: argmax of Q + c * P * sqrt(N) / (1 + n); unvisited moves start at Q = V - penalty.
+
+        In Python floats, exactly as numpy computed it on the whole arrays before: per move the same
+        float64 operations in the same order (Q = w / n; c * P, times sqrt(N), over 1 + n; Q + U), and
+        the first of equal maxima wins as with np.argmax (a NaN, too: np.argmax returns the first NaN).
+        """
+        sqrt_total = math.sqrt(max(1, self.n_total))
+        unvisited = self.value - value_init_penalty
+        visits, sums, priors = self.visits, self.value_sums, self.priors
+        best, best_score = self.moves[0], -math.inf
+        for move in self.moves:
+            n = visits[move]
+            score = (sums[move] / n if n > 0 else unvisited) + c_puct * priors[move] * sqrt_total / (1 + n)
+            if score > best_score:
+                best, best_score = move, score
+            elif score != score:  # NaN
+                return move
+        return best
 
     def child(self, go: Go, move: int) -> Node:
         """The node after ``move``: the search's subtree when it has one, so that it is reused."""
         return self.children.get(move) or Node(go, go.play(self.pos, move))
+
+
+def evaluation_mode(net: nn.Module) -> None:
+    """``net.eval()`` unless it is in evaluation mode already: eval() walks every submodule, and the
+    search asks for it before every move."""
+    if net.training:
+        net.eval()
 
 
 class Searcher:
@@ -321,8 +461,9 @@ class Searcher:
     def evaluate(self, nodes: list[Node]) -> None:
         if not nodes:
             return
-        x = torch.from_numpy(np.stack([self.go.features(n.pos) for n in nodes])).to(self.device)
-        logits, values = self.net(x)
+        x = torch.from_numpy(self.go.batch_features([n.pos for n in nodes])).to(self.device)
+        # The search and the evaluation put the network in evaluation mode, where infer() is forward().
+        logits, values = self.net(x) if self.net.training else self.net.infer(x)
         logits_np, values_np = logits.double().cpu().numpy(), values.double().cpu().numpy()
         for node, lg, v in zip(nodes, logits_np, values_np, strict=True):
             node.expand(self.go, lg, float(v))
@@ -332,25 +473,23 @@ class Searcher:
 
         With ``rng``, Dirichlet noise is mixed into the roots' priors (self-play's exploration).
         """
-        self.net.eval()
+        evaluation_mode(self.net)
         self.evaluate([r for r in roots if r.prior is None])
         if rng is not None:
             for root in roots:
-                assert root.prior is not None
-                noise = rng.dirichlet([self.dirichlet_alpha] * int(root.legal.sum()))
-                mixed = (1 - self.noise_mix) * root.prior[root.legal] + self.noise_mix * noise
-                root.prior[root.legal] = mixed
+                root.mix_noise(rng.dirichlet([self.dirichlet_alpha] * len(root.moves)), self.noise_mix)
+        c_puct, penalty, play = self.c_puct, self.value_init_penalty, self.go.play
         while todo := [r for r in roots if r.n_total < readouts]:
             paths: list[list[tuple[Node, int]]] = []
             leaves: list[Node] = []
             for root in todo:
                 node, path = root, []
                 while True:  # descend until a new node or the end of the game
-                    move = node.select(self.c_puct, self.value_init_penalty)
+                    move = node.select(c_puct, penalty)
                     path.append((node, move))
                     child = node.children.get(move)
                     if child is None:
-                        child = node.children[move] = Node(self.go, self.go.play(node.pos, move))
+                        child = node.children[move] = Node(self.go, play(node.pos, move))
                         if not child.terminal:
                             leaves.append(child)
                         break
@@ -364,8 +503,8 @@ class Searcher:
                 value = path[-1][0].value
                 for node, move in reversed(path[:-1]):
                     value = -value
-                    node.n[move] += 1
-                    node.w[move] += value
+                    node.visits[move] += 1
+                    node.value_sums[move] += value
                     node.n_total += 1
 
 
@@ -445,10 +584,11 @@ class Workload:
         active = list(range(len(nodes)))
         while active:
             self.searcher.search([nodes[g] for g in active], self.p["num_readouts"], rng)
-            for g in active:
+            features = go.batch_features([nodes[g].pos for g in active])
+            for g, x in zip(active, features, strict=True):
                 root = nodes[g]
                 pi = root.n / root.n_total
-                history[g].append((go.features(root.pos), pi.astype(np.float32), root.pos.to_play))
+                history[g].append((x, pi.astype(np.float32), root.pos.to_play))
                 if root.pos.moves < self.p["softpick_moves"]:
                     move = int(rng.choice(len(pi), p=pi))
                 else:
@@ -502,7 +642,7 @@ class Workload:
             if readouts > 0:
                 self.searcher.search([nodes[g] for g in ours], readouts, None)
             else:  # the policy network alone: its most likely sensible move
-                self.model.eval()
+                evaluation_mode(self.model)
                 self.searcher.evaluate([nodes[g] for g in ours if nodes[g].prior is None])
             for g in active:
                 node = nodes[g]
