@@ -56,14 +56,21 @@ DRIVER = "mlrepro.run_job"  # the run driver, served by its own parent
 # generated dataset and a LoadGen run (neither is a training run; each still runs in a fresh child).
 DATA = "mlrepro.data"
 INFERENCE = "mlrepro.inference.run"
-# What a parent imports besides its module (which may import lazily), so that its children need not.
+# What a parent imports besides its module (which may import lazily), so that its children need not:
+# each list is what a child imported on its own (a diff of sys.modules at its exit), costly ones first.
 _PRELOAD = {
     # torch.use_deterministic_algorithms, which every run calls, imports torch._inductor (and
-    # torch._dynamo): seconds of CPU per run, more than the import of torch itself
-    MODULE: ("torch._inductor",),
+    # torch._dynamo): seconds of CPU per run, more than the import of torch itself; then torch.save
+    # and the table torch._dynamo prints at exit
+    MODULE: ("torch._inductor", "torch.utils.serialization", "tabulate"),
     # the sampler and its summary: pyarrow and numpy, and pandas, which pyarrow imports on its first
-    # array (to tell DataFrames apart): 0.9 s of CPU in each driver and each sampler
-    DRIVER: ("mlrepro.telemetry", "pandas"),
+    # array (to tell DataFrames apart): 0.9 s of CPU in each driver and each sampler; then the engines
+    # (which register themselves), the run's environment record (importlib.metadata) and the sampler's
+    # own modules: 0.1 s more per run
+    DRIVER: ("mlrepro.telemetry", "pandas", "pyarrow.pandas_compat", "mlrepro.environment",
+             "mlrepro.engines.native", "mlrepro.engines.apptainer", "mlrepro.engines.docker_api",
+             "mlrepro.engines.enroot", "mlrepro.telemetry.sampler", "mlrepro.telemetry.loop",
+             "mlrepro.telemetry.nvml"),
     # not mlperf_loadgen: a child must be the first of its process to use LoadGen's global state
     INFERENCE: ("torch", "mlrepro.inference.serve"),
 }
