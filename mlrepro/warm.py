@@ -448,7 +448,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--owner", required=True, help="host:pid:start of the Snakemake process served")
     p.add_argument("--module", default=MODULE, help="the module each child runs as __main__")
     args = p.parse_args(argv)
-    serve(args.dir, args.owner, args.module)
+    with contextlib.suppress(SystemExit):  # stopped by SIGTERM: the folder is removed all the same
+        serve(args.dir, args.owner, args.module)
+    # Served and cleaned up: skip the interpreter's teardown of torch and the workloads, a second of
+    # CPU per parent just when the owner has ended and the next Snakemake may be starting.
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
