@@ -8,7 +8,6 @@
 # reproduce_out.
 # `benchmarks: {resnet: {lr: 0.2}}` in the config changes a parameter of the reproduction (a sensitivity check).
 import json
-import shlex
 import sys
 from pathlib import Path
 
@@ -155,7 +154,7 @@ rule reproduce_compliance:
     log:
         RO / "logs" / "compliance_{benchmark}_{run}.log",
     shell:
-        "{PY} -m mlrepro.compliance {input:q} --usage {params.usage} --ruleset {params.ruleset} "
+        "{PY} -m mlrepro.compliance {input:q} --usage {params.usage:q} --ruleset {params.ruleset:q} "
         "--out {output:q} 2> {log:q} || (cat {log:q} >&2; exit 1)"
 
 
@@ -169,12 +168,13 @@ rule reproduce_report:
         json=RO / "reproduction.json",
         html=RO / "reproduction.html",
     params:
-        args=shlex.join([
+        # an argument list: {params.args:q} quotes each item
+        args=[
             "--package", REPRO.package, "--system", REPRO.system, "--only", *REPRO.benchmarks,
             "--runs", str(REPRO.runs), "--overrides", json.dumps(_OVERRIDES, sort_keys=True),
             "--data-dirs", json.dumps(_DATA_DIRS, sort_keys=True),
             "--system-configs", json.dumps(_SYSTEM_CONFIGS, sort_keys=True), "--data-seed", str(config["data_seed"]),
             "--ruleset", str(config["ruleset"]), "--reproduced", str(RO),
-        ]),
+        ],
     shell:
-        "{PY} -m mlrepro.reproduce report {params.args} --json {output.json:q} --html {output.html:q}"
+        "{PY} -m mlrepro.reproduce report {params.args:q} --json {output.json:q} --html {output.html:q}"
