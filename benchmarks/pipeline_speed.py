@@ -7,9 +7,10 @@ Usage: python benchmarks/pipeline_speed.py [--configfile FILE] [--pairs N] [--wo
 
 Per pair: `snakemake --cores all` from an empty folder with `warm_start=false`, then with
 `warm_start=true` (the order alternates between pairs), each followed by a no-op re-run; then the bare
-Snakefile's no-op. Per run: the fixed cost is the run job's wall time (Snakemake's benchmark file:
-process start to exit) minus its time to train (MLLOG run_start..run_stop). Same seeds must give the
-same epochs and metrics on both paths: the script compares them and says so.
+Snakefile's no-op, and that of a one-job Snakefile (Snakemake's own floor on this machine). Per run: the
+fixed cost is the run job's wall time (Snakemake's benchmark file: process start to exit) minus its
+time to train (MLLOG run_start..run_stop). Same seeds must give the same epochs and metrics on both
+paths: the script compares them and says so.
 Figures are medians over the pairs; the JSON (default: pipeline_speed.json) holds every figure.
 """
 
@@ -19,6 +20,7 @@ import argparse
 import csv
 import json
 import math
+import os
 import shutil
 import statistics
 import subprocess
@@ -84,6 +86,15 @@ def bare_snakefile(folder: Path, jobs: int, files: int) -> Path:
     return snakefile
 
 
+def bare_noop(folder: Path, jobs: int, files: int) -> list[float]:
+    """Three no-op re-runs of a bare Snakefile, after one run from clean."""
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir()
+    snakefile = bare_snakefile(folder, jobs, files)
+    snakemake(snakefile, folder, [])
+    return [snakemake(snakefile, folder, []) for _ in range(3)]
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--configfile", type=Path)
@@ -108,13 +119,11 @@ def main() -> None:
                   f"{figures[mode][-1]['fixed_cost_median_s']:.2f} s", flush=True)
     last = base / f"warm{args.pairs - 1}"
     jobs = job_count(extra, base / "plan")
-    files = sum(1 for f in last.rglob("*") if f.is_file())
-    bare_dir = base / "bare"
-    shutil.rmtree(bare_dir, ignore_errors=True)
-    bare_dir.mkdir()
-    snakefile = bare_snakefile(bare_dir, jobs, files)
-    snakemake(snakefile, bare_dir, [])
-    bare_noops = [snakemake(snakefile, bare_dir, []) for _ in range(3)]
+    # the pipeline's files, not Snakemake's own records of them (.snakemake/), which the bare one keeps too
+    files = sum(1 for f in last.rglob("*") if f.is_file() and ".snakemake" not in f.relative_to(last).parts)
+    bare_noops = bare_noop(base / "bare", jobs, files)
+    # Snakemake's own floor here: start, parse and a no-op with one job and one file
+    floor_noops = bare_noop(base / "bare1", 1, 1)
 
     # same seeds, same epochs and metrics on both paths
     reference = figures["cold"][0]["runs"]
@@ -124,7 +133,9 @@ def main() -> None:
     summary: dict[str, Any] = {"config": str(args.configfile or "config/config.yaml"), "pairs": args.pairs,
                                "runs": len(reference), "same_epochs_and_metrics": same,
                                "bare_snakefile": {"jobs": jobs, "files": files,
-                                                  "noop_s_median": statistics.median(bare_noops)}}
+                                                  "noop_s_median": statistics.median(bare_noops)},
+                               "snakemake_floor_noop_s_median": statistics.median(floor_noops),
+                               "cores": os.cpu_count()}
     for mode in MODES:
         rows = figures[mode]
         summary[mode] = {
@@ -135,6 +146,9 @@ def main() -> None:
             "job_s_sum_median": statistics.median(r["job_s_sum"] for r in rows),
             "train_s_sum_median": statistics.median(r["train_s_sum"] for r in rows),
         }
+        # the least wall time the training alone could take on this machine's cores, each run on one
+        # (threads_per_run: 1, the default)
+        summary[mode]["train_floor_s"] = summary[mode]["train_s_sum_median"] / (os.cpu_count() or 1)
     summary["wall_ratio_warm_to_cold"] = summary["warm"]["wall_s_median"] / summary["cold"]["wall_s_median"]
     summary["noop_ratio_to_bare"] = summary["warm"]["noop_s_median"] / summary["bare_snakefile"]["noop_s_median"]
     args.json.write_text(json.dumps(summary, indent=1) + "\n")
@@ -144,7 +158,9 @@ def main() -> None:
               f"{s['fixed_cost_median_s']:.2f} s p90 {s['fixed_cost_p90_s']:.2f} s, no-op {s['noop_s_median']:.2f} s")
     print(f"warm/cold wall {summary['wall_ratio_warm_to_cold']:.2f}; bare Snakefile no-op "
           f"{summary['bare_snakefile']['noop_s_median']:.2f} s ({jobs} jobs, {files} files), ratio "
-          f"{summary['noop_ratio_to_bare']:.2f}; same epochs and metrics on both paths: {same}; wrote {args.json}")
+          f"{summary['noop_ratio_to_bare']:.2f}; a one-job Snakefile's no-op "
+          f"{summary['snakemake_floor_noop_s_median']:.2f} s; same epochs and metrics on both paths: {same}; "
+          f"wrote {args.json}")
 
 
 if __name__ == "__main__":
