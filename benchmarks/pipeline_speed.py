@@ -125,6 +125,8 @@ def main() -> None:
     # Snakemake's own floor here: start, parse and a no-op with one job and one file
     floor_noops = bare_noop(base / "bare1", 1, 1)
 
+    cores = os.cpu_count() or 1
+
     # same seeds, same epochs and metrics on both paths
     reference = figures["cold"][0]["runs"]
     same = all({k: (r["seed"], r["epochs"], r["status"], r["final_metric"], r["metrics"]) for k, r in f["runs"].items()}
@@ -135,7 +137,7 @@ def main() -> None:
                                "bare_snakefile": {"jobs": jobs, "files": files,
                                                   "noop_s_median": statistics.median(bare_noops)},
                                "snakemake_floor_noop_s_median": statistics.median(floor_noops),
-                               "cores": os.cpu_count()}
+                               "cores": cores}
     for mode in MODES:
         rows = figures[mode]
         summary[mode] = {
@@ -148,7 +150,7 @@ def main() -> None:
         }
         # the least wall time the training alone could take on this machine's cores, each run on one
         # (threads_per_run: 1, the default)
-        summary[mode]["train_floor_s"] = summary[mode]["train_s_sum_median"] / (os.cpu_count() or 1)
+        summary[mode]["train_floor_s"] = summary[mode]["train_s_sum_median"] / cores
     summary["wall_ratio_warm_to_cold"] = summary["warm"]["wall_s_median"] / summary["cold"]["wall_s_median"]
     summary["noop_ratio_to_bare"] = summary["warm"]["noop_s_median"] / summary["bare_snakefile"]["noop_s_median"]
     args.json.write_text(json.dumps(summary, indent=1) + "\n")
