@@ -7,7 +7,7 @@ from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
 
-from mlrepro import config as mlconfig
+from mlrepro.core import config as mlconfig
 from mlrepro.datasets import recipe as dataset_recipe
 
 configfile: Path(workflow.basedir) / "config" / "config.yaml"

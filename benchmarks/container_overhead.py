@@ -20,10 +20,11 @@ from typing import Any
 
 import yaml
 
-from mlrepro import PROJECT_ROOT, data
+from mlrepro import PROJECT_ROOT
 from mlrepro.containers.build import build_image
 from mlrepro.containers.bundle import save_image
 from mlrepro.containers.localbase import ensure_base_image
+from mlrepro.datasets import generated
 from mlrepro.engines import Mount, get_engine
 from mlrepro.engines.client import connect
 
@@ -33,7 +34,7 @@ def tiny_resnet(work: Path) -> tuple[list[str], list[Mount], Path]:
     params["data"].update(train_samples=128, eval_samples=64)
     params.update(max_epochs=1, target=0.0)
     data_dir, run_dir = work / "data", work / "run"
-    data.generate("resnet", data_dir, params, seed=1)
+    generated.generate("resnet", data_dir, params, seed=1)
     argv = ["python", "-m", "mlrepro.train", "--benchmark", "resnet", "--data-dir", str(data_dir),
             "--params", json.dumps(params), "--seed", "7", "--result", str(run_dir / "result.txt"),
             "--summary", str(run_dir / "run.json"), "--device", "cpu",

@@ -5,7 +5,7 @@ Usage: python benchmarks/dataset_speed.py [--gb 5] [--repeat 3] [--workdir DIR] 
 Makes a prepared dataset of about --gb GB (256 MB files of pseudo-random bytes) with its manifest,
 adopts it as `data: {path: DIR}` (one full hash), then reports the median of --repeat runs of:
 `snakemake -n` (the start: stamps only); a full hash of the folder as the start did before
-(mlrepro.data.verify, serial); `snakemake verify_data` (parallel hashing, all cores); and the download
+(mlrepro.datasets.manifest.verify, serial); `snakemake verify_data` (parallel hashing, all cores); and the download
 of a 1 GB file from a local HTTP server through the recipe's downloader (pooch, md5 checked).
 --drop-caches (root) empties the page cache before each hash, for cold-cache figures. Deletes its data.
 """

@@ -302,8 +302,9 @@ def main() -> None:
         (root / "Mallory" / "systems" / "sys.json").write_text("{}")
         crashes = 0
         for name in sorted(kinds)[:5]:
-            g = subprocess.run([sys.executable, "-m", "mlrepro.compliance", str(root / "Mallory" / "results" / "sys" /
-                                "resnet" / name), "--ruleset", "2.0.0", "--out", str(base / "v.json")],
+            g = subprocess.run([sys.executable, "-m", "mlrepro.gate.compliance",
+                                str(root / "Mallory" / "results" / "sys" / "resnet" / name),
+                                "--ruleset", "2.0.0", "--out", str(base / "v.json")],
                                capture_output=True, text=True, timeout=600, check=False)
             crashes += "Traceback" in g.stderr
         (base / "audit.yaml").write_text(json.dumps({"audit": str(root), "audit_out": str(base / "audit"),

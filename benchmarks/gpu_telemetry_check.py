@@ -45,7 +45,7 @@ def step_times(workload: Any, seconds: float) -> list[float]:
     """Per-step seconds (each epoch's time over its steps) for about ``seconds`` of training."""
     import torch
 
-    from mlrepro.train import train_epoch
+    from mlrepro.training.loop import train_epoch
 
     out, t_end, epoch = [], time.monotonic() + seconds, 1
     while time.monotonic() < t_end:
@@ -88,14 +88,14 @@ def main() -> int:
 
     import torch
 
-    from mlrepro import data
-    from mlrepro.workload import load_module
+    from mlrepro.datasets import generated
+    from mlrepro.training.workload import load_module
 
     params = yaml.safe_load((PROJECT_ROOT / "workflows/resnet/defaults.yaml").read_text())
     params["max_epochs"] = 10_000  # the schedule's length; trials stop on time
     with tempfile.TemporaryDirectory() as tmp:
         data_dir = Path(tmp) / "data"
-        data.generate("resnet", data_dir, params, seed=1)
+        generated.generate("resnet", data_dir, params, seed=1)
         torch.manual_seed(1)
         workload = load_module("resnet").Workload(data_dir, params, torch.device("cuda"), seed=1)
         step_times(workload, 2.0)  # warm-up: cuDNN autotuning, allocator

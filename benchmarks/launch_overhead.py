@@ -4,7 +4,7 @@
 
 The same tiny mini-ResNet run (1 epoch on 128 images, native engine, no telemetry), alternating:
 (a) ``python -m mlrepro.train`` started directly, as the run driver did before; (b) the whole driver
-``python -m mlrepro.run_job`` with a launch file: the driver's own start, the per-GPU claim,
+``python -m mlrepro.runs.driver`` with a launch file: the driver's own start, the per-GPU claim,
 ``bash run_and_time.sh``, the :::MLLOG extraction and run.json from result.txt. The figure is the
 difference of the medians of the wall times; the config file's capture (once per benchmark when
 the DAG is planned) is timed on its own.
@@ -24,9 +24,10 @@ from pathlib import Path
 
 import yaml
 
-from mlrepro import PROJECT_ROOT, data
-from mlrepro.implementation import capture
-from mlrepro.run_job import launch_env
+from mlrepro import PROJECT_ROOT
+from mlrepro.datasets import generated
+from mlrepro.runs.driver import launch_env
+from mlrepro.runs.implementation import capture
 
 
 def main() -> None:
@@ -40,7 +41,7 @@ def main() -> None:
     folder = PROJECT_ROOT / "workflows" / "resnet"
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
-        data.generate("resnet", tmp / "data", params, seed=1)
+        generated.generate("resnet", tmp / "data", params, seed=1)
         launch = {"benchmark": "resnet", "run": 0, "seed": 7, "kind": "mini", "name": "mlrepro-pytorch",
                   "folder": str(folder), "config_file": "config_CPU.sh", "script_in_container": "",
                   "env": capture(folder / "config_CPU.sh"), "params": params, "data_dir": str(tmp / "data"),
@@ -51,7 +52,7 @@ def main() -> None:
         direct = [sys.executable, "-m", "mlrepro.train", "--benchmark", "resnet", "--data-dir", str(tmp / "data"),
                   "--params", json.dumps(params), "--seed", "7", "--result", str(tmp / "direct.txt"),
                   "--device", "cpu", "--submission", json.dumps(launch["submission"])]
-        driver = [sys.executable, "-m", "mlrepro.run_job", "--launch", str(tmp / "launch.json"), "--seed", "7",
+        driver = [sys.executable, "-m", "mlrepro.runs.driver", "--launch", str(tmp / "launch.json"), "--seed", "7",
                   "--run-dir", str(tmp / "run"), "--engine", "native", "--gpu-locks", str(tmp / "locks")]
         script = ["bash", str(folder / "run_and_time.sh")]
         env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",

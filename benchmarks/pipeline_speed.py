@@ -1,5 +1,5 @@
 """Wall time of the pipeline from clean on today's launch path (cold: one interpreter per run) and the
-warm one (runs forked from one warm parent, mlrepro/warm.py), alternating on the same config; the
+warm one (runs forked from one warm parent, mlrepro/runs/warm.py), alternating on the same config; the
 per-run fixed cost, the no-op re-run and a bare Snakefile's no-op with as many jobs and files.
 
 Usage: python benchmarks/pipeline_speed.py [--configfile FILE] [--pairs N] [--workdir DIR] [--json OUT]

@@ -17,8 +17,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from mlrepro import provenance, rulesets
 from mlrepro.audit import manifest
+from mlrepro.core import rulesets
+from mlrepro.package import provenance
 
 RULESET = "2.0.0"
 

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from mlrepro import atomic, integrity, logs
+from mlrepro.core import atomic, integrity, mllog_reader
 
 
 def max_dropped(benchmark: str) -> int:
@@ -48,8 +48,8 @@ def olympic_mean(benchmark: str, minutes: Sequence[float | None], scaling_factor
 
 def run_minutes(result: Path) -> tuple[float | None, str | None]:
     """(time to train in minutes, run_stop status) of one result file; minutes is None unless it converged."""
-    start, stop = logs.run_window(result)
-    status = logs.run_status(result)
+    start, stop = mllog_reader.run_window(result)
+    status = mllog_reader.run_status(result)
     return ((stop - start) / 60 / 1000 if status == "success" else None), status
 
 

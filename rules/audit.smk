@@ -8,10 +8,9 @@ from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
 
-from mlrepro import rulesets
+from mlrepro.core import rulesets
 from mlrepro.audit import discover
-from mlrepro import smk as _smk
-
+from mlrepro.core import smk as _smk
 AUDIT_ROOT = Path(config["audit"]).resolve()
 AUDIT_OUT = Path(config.get("audit_out") or "audit")
 AUDIT_USAGE = str(config.get("usage") or "training")

@@ -3,11 +3,10 @@ import json
 import sys
 from pathlib import Path
 
-from mlrepro import rulesets
-from mlrepro.config import config_hash, run_seed, submittable, system_name
-from mlrepro.implementation import describe as describe_implementation
-from mlrepro import smk as _smk
-
+from mlrepro.core import rulesets
+from mlrepro.core.config import config_hash, run_seed, submittable, system_name
+from mlrepro.runs.implementation import describe as describe_implementation
+from mlrepro.core import smk as _smk
 # The interpreter running snakemake runs every stage too (a venv need not be activated).
 PY = _smk.python_command()
 OUT = Path(config["outdir"])

@@ -11,5 +11,5 @@ rule compliance:
     log:
         INFO / "logs" / "compliance_{benchmark}_{run}.log",
     shell:
-        "{PY} -m mlrepro.compliance {input.result:q} --run-json {input.summary:q} --usage {params.usage:q} "
+        "{PY} -m mlrepro.gate.compliance {input.result:q} --run-json {input.summary:q} --usage {params.usage:q} "
         "--ruleset {params.ruleset:q} --out {output:q} 2> {log:q} || (cat {log:q} >&2; exit 1)"

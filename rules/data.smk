@@ -4,13 +4,13 @@
 #   {path: DIR}: an already prepared folder, verified once against DIR/MANIFEST.sha256, never written to.
 # Every folder is hashed once when it is made; a receipt in <outdir>/data_receipts/ keeps each file's
 # stamp (size, mtime_ns, inode), and a start compares stamps only. `snakemake verify_data` hashes it all.
-from mlrepro import smk as _smk
-
-from mlrepro import data as _data
+from mlrepro.core import smk as _smk
+from mlrepro.datasets import generated as _data
+from mlrepro.datasets import manifest as _manifest
 from mlrepro.datasets import fetch as _fetch
 from mlrepro.datasets import recipe as _recipe
 from mlrepro.datasets import stamps as _stamps
-from mlrepro.workload import workflow_dir as _workflow_dir
+from mlrepro.training.workload import workflow_dir as _workflow_dir
 
 DATA_ROOT = Path(config["data_root"]) if config["data_root"] else OUT / "datasets"
 RECEIPTS = OUT / "data_receipts"
@@ -69,7 +69,7 @@ for _benchmark in BENCHMARKS:
             continue
         if _receipt.exists() and not _stamps.changed_files(_stamps.read_receipt(_receipt)):
             continue
-        if _problems := _data.verify(_folder):
+        if _problems := _manifest.verify(_folder):
             for _p in _problems:
                 logger.warning(f"dataset {_folder}: {_p.file}: {_p.problem}")
             if _smk.dry_run(workflow):
@@ -114,7 +114,7 @@ rule data:
     benchmark:
         INFO / "benchmarks" / "data_{benchmark}.tsv"
     shell:
-        "{PY} -m mlrepro.data --benchmark {wildcards.benchmark:q} --out {params.folder:q} "
+        "{PY} -m mlrepro.datasets.generated --benchmark {wildcards.benchmark:q} --out {params.folder:q} "
         "--params {params.spec:q} --seed {params.seed:q} --receipt {params.receipt:q} > {log:q} 2>&1"
 
 

@@ -14,5 +14,5 @@ rule environment:
     log:
         INFO / "logs" / "environment.log",
     shell:
-        "{PY} -m mlrepro.record_environment {params.engine:q} --submission {params.submission:q} "
+        "{PY} -m mlrepro.environment.record {params.engine:q} --submission {params.submission:q} "
         "--out {output:q} 2> {log:q}"

@@ -9,8 +9,7 @@ from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
 
-from mlrepro import smk as _smk
-
+from mlrepro.core import smk as _smk
 PY = _smk.python_command()  # the steps run with the interpreter that runs Snakemake
 INF_AUDIT_ROOT = Path(config["audit"]).resolve()
 INF_AUDIT_OUT = Path(config.get("audit_out") or "audit")

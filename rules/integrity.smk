@@ -1,8 +1,8 @@
 # Before any job: this output folder's lock, then the finished results and the package checked
-# against the hashes recorded when they were written (mlrepro/integrity.py). Snakemake itself judges
+# against the hashes recorded when they were written (mlrepro/core/integrity.py). Snakemake itself judges
 # outputs by time stamps only, so an edited result would otherwise be gated, packaged and scored.
-from mlrepro import integrity, outdir_lock
-from mlrepro.smk import dry_run
+from mlrepro.core import integrity, outdir_lock
+from mlrepro.core.smk import dry_run
 
 _DRYRUN = dry_run(workflow)
 

@@ -35,5 +35,5 @@ rule package:
         INFO / "logs" / "package_checker.log",
     shell:
         "printf '%s' {params.spec:q} > {params.spec_file:q} && "
-        "{PY} -m mlrepro.package --spec {params.spec_file:q} --out {output.tree:q} "
+        "{PY} -m mlrepro.package.assemble --spec {params.spec_file:q} --out {output.tree:q} "
         "--verdict {output.verdict:q} --log {log:q}"

@@ -3,8 +3,8 @@
 # folder (benchmarks/<bm>/implementations/<impl>/: run_and_time.sh and the config_<SYSTEM>.sh for the
 # system, or `benchmarks: {<bm>: {system_config: FILE}}`), the submitted seeds, and the dataset regenerated
 # by the implementation (ours) or given as `benchmarks: {<bm>: {data_dir: DIR}}` (a vendor's); through the
-# pipeline's run driver (mlrepro.run_job, a launch file per benchmark as rules/runs.smk writes it: ledger,
-# telemetry, GPU claims) and compliance gate; then compares (mlrepro/reproduce.py). Everything under
+# pipeline's run driver (mlrepro.runs.driver, a launch file per benchmark as rules/runs.smk writes it: ledger,
+# telemetry, GPU claims) and compliance gate; then compares (mlrepro/reproduce/cli.py). Everything under
 # reproduce_out.
 # `benchmarks: {resnet: {lr: 0.2}}` in the config changes a parameter of the reproduction (a sensitivity check).
 import json
@@ -13,13 +13,12 @@ from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
 
-from mlrepro import atomic as _atomic
-from mlrepro import reproduce as _reproduce
-from mlrepro.accelerators import machine_gpus
+from mlrepro.core import atomic as _atomic
+from mlrepro.reproduce import cli as _reproduce
+from mlrepro.runs.accelerators import machine_gpus
 from mlrepro.slurm.resources import ShapeError, run_resources, shape_from_config_sh
-from mlrepro.data import MANIFEST as _DATA_MANIFEST
-from mlrepro import smk as _smk
-
+from mlrepro.datasets.manifest import MANIFEST as _DATA_MANIFEST
+from mlrepro.core import smk as _smk
 PY = _smk.python_command()
 RO = Path(config.get("reproduce_out") or "reproduction")
 MACHINE_GPUS = machine_gpus() if config["gpus"] == "auto" else int(config["gpus"])
@@ -96,7 +95,7 @@ rule reproduce_stage:
         system=REPRO.system,
         config_file=lambda w: REPRO.benchmarks[w.benchmark].config_file,
     shell:
-        "{PY} -m mlrepro.reproduce stage --package {params.package:q} --benchmark {wildcards.benchmark:q} "
+        "{PY} -m mlrepro.reproduce.cli stage --package {params.package:q} --benchmark {wildcards.benchmark:q} "
         "--system {params.system:q} --system-config {params.config_file:q} --out {output:q}"
 
 
@@ -113,7 +112,7 @@ rule reproduce_data:
         RO / "logs" / "data_{benchmark}.log",
     shell:
         # the package's own data generator: its staged copy comes first on the path
-        "PYTHONPATH={input.stage:q} {PY} -m mlrepro.data --benchmark {wildcards.benchmark:q} --out {params.folder:q} "
+        "PYTHONPATH={input.stage:q} {PY} -m mlrepro.datasets.generated --benchmark {wildcards.benchmark:q} --out {params.folder:q} "
         "--params {params.spec:q} --seed {params.seed:q} > {log:q} 2>&1"
 
 
@@ -138,7 +137,7 @@ rule reproduce_run:
         RO / "logs" / "run_{benchmark}_{run}.log",
     shell:
         # the pipeline's run driver, as in rules/runs.smk; the implementation is the package's staged copy
-        "{PY} -m mlrepro.run_job --launch {params.launch:q} --seed {params.seed:q} --run-dir {params.run_dir:q} "
+        "{PY} -m mlrepro.runs.driver --launch {params.launch:q} --seed {params.seed:q} --run-dir {params.run_dir:q} "
         "--engine native --gpu-locks {params.locks:q} --machine-gpus {MACHINE_GPUS} "
         "--telemetry-hz {params.hz:q} > {log:q} 2>&1"
 
@@ -154,7 +153,7 @@ rule reproduce_compliance:
     log:
         RO / "logs" / "compliance_{benchmark}_{run}.log",
     shell:
-        "{PY} -m mlrepro.compliance {input:q} --usage {params.usage:q} --ruleset {params.ruleset:q} "
+        "{PY} -m mlrepro.gate.compliance {input:q} --usage {params.usage:q} --ruleset {params.ruleset:q} "
         "--out {output:q} 2> {log:q} || (cat {log:q} >&2; exit 1)"
 
 
@@ -177,4 +176,4 @@ rule reproduce_report:
             "--ruleset", str(config["ruleset"]), "--reproduced", str(RO),
         ],
     shell:
-        "{PY} -m mlrepro.reproduce report {params.args:q} --json {output.json:q} --html {output.html:q}"
+        "{PY} -m mlrepro.reproduce.cli report {params.args:q} --json {output.json:q} --html {output.html:q}"

@@ -1,15 +1,15 @@
 # Stage 3: N runs per benchmark, each its own job with its own seed, the telemetry sampler beside it.
-# Every implementation, ours and a vendor's, runs through its run_and_time.sh (mlrepro.run_job).
-from mlrepro import smk as _smk
+# Every implementation, ours and a vendor's, runs through its run_and_time.sh (mlrepro.runs.driver).
+from mlrepro.core import smk as _smk
 import hashlib
 import math
 
 import os
 
-from mlrepro import atomic as _atomic
-from mlrepro import warm
+from mlrepro.core import atomic as _atomic
+from mlrepro.runs import warm
 from mlrepro.slurm.resources import run_resources, shape_for, shape_from_config_sh
-from mlrepro.accelerators import machine_gpus
+from mlrepro.runs.accelerators import machine_gpus
 
 # The GPUs runs share out; the default profile passes the same count as --resources gpus.
 MACHINE_GPUS = machine_gpus() if config["gpus"] == "auto" else int(config["gpus"])
@@ -126,6 +126,6 @@ rule run:
     benchmark:
         INFO / "benchmarks" / "run_{benchmark}_{run}.tsv"
     shell:
-        "{PY} -m mlrepro.run_job --launch {params.launch:q} --seed {params.seed:q} --run-dir {params.run_dir:q} "
+        "{PY} -m mlrepro.runs.driver --launch {params.launch:q} --seed {params.seed:q} --run-dir {params.run_dir:q} "
         "{params.engine:q} --gpu-locks {params.locks:q} --machine-gpus {MACHINE_GPUS} "
         "--telemetry-hz {params.hz:q} > {log:q} 2>&1"

@@ -109,4 +109,4 @@ def mini_launch(benchmark: str, params: dict[str, Any], data_dir: Path, tmp: Pat
               "submission": {"org": "t", "platform": "p", "division": "open", "status": "research"}}
     path = tmp / f"launch_{benchmark}_{tasks_per_node}.json"
     path.write_text(json.dumps(launch))
-    return ["-m", "mlrepro.run_job", "--launch", str(path), "--gpu-locks", str(tmp / "gpu_locks")]
+    return ["-m", "mlrepro.runs.driver", "--launch", str(path), "--gpu-locks", str(tmp / "gpu_locks")]

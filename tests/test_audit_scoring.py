@@ -22,7 +22,7 @@ import pytest
 from mlrepro.audit import pipeline, summary
 from mlrepro.audit import report as audit_report
 from mlrepro.audit.runfile import audit_bytes
-from mlrepro.rulesets import TITLES, known_rulesets, table_order
+from mlrepro.core.rulesets import TITLES, known_rulesets, table_order
 
 FIXTURES = Path(__file__).parent / "fixtures" / "audit"
 BAIDU = FIXTURES / "round" / "Baidu"

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 import yaml
 
-from mlrepro import config
+from mlrepro.core import config
 from tests.conftest import REPO
 
 

@@ -17,14 +17,14 @@ from typing import Any
 import pytest
 import yaml
 
-from mlrepro import data
-from mlrepro.compliance import check
 from mlrepro.containers import BaseImageMissing, BuildFailed, ImageMismatch, image_ref
 from mlrepro.containers.build import build_image
 from mlrepro.containers.jobs import image_record, lock, make_bundle
 from mlrepro.containers.localbase import ensure_base_image
+from mlrepro.datasets import generated
 from mlrepro.engines import Mount, get_engine
 from mlrepro.engines.client import connect
+from mlrepro.gate.compliance import check
 
 pytestmark = pytest.mark.podman
 REPO = Path(__file__).resolve().parent.parent
@@ -79,7 +79,7 @@ def test_mini_benchmark_runs_in_the_container_and_passes_compliance(built: dict[
     params["data"].update(train_samples=128, eval_samples=64)
     params.update(max_epochs=1, target=0.0)
     data_dir, run_dir = tmp_path / "data", tmp_path / "run"
-    data.generate("resnet", data_dir, params, seed=1)
+    generated.generate("resnet", data_dir, params, seed=1)
     engine = get_engine("podman", socket=socket)
     argv = ["python", "-m", "mlrepro.train", "--benchmark", "resnet", "--data-dir", str(data_dir),
             "--params", json.dumps(params), "--seed", "7", "--result", str(run_dir / "result.txt"),

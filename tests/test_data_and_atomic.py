@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from mlrepro import atomic, compliance, data
+from mlrepro.core import atomic
+from mlrepro.datasets import generated
+from mlrepro.gate import compliance
 from tests.conftest import write_mllog
 
 RESNET_DATA = {"data": {"classes": 3, "image_size": 8, "train_samples": 16, "eval_samples": 8, "noise": 0.1}}
@@ -19,21 +21,20 @@ RESNET_DATA = {"data": {"classes": 3, "image_size": 8, "train_samples": 16, "eva
 
 def test_manifest_detects_changed_and_missing_files(tmp_path: Path) -> None:
     folder = tmp_path / "resnet"
-    manifest = data.generate("resnet", folder, RESNET_DATA, seed=1)
+    manifest = generated.generate("resnet", folder, RESNET_DATA, seed=1)
     assert set(manifest) == {"train.npz", "eval.npz"}
-    assert data.verify(folder) == []
+    assert manifest.verify(folder) == []
     (folder / "train.npz").write_bytes(b"tampered")
     (folder / "eval.npz").unlink()
-    problems = {p.file.name: p.problem for p in data.verify(folder)}
+    problems = {p.file.name: p.problem for p in manifest.verify(folder)}
     assert "the manifest says" in problems["train.npz"]
     assert problems["eval.npz"] == "listed in the manifest but missing"
-    with pytest.raises(data.DataChecksumError, match=r"train\.npz: sha256 is .* the manifest says"):
-        data.require_valid(folder)
+    with pytest.raises(manifest.DataChecksumError, match=r"train\.npz: sha256 is .* the manifest says"):
+        manifest.require_valid(folder)
 
 
 def test_failed_generation_leaves_no_dataset(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from mlrepro import workload
-
+    from mlrepro.training import workload
     module = workload.load_module("resnet")
 
     def broken(out_dir: Path, params: dict, seed: int) -> None:
@@ -41,9 +42,9 @@ def test_failed_generation_leaves_no_dataset(tmp_path: Path, monkeypatch: pytest
         raise RuntimeError("disk full")
 
     monkeypatch.setattr(module, "generate_data", broken)
-    monkeypatch.setattr(data, "load_module", lambda name: module)
+    monkeypatch.setattr(generated, "load_module", lambda name: module)
     with pytest.raises(RuntimeError, match="disk full"):
-        data.generate("resnet", tmp_path / "resnet", RESNET_DATA, seed=1)
+        generated.generate("resnet", tmp_path / "resnet", RESNET_DATA, seed=1)
     assert not (tmp_path / "resnet").exists()
     assert list(tmp_path.iterdir()) == []
 
@@ -60,7 +61,7 @@ def test_atomic_write_keeps_the_old_file_when_interrupted(tmp_path: Path) -> Non
 
 def test_killed_training_leaves_no_result_file(tmp_path: Path) -> None:
     """SIGKILL in the middle of a run: the MLPerf log stays a hidden .part file, never result.txt."""
-    data.generate("resnet", tmp_path / "data", RESNET_DATA, seed=1)
+    generated.generate("resnet", tmp_path / "data", RESNET_DATA, seed=1)
     params = {**RESNET_DATA, "image": "pytorch", "target": 0.99, "max_epochs": 500, "width": 2, "blocks": [1],
               "batch_size": 4, "lr": 0.01, "end_lr": 0.0001, "momentum": 0.9, "weight_decay": 0.0, "warmup_epochs": 0}
     import json
@@ -88,7 +89,7 @@ def test_compliance_gate_fails_with_the_checkers_messages(tmp_path: Path) -> Non
     bad = write_mllog(tmp_path / "result_0.txt", "resnet", 1_700_000_000_000, 1.0)
     lines = [line for line in bad.read_text().splitlines() if '"run_start"' not in line]
     bad.write_text("\n".join(lines) + "\n")
-    out = subprocess.run([sys.executable, "-m", "mlrepro.compliance", str(bad), "--ruleset", "2.0.0",
+    out = subprocess.run([sys.executable, "-m", "mlrepro.gate.compliance", str(bad), "--ruleset", "2.0.0",
                           "--out", str(tmp_path / "verdict.json")], capture_output=True, text=True, check=False)
     assert out.returncode != 0
     assert str(bad) in out.stderr and "fails the MLPerf compliance checker" in out.stderr

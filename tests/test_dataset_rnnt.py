@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from mlrepro.data import MANIFEST
+from mlrepro.datasets.manifest import MANIFEST
 from tests import dataset_sources as src
 from tests.test_datasets import _run_recipe
 

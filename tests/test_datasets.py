@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 import requests
 
-from mlrepro.data import MANIFEST, read_manifest
 from mlrepro.datasets import extract, fetch, prepare, recipe, stamps, steps
+from mlrepro.datasets.manifest import MANIFEST, read_manifest
 from tests import dataset_sources as src
 
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mlrepro.data import MANIFEST
 from mlrepro.datasets import stamps
+from mlrepro.datasets.manifest import MANIFEST
 from tests import dataset_sources as src
 from tests.conftest import snakemake
 

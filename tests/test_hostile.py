@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from mlrepro import config as mlconfig
 from mlrepro.audit import discover
+from mlrepro.core import config as mlconfig
 from tests.chromium import PAYLOADS, assert_no_injection
 from tests.conftest import REPO, snakemake, write_mllog
 
@@ -144,9 +144,9 @@ def test_reports_in_chromium_run_no_injected_script(audited: dict[str, Any]) -> 
 def test_gate_gives_a_verdict_per_hostile_file(audited: dict[str, Any], tmp_path: Path) -> None:
     folder = next((audited["root"]).glob("Mallory*/results/*/resnet"))
     for name in ("result_0.txt", "result_1.txt", "result_2.txt", "result_3.txt", "result_4.txt"):
-        proc = subprocess.run([sys.executable, "-m", "mlrepro.compliance", str(folder / name), "--ruleset", "2.0.0",
-                               "--out", str(tmp_path / f"{name}.json")], capture_output=True, text=True,
-                              timeout=300, check=False)
+        proc = subprocess.run([sys.executable, "-m", "mlrepro.gate.compliance", str(folder / name),
+                               "--ruleset", "2.0.0", "--out", str(tmp_path / f"{name}.json")],
+                              capture_output=True, text=True, timeout=300, check=False)
         assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
         if name == "result_3.txt":  # impossible but accepted by the official checker (the audit warns of it)
             assert proc.returncode == 0 and (tmp_path / f"{name}.json").is_file()

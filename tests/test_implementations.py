@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 import yaml
 
-from mlrepro import config as mlconfig
-from mlrepro.implementation import CLEAN_ENV, capture
+from mlrepro.core import config as mlconfig
+from mlrepro.runs.implementation import CLEAN_ENV, capture
 from tests.conftest import REPO, snakemake
 
 OUTSIDE = REPO / "tests" / "fixtures" / "outside_impl"

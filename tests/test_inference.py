@@ -35,12 +35,11 @@ def _py(*args: str) -> subprocess.CompletedProcess[str]:
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """One converged mini-ResNet run through the real run driver (the checkpoint hook under test)."""
-    from mlrepro import data
-
+    from mlrepro.datasets import generated
     root = tmp_path_factory.mktemp("inference")
     data_dir = root / "data"
     data_dir.mkdir()
-    data.generate("resnet", data_dir, {"data": TINY["data"]}, 7)
+    generated.generate("resnet", data_dir, {"data": TINY["data"]}, 7)
     run_dir = root / "runs" / "resnet" / "0"
     _py(*mini_launch("resnet", TINY, data_dir, root), "--seed", "3", "--run-dir", str(run_dir))
     return {"root": root, "data": data_dir, "run_json": run_dir / "run.json"}
@@ -182,8 +181,7 @@ def test_pipeline_schedules_one_job_per_benchmark_scenario_mode(tmp_path: Path) 
 
 
 def test_usage_inference_is_only_for_audits_and_inference_benchmarks_are_checked() -> None:
-    from mlrepro import config as mlconfig
-
+    from mlrepro.core import config as mlconfig
     with pytest.raises(mlconfig.ConfigError, match="usage: inference is for audits"):
         mlconfig.load({"usage": "inference", "benchmarks": {"resnet": {}}})
     with pytest.raises(mlconfig.ConfigError, match=r"inference\.benchmarks\.0"):
@@ -207,13 +205,12 @@ def test_dlrm_served_offline_auc_from_the_accuracy_log(tmp_path: Path) -> None:
     """The second served model: float32 click scores logged by LoadGen, ROC AUC read back from its log."""
     import yaml
 
-    from mlrepro import data
-
+    from mlrepro.datasets import generated
     params = yaml.safe_load((REPO / "workflows" / "dlrm" / "defaults.yaml").read_text())
     params.update(max_epochs=1, target=0.0)
     params["data"].update(train_samples=1024, eval_samples=512)
     (tmp_path / "data").mkdir()
-    data.generate("dlrm", tmp_path / "data", {"data": params["data"]}, 5)
+    generated.generate("dlrm", tmp_path / "data", {"data": params["data"]}, 5)
     run_dir = tmp_path / "runs" / "dlrm" / "0"
     _py(*mini_launch("dlrm", params, tmp_path / "data", tmp_path), "--seed", "3", "--run-dir", str(run_dir))
     conf = tmp_path / "dlrm.user.conf"

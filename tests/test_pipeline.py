@@ -13,7 +13,7 @@ import pytest
 import yaml
 from mlperf_logging.result_summarizer import result_summarizer
 
-from mlrepro import data
+from mlrepro.datasets import manifest
 from tests.conftest import REPO, snakemake
 
 pytestmark = pytest.mark.slow
@@ -83,7 +83,7 @@ def test_corrupted_data_is_detected_and_rebuilt(submission: Path) -> None:
     victim.write_bytes(original[:-10] + b"corrupted!")
     out = snakemake(submission, "--configfile", str(REPO / "config" / "test.yaml"))
     assert "eval.npz" in out.stderr and "regenerating" in out.stderr
-    assert data.verify(folder) == []
+    assert manifest.verify(folder) == []
     assert victim.read_bytes() == original
     # the rebuilt dataset is byte-identical, so no run is repeated
     assert "Nothing to be done" in out.stdout + out.stderr

@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from mlrepro import ledger, provenance
 from mlrepro.audit import manifest
+from mlrepro.package import provenance
+from mlrepro.runs import ledger
 from tests.conftest import REPO
 
 pytestmark = pytest.mark.slow
@@ -189,11 +190,11 @@ def test_manifest_naming_a_file_outside_the_package_is_not_read(package: Path) -
 
 def test_dirty_tree_is_named(package: Path) -> None:
     doc = _manifest(package)
-    doc["git"] = {"commit": "0" * 40, "dirty": True, "changed": [" M mlrepro/train.py"]}
+    doc["git"] = {"commit": "0" * 40, "dirty": True, "changed": [" M mlrepro/training/loop.py"]}
     _rewrite_manifest(package, doc)
     check = manifest.verify(package)
     assert check.verified  # a warning, not tampering
-    assert any(f.kind == "dirty tree" and "mlrepro/train.py" in f.message for f in check.findings)
+    assert any(f.kind == "dirty tree" and "mlrepro/training/loop.py" in f.message for f in check.findings)
 
 
 def test_package_without_manifest_is_audited_with_a_note(package: Path) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mlrepro import reproduce
+from mlrepro.reproduce import cli as reproduce
 from tests.conftest import REPO, snakemake
 
 pytestmark = pytest.mark.slow
@@ -126,7 +126,7 @@ def test_nvidia_v11_package_plans_with_its_own_folder_and_dgxa100_config(nvidia_
     jobs = dict(re.findall(r"^(reproduce_\w+)\s+(\d+)$", text, re.M))
     assert jobs["reproduce_stage"] == "1" and jobs["reproduce_run"] == "3" and jobs["reproduce_compliance"] == "3"
     assert "reproduce_data" not in jobs  # the given dataset folder, not a generated one
-    assert text.count("-m mlrepro.run_job --launch") == 3
+    assert text.count("-m mlrepro.runs.driver --launch") == 3
     runs = re.findall(r"resources: .*gpus=8.*", text)
     assert len(runs) == 3 and all("nodes=1, tasks=8" in r and "runtime=" in r for r in runs), runs[:1]
     for seed in seeds:

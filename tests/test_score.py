@@ -11,7 +11,8 @@ import pytest
 from mlperf_logging.rcp_checker import rcp_checker
 from mlperf_logging.result_summarizer import result_summarizer
 
-from mlrepro import score, system_desc
+from mlrepro import score
+from mlrepro.environment import system_desc
 from tests.conftest import write_mllog
 
 

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mlrepro import distributed
 from mlrepro.slurm import launch
 from mlrepro.slurm.resources import JobShape, ShapeError, shape_from_config_sh, slurm_resources, walltime_minutes
+from mlrepro.training import distributed
 from tests.conftest import REPO, mini_launch
 
 
@@ -66,7 +66,7 @@ def test_two_processes_under_torchrun_match_one(tmp_path: Path) -> None:
     params = yaml.safe_load((REPO / "workflows" / "dlrm" / "defaults.yaml").read_text())
     params.update(max_epochs=1, data={**params["data"], "train_samples": 1024, "eval_samples": 256})
     py = [sys.executable, "-m"]
-    subprocess.run([*py, "mlrepro.data", "--benchmark", "dlrm", "--out", str(tmp_path / "data"),
+    subprocess.run([*py, "mlrepro.datasets.generated", "--benchmark", "dlrm", "--out", str(tmp_path / "data"),
                     "--params", json.dumps(params), "--seed", "3"], check=True, capture_output=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
     results = {}

@@ -1,4 +1,4 @@
-"""The warm start (mlrepro/warm.py): a run forked from the warm parent is the run the cold path makes."""
+"""The warm start (mlrepro/runs/warm.py): a run forked from the warm parent is the run the cold path makes."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from mlrepro import ledger, warm
+from mlrepro.runs import ledger, warm
 from mlrepro.telemetry.host import ROOTS_ENV
 from tests.conftest import REPO, SNAKEMAKE, snakemake
 
@@ -32,7 +32,7 @@ def _parents_alive(base: Path) -> list[int]:
         try:
             cmdline = (proc / "cmdline").read_bytes().split(b"\0")
             stat = (proc / "stat").read_text().rsplit(")", 1)[1].split()
-            mine = b"mlrepro.warm" in cmdline and any(arg.startswith(str(base).encode()) for arg in cmdline)
+            mine = b"mlrepro.runs.warm" in cmdline and any(arg.startswith(str(base).encode()) for arg in cmdline)
             if mine and stat[0] != "Z":
                 found[int(proc.name)] = int(stat[1])
         except (OSError, ValueError, IndexError):
@@ -86,7 +86,7 @@ def _events(result: Path) -> list[dict[str, object]]:
 
 def _run_job(workdir: Path, run_dir: str, env: dict[str, str]) -> tuple[dict[str, object], int]:
     """The run's record and the pid of the process started here."""
-    proc = subprocess.Popen([sys.executable, "-m", "mlrepro.run_job", "--launch", "results/runs/resnet/launch.json",
+    proc = subprocess.Popen([sys.executable, "-m", "mlrepro.runs.driver", "--launch", "results/runs/resnet/launch.json",
                              "--seed", "11", "--run-dir", run_dir, "--gpu-locks", "results/.gpu_locks",
                              "--telemetry-hz", "20"], cwd=workdir, env=env)
     assert proc.wait(timeout=300) == 0
@@ -137,7 +137,7 @@ def test_dataset_job_goes_warm_and_writes_what_the_cold_one_writes(workdir: Path
     owner = warm.owner_here()
     out = {}
     for mode, extra in (("cold", {}), ("warm", {warm.OWNER_ENV: owner})):
-        job = subprocess.run([sys.executable, "-m", "mlrepro.data", "--benchmark", "resnet", "--out",
+        job = subprocess.run([sys.executable, "-m", "mlrepro.datasets.generated", "--benchmark", "resnet", "--out",
                               str(tmp_path / mode), "--params", json.dumps(params), "--seed", "7"],
                              env=env | extra, capture_output=True, text=True, timeout=300, check=True)
         out[mode] = job.stdout
@@ -155,7 +155,8 @@ def _shim(folder: Path) -> Path:
     folder.mkdir(parents=True)
     shim = folder / "python"
     shim.write_text(f"#!{sys.executable} -I\nimport sys\nsys.path.insert(0, {str(REPO)!r})\n"
-                    f"from mlrepro.warm import shim_main\nshim_main({sys.executable!r}, module='tests.warm_counter')\n")
+                    "from mlrepro.runs.warm import shim_main\n"
+                    f"shim_main({sys.executable!r}, module='tests.warm_counter')\n")
     shim.chmod(0o755)
     return shim
 

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mlrepro import compliance, data
-from mlrepro.workload import implemented_benchmarks, workflow_dir
+from mlrepro.datasets import generated, manifest
+from mlrepro.gate import compliance
+from mlrepro.training.workload import implemented_benchmarks, workflow_dir
 
 SUBMISSION = json.dumps({"org": "testorg", "platform": "testsystem", "division": "open", "status": "research"})
 
@@ -30,8 +31,8 @@ def _train(benchmark: str, data_dir: Path, params: dict, seed: int, out: Path) -
 @pytest.mark.parametrize("benchmark", implemented_benchmarks())
 def test_workload_converges_reproducibly_with_a_compliant_log(tmp_path: Path, benchmark: str) -> None:
     params = yaml.safe_load((workflow_dir(benchmark) / "defaults.yaml").read_text())
-    data.generate(benchmark, tmp_path / "data", {"data": params["data"]}, seed=7)
-    assert data.verify(tmp_path / "data") == []
+    generated.generate(benchmark, tmp_path / "data", {"data": params["data"]}, seed=7)
+    assert manifest.verify(tmp_path / "data") == []
 
     first = _train(benchmark, tmp_path / "data", params, 1234, tmp_path / "a")
     again = _train(benchmark, tmp_path / "data", params, 1234, tmp_path / "b")
@@ -48,8 +49,8 @@ def test_workload_converges_reproducibly_with_a_compliant_log(tmp_path: Path, be
 @pytest.mark.parametrize("benchmark", implemented_benchmarks())
 def test_generated_data_is_deterministic(tmp_path: Path, benchmark: str) -> None:
     params = yaml.safe_load((workflow_dir(benchmark) / "defaults.yaml").read_text())
-    one = data.generate(benchmark, tmp_path / "one", {"data": params["data"]}, seed=3)
-    two = data.generate(benchmark, tmp_path / "two", {"data": params["data"]}, seed=3)
-    other = data.generate(benchmark, tmp_path / "other", {"data": params["data"]}, seed=4)
+    one = generated.generate(benchmark, tmp_path / "one", {"data": params["data"]}, seed=3)
+    two = generated.generate(benchmark, tmp_path / "two", {"data": params["data"]}, seed=3)
+    other = generated.generate(benchmark, tmp_path / "other", {"data": params["data"]}, seed=4)
     assert one == two
     assert one != other

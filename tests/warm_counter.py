@@ -1,4 +1,4 @@
-"""A test workload for mlrepro.warm: it counts, in a module-level variable, the runs its process made.
+"""A test workload for mlrepro.runs.warm: it counts, in a module-level variable, the runs its process made.
 
 Run as ``python -m tests.warm_counter SEED``: prints one JSON line. A warm parent imports this module
 once; each run's child increments the imported module's counter, so a run that saw an earlier run's

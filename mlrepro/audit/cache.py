@@ -6,8 +6,8 @@ import json
 from importlib.metadata import version
 from pathlib import Path
 
-from mlrepro import atomic
 from mlrepro.audit.runfile import FileCheck
+from mlrepro.core import atomic
 
 # Bump when FileCheck's content or the way it is computed changes: old entries then miss.
 SCHEMA = 2

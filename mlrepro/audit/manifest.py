@@ -1,4 +1,4 @@
-"""Verify a package against its provenance manifest (mlrepro/provenance.py); name exactly what differs.
+"""Verify a package against its provenance manifest (mlrepro/package/provenance.py); name exactly what differs.
 
 Errors are evidence of tampering: the manifest's hash differs from its sidecar or from the hash
 published in the report; a file edited, added or removed; a packaged result with no successful launch
@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mlrepro import logs
-from mlrepro.provenance import MANIFEST, SIDECAR, package_files
+from mlrepro.core import mllog_reader
+from mlrepro.package.provenance import MANIFEST, SIDECAR, package_files
 
 # A result's run window must lie within its launch (the ledger's times are the driver's, in seconds).
 _SLACK_MS = 2000
@@ -56,7 +56,7 @@ def _logged(path: Path) -> dict[str, Any]:
     """The seed and run window a result file logs (None where it does not)."""
     out: dict[str, Any] = {"seed": None, "run_start_ms": None, "run_stop_ms": None}
     try:
-        for e in logs.events(path):
+        for e in mllog_reader.events(path):
             if e.get("key") == "seed":
                 out["seed"] = e.get("value")
             elif e.get("key") in ("run_start", "run_stop"):

@@ -8,11 +8,11 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
-from mlrepro import atomic
 from mlrepro.audit import discover, manifest, package, scoring, summary
 from mlrepro.audit.cache import Cache
 from mlrepro.audit.check import check_files
 from mlrepro.audit.runfile import FileCheck
+from mlrepro.core import atomic
 
 
 def check(root: Path, out: Path, cache_dir: Path, usage: str, ruleset: str, jobs: int,

@@ -8,9 +8,10 @@ import re
 from pathlib import Path
 from typing import Any
 
-from mlrepro import __version__, atomic
+from mlrepro import __version__
+from mlrepro.core import atomic
+from mlrepro.core.rulesets import TITLES, table_order
 from mlrepro.report import render
-from mlrepro.rulesets import TITLES, table_order
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 

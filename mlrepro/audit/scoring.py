@@ -23,7 +23,7 @@ from mlperf_logging.result_summarizer import result_summarizer as rs
 from mlrepro.audit import rcp
 from mlrepro.audit.discover import BenchmarkDir, Org, SystemDir
 from mlrepro.audit.runfile import FileCheck
-from mlrepro.rulesets import allowed_benchmarks
+from mlrepro.core.rulesets import allowed_benchmarks
 from mlrepro.score import olympic_mean
 
 

@@ -13,9 +13,9 @@ from typing import Any
 
 from mlperf_logging.result_summarizer import result_summarizer as rs
 
-from mlrepro import atomic
 from mlrepro.audit.package import errors_of
-from mlrepro.rulesets import allowed_benchmarks, table_order
+from mlrepro.core import atomic
+from mlrepro.core.rulesets import allowed_benchmarks, table_order
 
 # After the official columns: where the row comes from and what the audit found.
 VERDICT_COLUMNS = ("result_id", "availability_category", "org", "system_folder", "system_desc", "package_checker",

@@ -16,10 +16,11 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from mlrepro import PROJECT_ROOT, atomic
+from mlrepro import PROJECT_ROOT
 from mlrepro.containers.context import base_images, context_digest, context_tar, folder_files, image_dir
 from mlrepro.containers.errors import BaseImageMissing, BuildFailed
-from mlrepro.data import sha256_file
+from mlrepro.core import atomic
+from mlrepro.core.hashing import sha256_file
 from mlrepro.engines.client import inspect_image, server_name
 
 # Docker prints "Step 3/7 : RUN ...", Podman "STEP 3/7: RUN ...".

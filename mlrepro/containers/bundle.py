@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from mlrepro import atomic
+from mlrepro.core import atomic
 
 CHUNK = 1 << 22
 

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from mlrepro import PROJECT_ROOT
-from mlrepro.data import sha256_file
+from mlrepro.core.hashing import sha256_file
 
 # What the Dockerfiles may COPY: the package, its metadata and the benchmarks' implementations.
 # Only what runs in the container: a benchmark's defaults.yaml reaches it as --params, so editing

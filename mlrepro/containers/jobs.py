@@ -8,12 +8,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from mlrepro import PROJECT_ROOT, atomic
+from mlrepro import PROJECT_ROOT
 from mlrepro.containers import bundle
 from mlrepro.containers.build import build_image, read_record
 from mlrepro.containers.errors import ContainerError, ImageMismatch
 from mlrepro.containers.lock import check_locked, check_locked_file, locked_entry, write_lock
-from mlrepro.data import sha256_file
+from mlrepro.core import atomic
+from mlrepro.core.hashing import sha256_file
 from mlrepro.engines import EngineUnavailable
 from mlrepro.engines.client import connect, server_name
 

@@ -11,8 +11,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from mlrepro import atomic
 from mlrepro.containers.errors import ImageMismatch
+from mlrepro.core import atomic
 
 LOCK_VERSION = 1
 # What the lock keeps of a build record: enough to say what was built from what.

@@ -70,8 +70,7 @@ def known_hash(root: Path, source: Source) -> str | None:
 
 def record(root: Path, name: str, sha256: str) -> None:
     """Record the first copy's sha256 of a source that publishes none; later copies must match it."""
-    from mlrepro import atomic
-
+    from mlrepro.core import atomic
     entries = {**_recorded(root), name: sha256}
     atomic.write_text(root / RECORDED, "".join(f"{d}  {n}\n" for n, d in sorted(entries.items())))
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from mlrepro.workload import workflow_dir
+from mlrepro.training.workload import workflow_dir
 
 RECIPE = "dataset.yaml"
 HASH_ALGORITHMS = ("md5", "sha256", "sha512")

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mlrepro import atomic
-from mlrepro.data import MANIFEST, read_manifest
+from mlrepro.core import atomic
+from mlrepro.datasets.manifest import MANIFEST, read_manifest
 
 Stamp = tuple[int, int, int]
 

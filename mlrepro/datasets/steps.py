@@ -18,10 +18,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from mlrepro import atomic
-from mlrepro.data import MANIFEST
+from mlrepro.core import atomic
 from mlrepro.datasets import extract as _extract
 from mlrepro.datasets import fetch, prepare, stamps
+from mlrepro.datasets.manifest import MANIFEST
 from mlrepro.datasets.recipe import Recipe
 
 MADE_BY = ".made-by.json"

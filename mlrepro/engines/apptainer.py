@@ -50,7 +50,7 @@ class ApptainerEngine:
                                   stderr=subprocess.STDOUT, check=False).returncode
 
     def describe(self, image: str | None) -> dict[str, Any]:
-        from mlrepro.data import sha256_file
+        from mlrepro.core.hashing import sha256_file
 
         assert image
         out = subprocess.run(self._exec(image, ["python", "-c", DESCRIBE], [], [], {}), capture_output=True,

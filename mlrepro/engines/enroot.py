@@ -14,10 +14,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from mlrepro.accelerators import visible_env
 from mlrepro.engines import Mount, register
 from mlrepro.engines._tools import require_tool
 from mlrepro.engines.docker_api import DESCRIBE
+from mlrepro.runs.accelerators import visible_env
 
 INSTALL = "https://github.com/NVIDIA/enroot/blob/master/doc/installation.md (enroot and enroot+caps .deb packages)"
 
@@ -58,7 +58,7 @@ class EnrootEngine:
     def describe(self, image: str | None) -> dict[str, Any]:
         import tempfile
 
-        from mlrepro.data import sha256_file
+        from mlrepro.core.hashing import sha256_file
 
         assert image
         with tempfile.TemporaryFile() as out:

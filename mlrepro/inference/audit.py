@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from mlrepro import atomic
+from mlrepro.core import atomic
 from mlrepro.inference import summary
 from mlrepro.report.render import render
 

@@ -23,7 +23,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from mlrepro import atomic
+from mlrepro.core import atomic
 from mlrepro.inference import settings, summary
 from mlrepro.inference.package import ACCURACY_LOG_LIMIT
 

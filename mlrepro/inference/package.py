@@ -19,9 +19,10 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from mlrepro import atomic, system_desc
+from mlrepro.core import atomic
+from mlrepro.environment import system_desc
 from mlrepro.inference import settings
-from mlrepro.workload import workflow_dir
+from mlrepro.training.workload import workflow_dir
 
 ACCURACY_LOG_LIMIT = 10 * 1024
 _KEEP = 4 * 1024

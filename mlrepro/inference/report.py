@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from mlrepro import atomic
+from mlrepro.core import atomic
 from mlrepro.inference.summary import SCENARIOS
 from mlrepro.report.render import render
 from mlrepro.report.svg import line_chart

@@ -23,8 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from mlrepro import atomic
-from mlrepro.data import sha256_file
+from mlrepro.core import atomic
+from mlrepro.core.hashing import sha256_file
 from mlrepro.inference import settings, summary
 
 RESULT = "result.json"
@@ -131,9 +131,8 @@ def accuracy_responses(path: Path) -> dict[int, bytes]:
 
 def _telemetry_start(out_dir: Path, hz: float) -> Any:
     """The NVML sampler beside performance runs, only where a GPU is present."""
-    from mlrepro import environment
-
-    if hz <= 0 or not environment.gpus()["devices"]:
+    from mlrepro.environment import probe
+    if hz <= 0 or not probe.gpus()["devices"]:
         return None
     from mlrepro.telemetry import start_sampler
 
@@ -206,8 +205,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    from mlrepro import warm
-
+    from mlrepro.runs import warm
     warm.hand_over(warm.INFERENCE)  # exits there where this invocation's warm parent runs LoadGen
     try:
         main()

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from mlrepro.workload import load_module
+from mlrepro.training.workload import load_module
 
 
 class Served(Protocol):

@@ -92,8 +92,7 @@ def main(argv: list[str] | None = None) -> None:
     import argparse
     import shutil
 
-    from mlrepro import atomic
-
+    from mlrepro.core import atomic
     p = argparse.ArgumentParser(prog="python -m mlrepro.inference.settings", description="write a user.conf")
     p.add_argument("--benchmark", required=True, choices=sorted(MODEL_NAMES))
     p.add_argument("--samples", type=int, required=True, help="the QSL's size (the held-out set)")

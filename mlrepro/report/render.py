@@ -10,7 +10,8 @@ from typing import Any
 import jinja2
 from markupsafe import Markup
 
-from mlrepro import PROJECT_ROOT, __version__, atomic
+from mlrepro import PROJECT_ROOT, __version__
+from mlrepro.core import atomic
 
 TEMPLATES = PROJECT_ROOT / "report_templates"
 

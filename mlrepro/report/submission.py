@@ -12,7 +12,9 @@ from typing import Any
 
 from markupsafe import Markup
 
-from mlrepro import PROJECT_ROOT, data, integrity, rulesets
+from mlrepro import PROJECT_ROOT
+from mlrepro.core import integrity, rulesets
+from mlrepro.datasets import manifest
 from mlrepro.report import svg
 from mlrepro.report.render import render
 from mlrepro.report.telemetry import telemetry_charts, warnings
@@ -95,7 +97,7 @@ def build_context(outdir: Path, system: str, config: dict[str, Any], config_hash
             from mlrepro.slurm.jobs import slurm_states
 
             slurm_states(r["slurm"] for r in on_slurm)
-        manifest = outdir / "data" / name / data.MANIFEST
+        manifest_file = outdir / "data" / name / manifest.MANIFEST
         scored = [r["energy_j"] for r in runs if r["status"] == "success"]
         warned: dict[str, list[int]] = {}
         for r in runs:
@@ -108,7 +110,7 @@ def build_context(outdir: Path, system: str, config: dict[str, Any], config_hash
             "target": spec["params"].get("target"), "params": spec["params"],
             "implementation": spec.get("implementation"),
             "charts": convergence_charts(name, runs, spec["params"].get("target")),
-            "manifest": data.read_manifest(manifest.parent) if manifest.exists() else {},
+            "manifest": manifest.read_manifest(manifest_file.parent) if manifest_file.exists() else {},
         })
     return {
         "system": system, "org": config["org"], "division": config["division"], "ruleset": config["ruleset"],

@@ -1,6 +1,6 @@
 """One launcher for a run that spans processes: ``srun`` inside a Slurm allocation, ``torchrun`` elsewhere.
 
-Either way every process learns its rank from its launcher's variables (:mod:`mlrepro.distributed`) and
+Either way every process learns its rank from its launcher's variables (:mod:`mlrepro.training.distributed`) and
 meets the others at MASTER_ADDR:MASTER_PORT, which the launcher picks on the host it runs on: inside an
 allocation that is the batch host, the first node of the job.
 """

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow.compute as pc
 
-from mlrepro import atomic
+from mlrepro.core import atomic
 from mlrepro.telemetry.store import HOST_DEVICE, read_samples
 
 SCOPE = "accelerators only (NVML instantaneous power, summed over GPUs); not node wall power"

@@ -18,7 +18,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from mlrepro import atomic
+from mlrepro.core import atomic
 from mlrepro.telemetry.backend import GPU_FIELDS
 from mlrepro.telemetry.host import HOST_FIELDS
 

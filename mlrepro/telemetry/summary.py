@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from mlrepro import atomic
+from mlrepro.core import atomic
 from mlrepro.telemetry import energy
 from mlrepro.telemetry.store import HOST_DEVICE, SUMMARY, read_events, read_samples, read_sidecar
 

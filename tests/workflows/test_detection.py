@@ -1,4 +1,4 @@
-"""The detection geometry shared by the mini ssd and maskrcnn (mlrepro.detection), against hand-computed
+"""The detection geometry shared by the mini ssd and maskrcnn (mlrepro.training.detection), against hand-computed
 values, against independent implementations, and against torchvision.ops where torchvision loads."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from mlrepro import detection as D
+from mlrepro.training import detection as D
 
 
 def test_box_iou_hand_computed_and_batched() -> None:

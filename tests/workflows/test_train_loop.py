@@ -7,8 +7,8 @@ from collections.abc import Iterator
 import pytest
 import torch
 
-from mlrepro.schedules import FunctionLR
-from mlrepro.train import train_epoch
+from mlrepro.training.loop import train_epoch
+from mlrepro.training.schedules import FunctionLR
 
 
 def test_function_lr_sets_the_value_of_each_step_in_every_group() -> None:

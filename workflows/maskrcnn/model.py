@@ -19,7 +19,7 @@ The real benchmark trains Mask R-CNN (ResNet-50 + FPN) on COCO and stops at box 
   mask AP (mAP@[.5:.95], pycocotools ``bbox`` and ``segm``), the two metrics of the real benchmark.
 
 The box geometry (IoU, NMS, box coding, anchors, matching, RoI Align) is shared with the ssd model:
-``mlrepro.detection``, written to torchvision.ops' semantics.
+``mlrepro.training.detection``, written to torchvision.ops' semantics.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from pycocotools.coco import COCO
 from pycocotools.cocoeval import COCOeval
 from torch import nn
 
-from mlrepro.detection import (
+from mlrepro.training.detection import (
     BELOW_LOW_THRESHOLD,
     BoxCoder,
     batched_nms,

@@ -44,7 +44,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mlrepro.schedules import FunctionLR
+from mlrepro.training.schedules import FunctionLR
 
 BLACK, WHITE, EMPTY = 1, -1, 0
 

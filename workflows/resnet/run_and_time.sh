@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One timed run of the mini resnet. The run driver (mlrepro.run_job) sets the environment: SEED,
+# One timed run of the mini resnet. The run driver (mlrepro.runs.driver) sets the environment: SEED,
 # DATADIR, LOGDIR, this folder's config_<SYSTEM>.sh, MLPERF_SUBMISSION_* and MLREPRO_PARAMS (the
 # hyperparameters as JSON). The MLPerf log goes to stdout; the driver keeps its :::MLLOG lines. A
 # converged run leaves its weights in $LOGDIR/checkpoint.pt for the inference stage.

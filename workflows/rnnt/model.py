@@ -35,7 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mlrepro.schedules import FunctionLR
+from mlrepro.training.schedules import FunctionLR
 
 FRAME_SECONDS = 0.01  # every generated frame stands for one 10 ms hop, as in the reference's features
 MAX_SYMBOLS_PER_STEP = 4  # greedy decoding may emit at most this many labels per encoder frame

@@ -17,7 +17,7 @@ every part of that recipe and shrinks the sizes:
   pycocotools, the metric the real benchmark reports.
 
 The box geometry (IoU, NMS, box coding, anchors, matching, focal loss) is shared with the maskrcnn
-model: ``mlrepro.detection``, written to torchvision.ops' semantics.
+model: ``mlrepro.training.detection``, written to torchvision.ops' semantics.
 """
 
 from __future__ import annotations
@@ -36,7 +36,14 @@ from pycocotools.coco import COCO
 from pycocotools.cocoeval import COCOeval
 from torch import nn
 
-from mlrepro.detection import BETWEEN_THRESHOLDS, BoxCoder, batched_nms, grid_anchors, match, sigmoid_focal_loss
+from mlrepro.training.detection import (
+    BETWEEN_THRESHOLDS,
+    BoxCoder,
+    batched_nms,
+    grid_anchors,
+    match,
+    sigmoid_focal_loss,
+)
 
 SHAPES = ("rectangle", "disc", "triangle")  # category ids 1, 2, 3 (0 pads the per-image lists)
 

@@ -19,11 +19,11 @@ each job's own Snakemake parses the workflow on its node, so a parent never serv
 The child dies with the parent (PR_SET_PDEATHSIG) and with the shim; the shim then exits non-zero,
 so the run fails without a result and the next invocation redoes it.
 
-The run driver (``python -m mlrepro.run_job``, one per Snakemake job) is served the same way by a
+The run driver (``python -m mlrepro.runs.driver``, one per Snakemake job) is served the same way by a
 second parent of the same owner that has imported the driver and its telemetry (pyarrow, numpy):
 ``hand_over`` sends the driver's arguments there and waits for its exit status. The driver is not
 the training process; it still starts ``run_and_time.sh`` as a new process for every run. The jobs
-that generate a dataset (``mlrepro.data``) and that run LoadGen (``mlrepro.inference.run``) hand
+that generate a dataset (``mlrepro.datasets.generated``) and that run LoadGen (``mlrepro.inference.run``) hand
 over to parents of their own in the same way: each imports torch once instead of once per job.
 
 This module imports only the standard library at module level: the shim and the driver load it.
@@ -51,10 +51,10 @@ from typing import Any
 OWNER_ENV = "MLREPRO_WARM_OWNER"
 DIR_ENV = "MLREPRO_WARM_DIR"  # where the parents' folders live (default: the temp folder)
 MODULE = "mlrepro.train"  # the training module a parent runs for the pipeline
-DRIVER = "mlrepro.run_job"  # the run driver, served by its own parent
+DRIVER = "mlrepro.runs.driver"  # the run driver, served by its own parent
 # Other jobs of the pipeline that import torch and a workload, each served by its own parent: a
 # generated dataset and a LoadGen run (neither is a training run; each still runs in a fresh child).
-DATA = "mlrepro.data"
+DATA = "mlrepro.datasets.generated"
 INFERENCE = "mlrepro.inference.run"
 # What a parent imports besides its module (which may import lazily), so that its children need not:
 # each list is what a child imported on its own (a diff of sys.modules at its exit), costly ones first.
@@ -67,7 +67,7 @@ _PRELOAD = {
     # array (to tell DataFrames apart): 0.9 s of CPU in each driver and each sampler; then the engines
     # (which register themselves), the run's environment record (importlib.metadata) and the sampler's
     # own modules: 0.1 s more per run
-    DRIVER: ("mlrepro.telemetry", "pandas", "pyarrow.pandas_compat", "mlrepro.environment",
+    DRIVER: ("mlrepro.telemetry", "pandas", "pyarrow.pandas_compat", "mlrepro.environment.probe",
              "mlrepro.engines.native", "mlrepro.engines.apptainer", "mlrepro.engines.docker_api",
              "mlrepro.engines.enroot", "mlrepro.telemetry.sampler", "mlrepro.telemetry.loop",
              "mlrepro.telemetry.nvml"),
@@ -128,10 +128,10 @@ def _start_env(env: dict[str, str]) -> dict[str, str]:
 # --- the driver's side ------------------------------------------------------------------------------
 
 _SHIM = """#!{python} -I
-# mlrepro's warm-start shim (mlrepro/warm.py): `python -m mlrepro.train ...` through the warm parent.
+# mlrepro's warm-start shim (mlrepro/runs/warm.py): `python -m mlrepro.train ...` through the warm parent.
 import sys
 sys.path.insert(0, {root!r})
-from mlrepro.warm import shim_main
+from mlrepro.runs.warm import shim_main
 shim_main({python!r})
 """
 
@@ -145,8 +145,8 @@ def shim_env(base_path: str) -> dict[str, str]:
     folder = parent_dir(owner)
     shim = folder / "python"
     if not shim.is_file():
-        from mlrepro import PROJECT_ROOT, atomic
-
+        from mlrepro import PROJECT_ROOT
+        from mlrepro.core import atomic
         folder.mkdir(parents=True, exist_ok=True, mode=0o700)
         atomic.write_text(shim, _SHIM.format(python=sys.executable, root=str(PROJECT_ROOT)))
         shim.chmod(0o755)
@@ -211,7 +211,7 @@ def _connect(folder: Path, env: dict[str, str], module: str) -> socket.socket:
             pass
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)  # a dead parent's
-        _spawn([sys.executable, "-m", "mlrepro.warm", "--dir", str(folder), "--owner", env[OWNER_ENV],
+        _spawn([sys.executable, "-m", "mlrepro.runs.warm", "--dir", str(folder), "--owner", env[OWNER_ENV],
                 "--module", module], env, folder)
         deadline = time.monotonic() + 30
         while not os.path.exists(path):  # it binds before it imports anything heavy
@@ -225,8 +225,7 @@ def _add_root(pid: int) -> None:
     """Let the run's telemetry sampler follow the child: it is not a descendant of the run driver."""
     roots = os.environ.get(ROOTS_ENV)
     if roots:
-        from mlrepro import atomic
-
+        from mlrepro.core import atomic
         previous = Path(roots).read_text() if os.path.exists(roots) else ""
         atomic.write_text(Path(roots), f"{previous}{pid}\n")
 
@@ -253,13 +252,13 @@ def _through_parent(folder: Path, module: str, args: list[str], env: dict[str, s
             sys.exit(message["exit"])
     with contextlib.suppress(OSError):  # what it started outlives it (a driver's script): end it too
         os.killpg(child, signal.SIGKILL)
-    sys.exit(f"mlrepro.warm: the run's process {child} ended without an exit status (its warm parent "
+    sys.exit(f"mlrepro.runs.warm: the run's process {child} ended without an exit status (its warm parent "
              f"or the process itself was killed); the run has no result")
 
 
 def _debug(reason: str) -> None:
     if os.environ.get("MLREPRO_WARM_DEBUG"):
-        print(f"mlrepro.warm: cold start: {reason}", file=sys.stderr, flush=True)
+        print(f"mlrepro.runs.warm: cold start: {reason}", file=sys.stderr, flush=True)
 
 
 def shim_main(python: str, module: str = MODULE) -> None:
@@ -412,7 +411,7 @@ def serve(folder: Path, owner: str, module: str = MODULE) -> None:
                     try:
                         _serve_one(conn, listener, start_env, module)
                     except (OSError, ValueError) as e:
-                        print(f"mlrepro.warm: request failed: {e}", file=sys.stderr, flush=True)
+                        print(f"mlrepro.runs.warm: request failed: {e}", file=sys.stderr, flush=True)
     finally:
         listener.close()
         with contextlib.suppress(FileNotFoundError):
@@ -428,7 +427,7 @@ def _import_workload_dependencies() -> None:
     import ast
     import importlib
 
-    from mlrepro.workload import implemented_benchmarks, workflow_dir
+    from mlrepro.training.workload import implemented_benchmarks, workflow_dir
 
     for benchmark in implemented_benchmarks():
         tree = ast.parse((workflow_dir(benchmark) / "model.py").read_text())
@@ -443,7 +442,7 @@ def _import_workload_dependencies() -> None:
 def main(argv: list[str] | None = None) -> None:
     import argparse
 
-    p = argparse.ArgumentParser(prog="python -m mlrepro.warm", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m mlrepro.runs.warm", description=__doc__)
     p.add_argument("--dir", type=Path, required=True)
     p.add_argument("--owner", required=True, help="host:pid:start of the Snakemake process served")
     p.add_argument("--module", default=MODULE, help="the module each child runs as __main__")

@@ -16,11 +16,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from mlrepro import atomic, ledger
-from mlrepro.accelerators import claim
-from mlrepro.data import sha256_file
+from mlrepro.core import atomic
+from mlrepro.core.hashing import sha256_file
+from mlrepro.core.mllog_reader import mllog_lines, run_summary
 from mlrepro.engines import Engine, Mount, engine_for
-from mlrepro.logs import mllog_lines, run_summary
+from mlrepro.runs import ledger
+from mlrepro.runs.accelerators import claim
 from mlrepro.slurm import launch as launcher
 from mlrepro.slurm.jobs import SLURM_RECORD, this_job
 
@@ -61,11 +62,10 @@ def execute(engine: Engine, launch: dict[str, Any], image: str | None, run_dir: 
     if engine.name == "native":
         argv = ["bash", str(Path(launch["folder"]) / "run_and_time.sh")]
         env, mounts, workdir = launch_env(launch, str(data), str(run_dir)), [], launch["folder"]
-        # ours may start from this invocation's warm parent (mlrepro/warm.py); ranks of a multi-process run
+        # ours may start from this invocation's warm parent (mlrepro/runs/warm.py); ranks of a multi-process run
         # start cold, each from its launcher
         if launch["kind"] == "mini" and processes == 1:
-            from mlrepro import warm
-
+            from mlrepro.runs import warm
             env.update(warm.shim_env(os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])))
     else:
         argv = ["bash", launch["script_in_container"]]
@@ -123,7 +123,7 @@ def collect(launch: dict[str, Any], run_dir: Path, log: Path, code: int) -> dict
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m mlrepro.run_job", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m mlrepro.runs.driver", description=__doc__)
     p.add_argument("--launch", type=Path, required=True, help="JSON written by the run rule (rules/runs.smk)")
     p.add_argument("--seed", type=int, required=True)
     p.add_argument("--run-dir", type=Path, required=True)
@@ -167,8 +167,7 @@ def _drive(args: argparse.Namespace, launch: dict[str, Any], run_dir: Path) -> N
             roots = run_dir / "telemetry" / "container.pids"
             roots.unlink(missing_ok=True)
             os.environ[ROOTS_ENV] = str(roots)  # the sampler inherits it
-            from mlrepro import warm
-
+            from mlrepro.runs import warm
             sampler = start_sampler(run_dir / "telemetry", hz=args.telemetry_hz, watch_pid=os.getpid(),
                                     fork=warm.OWNER_ENV in os.environ)  # with the warm start, no new interpreter
         try:
@@ -199,8 +198,7 @@ def _drive(args: argparse.Namespace, launch: dict[str, Any], run_dir: Path) -> N
 
 
 if __name__ == "__main__":
-    from mlrepro import warm
-
+    from mlrepro.runs import warm
     warm.hand_over(warm.DRIVER)  # exits there where this invocation's warm parent runs the driver
     try:
         main()

@@ -17,8 +17,8 @@ from pathlib import Path
 
 from mlperf_logging.compliance_checker import mlp_compliance
 
-from mlrepro import atomic, integrity
 from mlrepro.audit import engine
+from mlrepro.core import atomic, integrity
 
 
 @dataclass
@@ -62,7 +62,7 @@ def _cut(text: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m mlrepro.compliance", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m mlrepro.gate.compliance", description=__doc__)
     p.add_argument("result", type=Path)
     p.add_argument("--usage", default="training")
     p.add_argument("--ruleset", required=True)

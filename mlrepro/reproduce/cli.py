@@ -5,7 +5,7 @@ plans the re-runs here (:func:`plan`: everything missing is named before any run
 implementation folder (``benchmarks/<bm>/implementations/<impl>/``) into a runnable copy (:func:`stage`),
 regenerates the dataset through the implementation's own generator (ours) or takes the given folder (a
 vendor's), re-runs the first K results with their logged seeds through the pipeline's run driver
-(mlrepro.run_job, from a launch file as the main pipeline writes it: run_and_time.sh and the config file
+(mlrepro.runs.driver, from a launch file as the main pipeline writes it: run_and_time.sh and the config file
 for the system) and the usual compliance gate, and writes the comparison (:func:`compare`) as JSON and HTML.
 
 The verdict per benchmark, and the rules behind it:
@@ -36,10 +36,10 @@ from typing import Any
 import jsonschema
 import yaml
 
-from mlrepro import atomic, logs, rulesets
-from mlrepro.config import PIPELINE_KEYS, deep_merge
-from mlrepro.implementation import DATA_MOUNTS, LOG_MOUNT, MINI, RUN_SCRIPT, ImplementationError, capture
-from mlrepro.provenance import MANIFEST
+from mlrepro.core import atomic, mllog_reader, rulesets
+from mlrepro.core.config import PIPELINE_KEYS, deep_merge
+from mlrepro.package.provenance import MANIFEST
+from mlrepro.runs.implementation import DATA_MOUNTS, LOG_MOUNT, MINI, RUN_SCRIPT, ImplementationError, capture
 
 ALPHA = 0.05
 TIME_TOLERANCE = 0.10  # relative median difference that, with a significant test, fails a reproduction
@@ -60,8 +60,8 @@ class ReproduceError(ValueError):
 # ---------------------------------------------------------------------------------------------------------
 # The implementation inside a package: ``benchmarks/<bm>/implementations/<impl>/`` in the MLCommons
 # convention (run_and_time.sh, config_<SYSTEM>.sh), a vendor's as it is, or this pipeline's own as
-# mlrepro/package.py writes it (workflows/<bm>/ holding run_and_time.sh and config_CPU.sh, beside the
-# training code mlrepro/ it imports). Either runs through the pipeline's run driver (mlrepro.run_job)
+# mlrepro/package/assemble.py writes it (workflows/<bm>/ holding run_and_time.sh and config_CPU.sh, beside the
+# training code mlrepro/ it imports). Either runs through the pipeline's run driver (mlrepro.runs.driver)
 # from a launch file (:func:`launch_spec`), as the main pipeline's run rule launches it.
 
 @dataclass(frozen=True)
@@ -133,7 +133,7 @@ def implementation_params(impl: Implementation) -> dict[str, Any]:
 
 
 def launch_spec(b: BenchmarkPlan, staged: Path, data_dir: Path, *, threads: int, device: str) -> dict[str, Any]:
-    """The launch file mlrepro.run_job reads (rules/runs.smk writes the same for the main pipeline), for
+    """The launch file mlrepro.runs.driver reads (rules/runs.smk writes the same for the main pipeline), for
     the staged copy of the package's implementation."""
     run_folder = staged / Path(b.run_folder).relative_to(b.implementation)
     env = dict(b.env)
@@ -166,7 +166,7 @@ def read_log(path: Path) -> RunLog:
     log = RunLog(str(path))
     start = stop = None
     try:
-        for e in logs.events(path):
+        for e in mllog_reader.events(path):
             key, value, meta = e.get("key"), e.get("value"), e.get("metadata") or {}
             if key == "run_start":
                 start = e.get("time_ms")
@@ -455,7 +455,7 @@ def compare_benchmark(b: BenchmarkPlan, reproduced_dir: Path, system_desc: dict[
     dataset = None
     manifest_file = reproduced_dir / "data" / b.name / "MANIFEST.sha256"
     if manifest_file.is_file():
-        from mlrepro.data import sha256_file
+        from mlrepro.core.hashing import sha256_file
 
         dataset = {"submitted_sha256": b.dataset_sha256, "reproduced_sha256": sha256_file(manifest_file)}
         dataset["identical"] = dataset["submitted_sha256"] == dataset["reproduced_sha256"]
@@ -493,7 +493,7 @@ def compare(p: Plan, reproduced_dir: Path, ruleset: str) -> dict[str, Any]:
 
 
 def _sha256(path: Path) -> str:
-    from mlrepro.data import sha256_file
+    from mlrepro.core.hashing import sha256_file
 
     return sha256_file(path)
 
@@ -514,7 +514,7 @@ def _plan_from_args(args: argparse.Namespace) -> Plan:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m mlrepro.reproduce", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m mlrepro.reproduce.cli", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="step", required=True)
     s = sub.add_parser("stage", help="a runnable copy of the package's implementation of one benchmark")

@@ -3,7 +3,7 @@
 ``<run folder>/ledger.jsonl`` is append-only: every line is written with ``O_APPEND`` in one
 ``write`` and fsync'd, so a failed, aborted or re-run launch stays on record next to the one that
 was packaged, and a killed launch leaves its ``launch`` line without an ``end`` line. The
-provenance manifest (mlrepro/provenance.py) copies every ledger of a package's benchmarks, so
+provenance manifest (mlrepro/package/provenance.py) copies every ledger of a package's benchmarks, so
 that no run can be dropped silently.
 
 The run driver wraps its work in :func:`recorded`.
@@ -47,7 +47,7 @@ def append(path: Path, record: dict[str, Any]) -> None:
 
 
 def _sha256(path: Path) -> str | None:
-    from mlrepro.data import sha256_file  # the one file hasher of the project
+    from mlrepro.core.hashing import sha256_file  # the one file hasher of the project
 
     return sha256_file(path) if path.is_file() else None
 

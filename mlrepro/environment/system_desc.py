@@ -6,7 +6,7 @@ import platform
 from pathlib import Path
 from typing import Any
 
-from mlrepro import environment
+from mlrepro.environment import probe
 
 
 def _cache_sizes() -> str:
@@ -45,10 +45,10 @@ def describe(submitter: str, division: str, status: str, system_name: str, threa
     ``software``: what the runs' engine saw (``Engine.describe``: inside the image for container runs);
     None: this interpreter.
     """
-    host = environment.host()
+    host = probe.host()
     gpus = host["gpus"]["devices"] if device != "cpu" else []
     storage_type, storage_capacity = _storage()
-    software = software or environment.python_environment()
+    software = software or probe.python_environment()
     torch_version = software["packages"].get("torch")
     return {
         "submitter": submitter,

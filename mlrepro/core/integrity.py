@@ -13,7 +13,7 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-from mlrepro.data import sha256_file
+from mlrepro.core.hashing import sha256_file
 
 RESULT = "result.txt"
 SUMMARY = "run.json"

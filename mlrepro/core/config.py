@@ -18,10 +18,11 @@ from typing import Any
 import jsonschema
 import yaml
 
-from mlrepro import PROJECT_ROOT, rulesets
+from mlrepro import PROJECT_ROOT
 from mlrepro.containers.context import base_images
-from mlrepro.implementation import MINI, Implementation, ImplementationError, resolve
-from mlrepro.workload import implemented_benchmarks, workflow_dir
+from mlrepro.core import rulesets
+from mlrepro.runs.implementation import MINI, Implementation, ImplementationError, resolve
+from mlrepro.training.workload import implemented_benchmarks, workflow_dir
 
 SCHEMA = PROJECT_ROOT / "config" / "schema.yaml"
 # Keys of a benchmark's block that say how and where it runs, not what it computes: changing them

@@ -6,14 +6,15 @@ import argparse
 import json
 from pathlib import Path
 
-from mlrepro import atomic, environment, system_desc
-from mlrepro.config import system_name
 from mlrepro.containers.lock import image_ref
+from mlrepro.core import atomic
+from mlrepro.core.config import system_name
 from mlrepro.engines import engine_for
+from mlrepro.environment import probe, system_desc
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m mlrepro.record_environment", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m mlrepro.environment.record", description=__doc__)
     p.add_argument("--engine", default="native", help="without an image record: native")
     p.add_argument("--image-record", type=Path, default=None, help="the image's build record (container engines)")
     p.add_argument("--locked", action="store_true")
@@ -25,7 +26,7 @@ def main(argv: list[str] | None = None) -> None:
         image_ref(args.image_record, locked=args.locked) if args.image_record else None)
     record = {
         "engine": software,
-        "host": environment.host(),
+        "host": probe.host(),
         "system_desc": system_desc.describe(sub["org"], sub["division"], sub["status"],
                                             system_name(sub["system"]), sub["threads"], sub["device"], software),
     }

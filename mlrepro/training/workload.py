@@ -42,7 +42,7 @@ class Workload(Protocol):
     scheduler: torch.optim.lr_scheduler.LRScheduler  # stepped after every optimizer step
     grad_clip_norm: float | None  # the gradients' total norm is clipped to it before each step
     # Optional, default False: batches are index tensors of the global batch, so a run spanning several
-    # processes (mlrepro.distributed) trains data-parallel, each rank on its share.
+    # processes (mlrepro.training.distributed) trains data-parallel, each rank on its share.
     data_parallel: bool
 
     def __init__(self, data_dir: Path, params: dict[str, Any], device: torch.device, seed: int) -> None:

@@ -16,7 +16,9 @@ import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from mlrepro import PROJECT_ROOT, atomic, integrity, paths, provenance, rulesets
+from mlrepro import PROJECT_ROOT
+from mlrepro.core import atomic, integrity, names, rulesets
+from mlrepro.package import provenance
 
 SUCCESS = "PACKAGE CHECKER FOUND NO ERRORS"
 IMAGE_RECORD = "image.json"  # in the implementation's folder of the package: the image its runs used
@@ -41,7 +43,7 @@ def _copy_implementation(benchmark: str, impl: dict, dest: Path) -> None:
     else:
         shutil.copytree(impl["folder"], dest / "workflows" / benchmark, ignore=ignore)
         shutil.copytree(PROJECT_ROOT / "mlrepro", dest / "mlrepro", ignore=ignore)
-        image_dir = paths.inside(PROJECT_ROOT / "containers", impl["image"])  # never a folder outside containers/
+        image_dir = names.inside(PROJECT_ROOT / "containers", impl["image"])  # never a folder outside containers/
         if image_dir.is_dir():
             shutil.copytree(image_dir, dest / "containers" / impl["image"], ignore=ignore)
         for name in ("pyproject.toml", "requirements.txt"):
@@ -49,7 +51,7 @@ def _copy_implementation(benchmark: str, impl: dict, dest: Path) -> None:
         (dest / "README.md").write_text(
             f"# {benchmark}: mlrepro mini implementation\n\n"
             f"`workflows/{benchmark}/` is the implementation folder (model.py, {impl['config_file']}, "
-            f"run_and_time.sh);\n`mlrepro/train.py` is the training loop shared by every benchmark. "
+            f"run_and_time.sh);\n`mlrepro/training/loop.py` is the training loop shared by every benchmark. "
             f"The image is built from\n`containers/{impl['image']}/Dockerfile` with this folder as context.\n"
         )
     if impl.get("image_record"):
@@ -96,7 +98,7 @@ def check(org_dir: Path, usage: str, ruleset: str, log: Path) -> PackageVerdict:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m mlrepro.package", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m mlrepro.package.assemble", description=__doc__)
     p.add_argument("--spec", type=Path, required=True, help="JSON: org, system, usage, ruleset, submittable, "
                    "system_desc, runs {benchmark: [result files]}, implementations {benchmark: {kind, name, folder, "
                    "config_file, image, image_record}}")

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from mlrepro import PROJECT_ROOT
-from mlrepro.data import sha256_file
+from mlrepro.core.hashing import sha256_file
+from mlrepro.runs.executed_code import mini_run_files
 
 MINI = "mini"
 RUN_SCRIPT = "run_and_time.sh"
@@ -25,9 +26,6 @@ DATA_MOUNTS = {"bert": "/workspace/data", "dlrm": "/raid/datasets/criteo/mlperf"
 LOG_MOUNT = "/results"
 # The clean environment a config file is sourced in; NEXP=1: one run per job (NVIDIA's run.sub sets it).
 CLEAN_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "NEXP": "1"}
-# The mini implementations' training code beyond their own folder: what they import and the package holds.
-MINI_SHARED = ("mlrepro/train.py", "mlrepro/mlperf_log.py", "mlrepro/data.py", "mlrepro/atomic.py",
-               "mlrepro/workload.py", "mlrepro/__init__.py")
 _SKIP = ("__pycache__", ".pyc")
 
 
@@ -60,13 +58,13 @@ class Implementation:
         return self.nodes * self.gpus_per_node
 
     def digest(self) -> str:
-        """Content of what runs: the folder's files (and, for ours, the shared training code)."""
+        """Content of what runs: the folder's files and, for ours, every project file a run executes."""
         h = hashlib.sha256()
         for rel in self.files:
             h.update(f"{rel}\0{sha256_file(self.folder / rel)}\n".encode())
         if self.kind == MINI:
-            for rel in MINI_SHARED:
-                h.update(f"{rel}\0{sha256_file(PROJECT_ROOT / rel)}\n".encode())
+            for path in mini_run_files(self.folder):
+                h.update(f"{path.relative_to(PROJECT_ROOT).as_posix()}\0{sha256_file(path)}\n".encode())
         return h.hexdigest()
 
     def script_in_container(self) -> str:

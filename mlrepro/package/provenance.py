@@ -5,7 +5,7 @@
 the images the runs used, the hashes of the dataset manifests, the project's git commit and whether the
 tree was dirty, the configuration and its hash, one record per packaged result (seed, run window, hash,
 the ledger launch that wrote it) and the run ledger: every launch of every run of the packaged
-benchmarks (mlrepro/ledger.py), failed, aborted and superseded ones included.
+benchmarks (mlrepro/runs/ledger.py), failed, aborted and superseded ones included.
 
 The manifest is written last and hashed; the hash goes into ``<org>/provenance.sha256`` (sha256sum
 format) and, outside the package, into the package verdict and the report. The sidecar catches a
@@ -24,8 +24,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from mlrepro import PROJECT_ROOT, atomic, ledger, rulesets
-from mlrepro.data import sha256_file
+from mlrepro import PROJECT_ROOT
+from mlrepro.core import atomic, rulesets
+from mlrepro.core.hashing import sha256_file
+from mlrepro.runs import ledger
 
 MANIFEST = "provenance.json"
 SIDECAR = "provenance.sha256"

@@ -11,7 +11,8 @@ from typing import Any
 from mlperf_logging.mllog import constants as _c
 from mlperf_logging.mllog.mllog import MLLogger
 
-from mlrepro import PROJECT_ROOT, atomic
+from mlrepro import PROJECT_ROOT
+from mlrepro.core import atomic
 
 
 class RunLog:

@@ -1,0 +1,3 @@
+from mlrepro.reproduce.cli import main
+
+main()

@@ -1,0 +1,61 @@
+"""A run's digest covers every project file the run executes (exact staleness)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mlrepro import PROJECT_ROOT
+from mlrepro.runs.executed_code import ENTRY, mini_run_files, project_files
+from mlrepro.training.workload import implemented_benchmarks, workflow_dir
+
+# Imports the training entry point and one benchmark's model as a run does, then lists the project files
+# the interpreter loaded.
+_LOADED = """
+import json, sys, runpy
+from mlrepro.training.workload import load_module
+import mlrepro.train
+load_module(sys.argv[1])
+root = sys.argv[2]
+print(json.dumps(sorted({m.__file__ for m in list(sys.modules.values())
+                         if getattr(m, "__file__", None) and m.__file__.startswith(root)})))
+"""
+
+
+@pytest.mark.parametrize("benchmark", implemented_benchmarks())
+def test_every_project_file_a_run_loads_is_in_its_digest(benchmark: str) -> None:
+    folder = workflow_dir(benchmark)
+    proc = subprocess.run([sys.executable, "-c", _LOADED, benchmark, str(PROJECT_ROOT / "mlrepro")],
+                          capture_output=True, text=True, check=True, cwd=PROJECT_ROOT)
+    loaded = {Path(p) for p in json.loads(proc.stdout.splitlines()[-1])}
+    covered = set(mini_run_files(folder))
+    assert ENTRY in covered and PROJECT_ROOT / "mlrepro" / "training" / "loop.py" in covered
+    assert loaded - covered == set(), f"{benchmark}: loaded by a run but outside its digest"
+
+
+def test_model_specific_code_stays_out_of_other_benchmarks() -> None:
+    detection = PROJECT_ROOT / "mlrepro" / "training" / "detection.py"
+    assert detection in mini_run_files(workflow_dir("ssd"))
+    assert detection not in mini_run_files(workflow_dir("resnet"))
+
+
+def test_imports_inside_functions_and_relative_imports_are_followed(tmp_path: Path, monkeypatch) -> None:
+    from mlrepro.runs import executed_code
+
+    pkg = tmp_path / "mlrepro"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "sub" / "__init__.py").write_text("from . import late\n")
+    (pkg / "sub" / "late.py").write_text("def f():\n    from mlrepro import lazy\n")
+    (pkg / "lazy.py").write_text("")
+    (pkg / "unused.py").write_text("")
+    entry = tmp_path / "entry.py"
+    entry.write_text("import mlrepro.sub\n")
+    monkeypatch.setattr(executed_code, "PROJECT_ROOT", tmp_path)
+    found = {p.relative_to(tmp_path).as_posix() for p in project_files([entry])}
+    assert found == {"entry.py", "mlrepro/__init__.py", "mlrepro/sub/__init__.py", "mlrepro/sub/late.py",
+                     "mlrepro/lazy.py"}
