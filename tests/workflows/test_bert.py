@@ -1,4 +1,5 @@
-"""Unit tests of the mini BERT's own parts: the 80/10/10 masking, the corpus, LAMB, the model's shapes."""
+"""Unit tests of the mini BERT's own parts: the 80/10/10 masking, the corpus, the model's shapes (LAMB:
+test_lamb.py)."""
 
 from __future__ import annotations
 
@@ -74,41 +75,6 @@ def test_corpus_follows_the_hidden_chain(tmp_path: Path) -> None:
     assert np.array_equal(np.load(other / "train.npz")["tokens"], train)
     bert.generate_data(other, p, seed=6)
     assert not np.array_equal(np.load(other / "train.npz")["tokens"], train)
-
-
-def reference_lamb_step(p: torch.Tensor, g: torch.Tensor, m: torch.Tensor, v: torch.Tensor, t: int,
-                        lr: float, b1: float, b2: float, eps: float, wd: float) -> torch.Tensor:
-    """LAMB for one tensor, written out plainly."""
-    m.mul_(b1).add_((1 - b1) * g)
-    v.mul_(b2).add_((1 - b2) * g * g)
-    u = (m / (1 - b1**t)) / ((v / (1 - b2**t)).sqrt() + eps)
-    if p.ndim > 1:
-        u = u + wd * p
-    ratio = p.norm() / u.norm() if p.norm() > 0 and u.norm() > 0 else torch.tensor(1.0)
-    return p - lr * ratio * u
-
-
-def test_lamb_matches_a_per_tensor_reference() -> None:
-    torch.manual_seed(0)
-    w = torch.nn.Parameter(torch.randn(5, 3))
-    b = torch.nn.Parameter(torch.zeros(3))  # zero norm: trust ratio falls back to 1
-    opt = bert.Lamb([w, b], lr=0.1, betas=(0.9, 0.99), eps=1e-6, weight_decay=0.05)
-    ref = {"w": (w.detach().clone(), torch.zeros(5, 3), torch.zeros(5, 3)),
-           "b": (b.detach().clone(), torch.zeros(3), torch.zeros(3))}
-    for t in range(1, 4):
-        gw, gb = torch.randn(5, 3), torch.randn(3)
-        w.grad, b.grad = gw.clone(), gb.clone()
-        opt.step()
-        for name, g in (("w", gw), ("b", gb)):
-            p, m, v = ref[name]
-            ref[name] = (reference_lamb_step(p, g, m, v, t, 0.1, 0.9, 0.99, 1e-6, 0.05), m, v)
-        assert torch.allclose(w.detach(), ref["w"][0], atol=1e-6)
-        assert torch.allclose(b.detach(), ref["b"][0], atol=1e-6)
-    # Each step moves a matrix by lr times its norm: the layer-wise trust ratio at work.
-    before = w.detach().clone()
-    w.grad = torch.randn(5, 3)
-    opt.step()
-    assert (w.detach() - before).norm().item() == pytest.approx(0.1 * before.norm().item(), rel=1e-4)
 
 
 def test_model_shapes_tied_head_and_names() -> None:

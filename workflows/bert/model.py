@@ -34,6 +34,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from mlrepro.training.epoch_order import epoch_generator
+from mlrepro.training.lamb import Lamb, decay_groups
+
 MASK = 0  # token id of [MASK]; the words are 1 .. vocab_size - 1
 IGNORE = -100  # label of the positions that are not predicted (F.cross_entropy's ignore_index)
 
@@ -165,50 +168,6 @@ class Bert(nn.Module):
                 "cls/predictions/output_bias"]
 
 
-# ------------------------------------------------------------------------------------ optimizer
-class Lamb(torch.optim.Optimizer):
-    """LAMB (You et al., 2019): Adam's update, rescaled per tensor by the trust ratio |w| / |update|
-    so that every layer moves by the same fraction of its norm whatever the scale of its gradient.
-
-    The ``_foreach`` calls apply each line to all the tensors at once: with a model this small a
-    per-tensor Python loop would cost as much as the forward and backward passes together.
-    """
-
-    def __init__(self, params: Any, lr: float, betas: tuple[float, float], eps: float, weight_decay: float):
-        super().__init__(params, {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay})
-
-    @torch.no_grad()
-    def step(self, closure: Any = None) -> None:  # type: ignore[override]
-        for group in self.param_groups:
-            (b1, b2), eps = group["betas"], group["eps"]
-            params = [p for p in group["params"] if p.grad is not None]
-            grads = [p.grad for p in params]
-            for p in params:
-                if not self.state[p]:
-                    self.state[p].update(m=torch.zeros_like(p), v=torch.zeros_like(p))
-            m = [self.state[p]["m"] for p in params]
-            v = [self.state[p]["v"] for p in params]
-            group["step"] = t = group.get("step", 0) + 1
-            torch._foreach_lerp_(m, grads, 1 - b1)  # m = b1 m + (1 - b1) g
-            torch._foreach_mul_(v, b2)
-            torch._foreach_addcmul_(v, grads, grads, value=1 - b2)  # v = b2 v + (1 - b2) g^2
-            # Adam's direction with bias correction: m_hat / (sqrt(v_hat) + eps).
-            denom = torch._foreach_sqrt(v)
-            torch._foreach_div_(denom, math.sqrt(1 - b2**t))
-            torch._foreach_add_(denom, eps)
-            update = torch._foreach_div(m, denom)
-            torch._foreach_div_(update, 1 - b1**t)
-            # Decoupled weight decay on the matrices only: the reference exempts biases and LayerNorm.
-            decayed = [(u, p) for u, p in zip(update, params, strict=True) if p.ndim > 1]
-            torch._foreach_add_([u for u, _ in decayed], [p for _, p in decayed], alpha=group["weight_decay"])
-            w_norm = torch.stack(torch._foreach_norm(params))
-            u_norm = torch.stack(torch._foreach_norm(update))
-            # Trust ratio 1 where a norm is 0 (the zero-initialized biases at the first step): plain Adam.
-            trust = torch.where((w_norm > 0) & (u_norm > 0), w_norm / u_norm, torch.ones_like(w_norm))
-            torch._foreach_mul_(update, list(trust.unbind()))
-            torch._foreach_add_(params, update, alpha=-group["lr"])
-
-
 # ------------------------------------------------------------------------------------ workload
 class Workload:
     higher_is_better = True
@@ -229,8 +188,10 @@ class Workload:
         self.steps_per_epoch = math.ceil(len(self.tokens) / self.batch)
         total = self.steps_per_epoch * params["max_epochs"]
         warmup = params["warmup_steps"]
-        self.optimizer = Lamb(self.model.parameters(), lr=params["lr"], betas=(params["beta1"], params["beta2"]),
-                        eps=params["epsilon"], weight_decay=params["weight_decay"])
+        # The reference's LAMB (TF) applies the trust ratio to every tensor, the undecayed ones included.
+        self.optimizer = Lamb(decay_groups(self.model.parameters()), lr=params["lr"],
+                              betas=(params["beta1"], params["beta2"]), eps=params["epsilon"],
+                              weight_decay=params["weight_decay"], adapt_undecayed=True)
         # The reference's schedule: linear warmup from 0, then linear decay to 0 at the last step.
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda s: (s + 1) / warmup if s < warmup else max(0.0, (total - s) / max(1, total - warmup))
@@ -259,7 +220,7 @@ class Workload:
 
     def batches(self, epoch: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         # Masks and order are drawn on the CPU so that a seed gives the same run on every device.
-        gen = torch.Generator().manual_seed(self.seed * 1000 + epoch)
+        gen = epoch_generator(self.seed, epoch)
         order = torch.randperm(len(self.tokens), generator=gen)
         inputs, labels = mask_tokens(self.tokens[order], self.vocab, self.mask_prob, gen)
         inputs, labels = inputs.to(self.device), labels.to(self.device)

@@ -29,6 +29,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from mlrepro.training.epoch_order import epoch_generator, shuffled_batches
+
 
 # ---------------------------------------------------------------------------------------- data
 def _hidden_logits(dense: np.ndarray, cats: np.ndarray, proj: np.ndarray, tables: list[np.ndarray], offset: float):
@@ -162,10 +164,7 @@ class Workload:
         return self.model.reference_names()
 
     def batches(self, epoch: int) -> Iterator[torch.Tensor]:
-        gen = torch.Generator().manual_seed(self.seed * 1000 + epoch)
-        order = torch.randperm(len(self.labels), generator=gen).to(self.device)
-        for i in range(self.steps_per_epoch):
-            yield order[i * self.batch : (i + 1) * self.batch]
+        return shuffled_batches(len(self.labels), self.batch, epoch_generator(self.seed, epoch), self.device)
 
     def loss(self, idx: torch.Tensor) -> torch.Tensor:
         logits = self.model(self.dense[idx], self.cats[idx])

@@ -19,7 +19,8 @@ The real benchmark trains Mask R-CNN (ResNet-50 + FPN) on COCO and stops at box 
   mask AP (mAP@[.5:.95], pycocotools ``bbox`` and ``segm``), the two metrics of the real benchmark.
 
 The box geometry (IoU, NMS, box coding, anchors, matching, RoI Align) is shared with the ssd model:
-``mlrepro.training.detection``, written to torchvision.ops' semantics.
+``mlrepro.training.detection``, written to torchvision.ops' semantics; so are the scenes
+(``mlrepro.training.scenes``) and the FPN (``mlrepro.training.fpn``).
 """
 
 from __future__ import annotations
@@ -50,52 +51,17 @@ from mlrepro.training.detection import (
     nms,
     roi_align,
 )
-
-SHAPES = ("rectangle", "disc", "triangle")  # category ids 1, 2, 3; 0 is background
+from mlrepro.training.epoch_order import epoch_generator, shuffled_batches
+from mlrepro.training.fpn import Backbone, conv_bn
+from mlrepro.training.scenes import SHAPES, scene
 
 
 # ---------------------------------------------------------------------------------------- data
-def _shape_mask(kind: int, h: int, w: int, flip: bool) -> np.ndarray:
-    yy, xx = np.mgrid[0:h, 0:w] + 0.5  # pixel centres
-    if kind == 0:
-        return np.ones((h, w), dtype=bool)
-    if kind == 1:
-        return ((xx - w / 2) / (w / 2)) ** 2 + ((yy - h / 2) / (h / 2)) ** 2 <= 1
-    tri = np.abs(xx - w / 2) <= yy / h * (w / 2)
-    return tri[::-1] if flip else tri
-
-
-def _scene(rng: np.random.Generator, d: dict[str, Any]):
-    """One image, its object masks, tight boxes (x0, y0, x1, y1) and category ids (0 pads)."""
-    s, k = d["image_size"], d["max_objects"]
-    img = np.full((3, s, s), rng.uniform(0.1, 0.4), dtype=np.float32)
-    masks = np.zeros((k, s, s), dtype=bool)
-    boxes, labels = np.zeros((k, 4), np.float32), np.zeros(k, np.int64)
-    placed: list[tuple[int, int, int, int]] = []
-    for i in range(rng.integers(1, k + 1)):
-        for _ in range(20):  # rejection sampling: objects do not touch, so every mask is whole
-            h, w = rng.integers(d["min_size"], d["max_size"] + 1, size=2)
-            y, x = rng.integers(0, s - h + 1), rng.integers(0, s - w + 1)
-            if all(x > b[2] or x + w < b[0] or y > b[3] or y + h < b[1] for b in placed):
-                break
-        else:
-            continue
-        placed.append((x, y, x + w, y + h))
-        kind = int(rng.integers(len(SHAPES)))
-        masks[i, y : y + h, x : x + w] = _shape_mask(kind, h, w, bool(rng.random() < 0.5))
-        img[:, masks[i]] = rng.uniform(0.55, 1.0, size=(3, 1))  # colour says nothing of the class
-        ys, xs = np.nonzero(masks[i])
-        boxes[i] = (xs.min(), ys.min(), xs.max() + 1, ys.max() + 1)
-        labels[i] = kind + 1
-    img += d["noise"] * rng.standard_normal(img.shape, dtype=np.float32)
-    return (np.clip(img, 0, 1) * 255).round().astype(np.uint8), masks, boxes, labels
-
-
 def generate_data(out_dir: Path, params: dict[str, Any], seed: int) -> None:
     d = params["data"]
     rng = np.random.default_rng(seed)
     for split in ("train", "eval"):
-        scenes = [_scene(rng, d) for _ in range(d[f"{split}_samples"])]
+        scenes = [scene(rng, d) for _ in range(d[f"{split}_samples"])]
         images, masks, boxes, labels = (np.stack(x) for x in zip(*scenes, strict=True))
         np.savez(out_dir / f"{split}.npz", images=images, masks=masks, boxes=boxes, labels=labels)
 
@@ -138,10 +104,6 @@ def paste_masks(masks: torch.Tensor, boxes: torch.Tensor, size: int) -> torch.Te
 
 
 # --------------------------------------------------------------------------------------- model
-def conv_bn(cin: int, cout: int, stride: int = 1) -> nn.Sequential:
-    return nn.Sequential(nn.Conv2d(cin, cout, 3, stride, 1, bias=False), nn.BatchNorm2d(cout), nn.ReLU())
-
-
 class Body(nn.Module):
     """The backbone proper: four strided stages, C1..C4 at strides 2, 4, 8, 16 (ResNet's C2..C5)."""
 
@@ -158,38 +120,6 @@ class Body(nn.Module):
         c2 = self.layer2(c1)
         c3 = self.layer3(c2)
         return [c1, c2, c3, self.layer4(c3)]
-
-
-class FPN(nn.Module):
-    """Top-down pathway: each level adds its lateral 1x1 conv to the upsampled coarser level, so the
-    fine levels that see small objects also get the context of the coarse ones."""
-
-    def __init__(self, in_channels: list[int], ch: int) -> None:
-        super().__init__()
-        self.inner_blocks = nn.ModuleList(nn.Conv2d(c, ch, 1) for c in in_channels)
-        self.layer_blocks = nn.ModuleList(nn.Conv2d(ch, ch, 3, padding=1) for _ in in_channels)
-        for m in self.modules():
-            if isinstance(m, nn.Conv2d):
-                nn.init.kaiming_uniform_(m.weight, a=1)
-                nn.init.zeros_(m.bias)
-
-    def forward(self, feats: list[torch.Tensor]) -> list[torch.Tensor]:
-        last = self.inner_blocks[-1](feats[-1])
-        outs = [self.layer_blocks[-1](last)]
-        for i in range(len(feats) - 2, -1, -1):
-            last = self.inner_blocks[i](feats[i]) + F.interpolate(last, size=feats[i].shape[-2:])
-            outs.insert(0, self.layer_blocks[i](last))
-        return outs
-
-
-class Backbone(nn.Module):
-    def __init__(self, width: int, fpn_channels: int) -> None:
-        super().__init__()
-        self.body = Body(width)
-        self.fpn = FPN(self.body.out_channels, fpn_channels)
-
-    def forward(self, x: torch.Tensor) -> list[torch.Tensor]:
-        return self.fpn(self.body(x))
 
 
 class RPNHead(nn.Module):
@@ -284,7 +214,7 @@ class MaskRCNN(nn.Module):
         self.register_buffer("anchors", torch.cat(anchors))
         self.rpn_coder, self.box_coder = BoxCoder(), BoxCoder(BOX_WEIGHTS)
         ch, classes = p["fpn_channels"], len(SHAPES)
-        self.backbone = Backbone(p["width"], ch)
+        self.backbone = Backbone(Body(p["width"]), ch)
         self.rpn = RPNHead(ch, len(p["anchor_ratios"]))
         self.box_head = BoxHead(ch, p["box_pool"], p["box_hidden"], classes)
         self.mask_head = MaskHead(ch, p["mask_channels"], classes)
@@ -505,10 +435,7 @@ class Workload:
         return x.float() / 255 - 0.5
 
     def batches(self, epoch: int) -> Iterator[torch.Tensor]:
-        gen = torch.Generator().manual_seed(self.seed * 1000 + epoch)
-        order = torch.randperm(len(self.x), generator=gen).to(self.device)
-        for i in range(self.steps_per_epoch):
-            yield order[i * self.batch : (i + 1) * self.batch]
+        return shuffled_batches(len(self.x), self.batch, epoch_generator(self.seed, epoch), self.device)
 
     def loss(self, idx: torch.Tensor) -> torch.Tensor:
         return self.model.loss(self._images(self.x[idx]), self.masks[idx], self.boxes[idx], self.labels[idx],

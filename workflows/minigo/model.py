@@ -44,6 +44,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from mlrepro.training.epoch_order import epoch_generator
 from mlrepro.training.schedules import FunctionLR
 
 BLACK, WHITE, EMPTY = 1, -1, 0
@@ -611,7 +612,7 @@ class Workload:
         x_all = torch.from_numpy(np.stack([e[0] for e in self.window])).to(self.device)
         pi_all = torch.from_numpy(np.stack([e[1] for e in self.window])).to(self.device)
         z_all = torch.tensor([e[2] for e in self.window], dtype=torch.float32, device=self.device)
-        gen = torch.Generator().manual_seed(self.seed * 1000 + epoch)
+        gen = epoch_generator(self.seed, epoch)
         self.model.train()  # self-play searched with it in evaluation mode
         for _ in range(self.p["steps_per_generation"]):
             idx = torch.randint(len(self.window), (self.batch,), generator=gen).to(self.device)

@@ -20,6 +20,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from mlrepro.training.epoch_order import epoch_generator, shuffled_batches
+
 
 # ---------------------------------------------------------------------------------------- data
 def _prototypes(rng: np.random.Generator, classes: int, size: int) -> np.ndarray:
@@ -150,10 +152,8 @@ class Workload:
         return [name for name, _ in self.model.named_parameters()]
 
     def batches(self, epoch: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        gen = torch.Generator().manual_seed(self.seed * 1000 + epoch)
-        order = torch.randperm(len(self.x), generator=gen).to(self.device)
-        for i in range(self.steps_per_epoch):
-            idx = order[i * self.batch : (i + 1) * self.batch]
+        gen = epoch_generator(self.seed, epoch)
+        for idx in shuffled_batches(len(self.x), self.batch, gen, self.device):
             yield self.x[idx], self.y[idx]
 
     def loss(self, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:

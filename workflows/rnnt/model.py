@@ -35,6 +35,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from mlrepro.training.epoch_order import epoch_generator, shuffled_batches
+from mlrepro.training.lamb import Lamb, decay_groups
 from mlrepro.training.schedules import FunctionLR
 
 FRAME_SECONDS = 0.01  # every generated frame stands for one 10 ms hop, as in the reference's features
@@ -219,50 +221,6 @@ def word_error_rate(refs: list[list[int]], hyps: list[list[int]]) -> float:
     return sum(edit_distance(r, h) for r, h in zip(refs, hyps, strict=True)) / sum(len(r) for r in refs)
 
 
-class Lamb(torch.optim.Optimizer):
-    """LAMB: Adam's update (plus decoupled weight decay), rescaled per tensor by ||w|| / ||update||.
-
-    The trust ratio makes every layer move by a similar fraction of its size, which is what lets
-    the reference train with a very large batch.
-    """
-
-    def __init__(self, params: Any, lr: float, betas: tuple[float, float], eps: float, weight_decay: float):
-        super().__init__(params, {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay})
-
-    @torch.no_grad()
-    def step(self, closure: Any = None) -> None:
-        # One fused ("foreach") op per stage over all tensors: the same maths as a loop over tensors,
-        # without hundreds of tiny kernel launches per step.
-        for group in self.param_groups:
-            params = [p for p in group["params"] if p.grad is not None]
-            grads = [p.grad for p in params]
-            for p in params:
-                if not self.state[p]:
-                    self.state[p].update(m=torch.zeros_like(p), v=torch.zeros_like(p))
-            ms = [self.state[p]["m"] for p in params]
-            vs = [self.state[p]["v"] for p in params]
-            beta1, beta2 = group["betas"]
-            group["step"] = step = group.get("step", 0) + 1
-            torch._foreach_lerp_(ms, grads, 1 - beta1)  # m = beta1 m + (1 - beta1) g
-            torch._foreach_mul_(vs, beta2)
-            torch._foreach_addcmul_(vs, grads, grads, value=1 - beta2)
-            # Adam's bias-corrected direction m_hat / (sqrt(v_hat) + eps), plus decoupled weight decay.
-            denom = torch._foreach_sqrt(vs)
-            torch._foreach_div_(denom, math.sqrt(1 - beta2**step))
-            torch._foreach_add_(denom, group["eps"])
-            updates = torch._foreach_div(ms, denom)
-            torch._foreach_div_(updates, 1 - beta1**step)
-            torch._foreach_add_(updates, params, alpha=group["weight_decay"])
-            if group["weight_decay"] > 0:
-                # apex's FusedLAMB (the reference's) applies the trust ratio only where weight decay
-                # does: biases take plain Adam steps, so they are not stuck at their tiny initial norm.
-                w_norm = torch.stack(torch._foreach_norm(params))
-                u_norm = torch.stack(torch._foreach_norm(updates))
-                trust = torch.where((w_norm > 0) & (u_norm > 0), w_norm / u_norm, torch.ones_like(w_norm))
-                torch._foreach_mul_(updates, list(trust.unbind()))
-            torch._foreach_add_(params, updates, alpha=-group["lr"])
-
-
 # ------------------------------------------------------------------------------------ workload
 class Workload:
     higher_is_better = False  # WER
@@ -280,14 +238,11 @@ class Workload:
         self.model = RNNT(d["features"], d["words"], params).to(device)
         self.batch = params["batch_size"]
         self.steps_per_epoch = math.ceil(len(self.trainset["frames"]) / self.batch)
-        # Weight matrices and embeddings decay; biases do not (the usual LAMB split).
-        matrices = [w for w in self.model.parameters() if w.dim() > 1]
-        vectors = [w for w in self.model.parameters() if w.dim() <= 1]
-        self.optimizer = Lamb(
-            [{"params": matrices}, {"params": vectors, "weight_decay": 0.0}],
-            lr=params["lr"], betas=(params["beta1"], params["beta2"]),
-            eps=params["epsilon"], weight_decay=params["weight_decay"],
-        )
+        # apex's FusedLAMB (the reference's) applies the trust ratio only where weight decay does: the
+        # biases take plain Adam steps, so they are not stuck at their tiny initial norm.
+        self.optimizer = Lamb(decay_groups(self.model.parameters()), lr=params["lr"],
+                              betas=(params["beta1"], params["beta2"]), eps=params["epsilon"],
+                              weight_decay=params["weight_decay"], adapt_undecayed=False)
         self.scheduler = FunctionLR(self.optimizer, self._lr)
         self.grad_clip_norm = params["grad_clip_norm"]
         aug = params["augment"]
@@ -366,11 +321,9 @@ class Workload:
         return x, lengths
 
     def batches(self, epoch: int) -> Iterator[tuple[torch.Tensor, ...]]:
-        gen = torch.Generator().manual_seed(self.seed * 1000 + epoch)
-        order = torch.randperm(self.train_samples, generator=gen).to(self.device)
+        gen = epoch_generator(self.seed, epoch)
         tr = self.trainset
-        for i in range(self.steps_per_epoch):
-            idx = order[i * self.batch : (i + 1) * self.batch]
+        for idx in shuffled_batches(self.train_samples, self.batch, gen, self.device):
             # Trim padding to the longest utterance (and label) in this batch.
             frames, label_lengths = tr["frames"][idx], tr["label_lengths"][idx]
             t_max, u_max = int(frames.max()), int(label_lengths.max())

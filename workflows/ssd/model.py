@@ -6,9 +6,9 @@ every part of that recipe and shrinks the sizes:
 
 - data: 32x32 RGB images with a few filled rectangles, discs and triangles (random size, aspect and
   colour, so the class is the *shape*) on a noisy background; boxes are the tight boxes of the shapes;
-- model: a small conv backbone, an FPN over strides 4 and 8 plus one extra stride-16 level (the
-  role of P6/P7), and the RetinaNet head: two conv towers shared by all levels, the class tower
-  ending in per-anchor sigmoid logits, the box tower in per-anchor box deltas;
+- model: a small conv backbone, an FPN over strides 4 and 8, and the RetinaNet head: two conv towers
+  shared by all levels, the class tower ending in per-anchor sigmoid logits, the box tower in
+  per-anchor box deltas;
 - training: anchors matched to objects by IoU (>= 0.5 object, < 0.4 background, in between ignored,
   plus each object's best anchor), sigmoid focal loss over all anchors and L1 loss on the box deltas
   of matched anchors, both normalised by the number of matched anchors; Adam, linear warmup, then a
@@ -17,7 +17,8 @@ every part of that recipe and shrinks the sizes:
   pycocotools, the metric the real benchmark reports.
 
 The box geometry (IoU, NMS, box coding, anchors, matching, focal loss) is shared with the maskrcnn
-model: ``mlrepro.training.detection``, written to torchvision.ops' semantics.
+model: ``mlrepro.training.detection``, written to torchvision.ops' semantics; so are the scenes
+(``mlrepro.training.scenes``) and the FPN (``mlrepro.training.fpn``).
 """
 
 from __future__ import annotations
@@ -44,63 +45,26 @@ from mlrepro.training.detection import (
     match,
     sigmoid_focal_loss,
 )
-
-SHAPES = ("rectangle", "disc", "triangle")  # category ids 1, 2, 3 (0 pads the per-image lists)
+from mlrepro.training.epoch_order import epoch_generator, shuffled_batches
+from mlrepro.training.fpn import Backbone, conv_bn
+from mlrepro.training.scenes import SHAPES, scene
 
 
 # ---------------------------------------------------------------------------------------- data
-def _shape_mask(kind: int, h: int, w: int, flip: bool) -> np.ndarray:
-    yy, xx = np.mgrid[0:h, 0:w] + 0.5  # pixel centres
-    if kind == 0:
-        return np.ones((h, w), dtype=bool)
-    if kind == 1:
-        return ((xx - w / 2) / (w / 2)) ** 2 + ((yy - h / 2) / (h / 2)) ** 2 <= 1
-    tri = np.abs(xx - w / 2) <= yy / h * (w / 2)
-    return tri[::-1] if flip else tri
-
-
-def _scene(rng: np.random.Generator, d: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """One image, its tight object boxes (x0, y0, x1, y1) and category ids, padded to max_objects."""
-    s, k = d["image_size"], d["max_objects"]
-    img = np.full((3, s, s), rng.uniform(0.1, 0.4), dtype=np.float32)
-    boxes, labels = np.zeros((k, 4), np.float32), np.zeros(k, np.int64)
-    placed: list[tuple[int, int, int, int]] = []
-    for i in range(rng.integers(1, k + 1)):
-        for _ in range(20):  # rejection sampling: objects do not touch, so every box is fully visible
-            h, w = rng.integers(d["min_size"], d["max_size"] + 1, size=2)
-            y, x = rng.integers(0, s - h + 1), rng.integers(0, s - w + 1)
-            if all(x > b[2] or x + w < b[0] or y > b[3] or y + h < b[1] for b in placed):
-                break
-        else:
-            continue
-        placed.append((x, y, x + w, y + h))
-        kind = int(rng.integers(len(SHAPES)))
-        m = np.zeros((s, s), dtype=bool)
-        m[y : y + h, x : x + w] = _shape_mask(kind, h, w, bool(rng.random() < 0.5))
-        img[:, m] = rng.uniform(0.55, 1.0, size=(3, 1))  # any bright colour: colour says nothing of class
-        ys, xs = np.nonzero(m)
-        boxes[i] = (xs.min(), ys.min(), xs.max() + 1, ys.max() + 1)
-        labels[i] = kind + 1
-    img += d["noise"] * rng.standard_normal(img.shape, dtype=np.float32)
-    return (np.clip(img, 0, 1) * 255).round().astype(np.uint8), boxes, labels
-
-
 def generate_data(out_dir: Path, params: dict[str, Any], seed: int) -> None:
     d = params["data"]
     rng = np.random.default_rng(seed)
     for split in ("train", "eval"):
-        scenes = [_scene(rng, d) for _ in range(d[f"{split}_samples"])]
-        images, boxes, labels = (np.stack(x) for x in zip(*scenes, strict=True))
+        scenes = [scene(rng, d) for _ in range(d[f"{split}_samples"])]
+        images, _, boxes, labels = (np.stack(x) for x in zip(*scenes, strict=True))  # no masks: boxes only
         np.savez(out_dir / f"{split}.npz", images=images, boxes=boxes, labels=labels)
 
 
 # --------------------------------------------------------------------------------------- model
-def conv_bn(cin: int, cout: int, stride: int = 1) -> nn.Sequential:
-    return nn.Sequential(nn.Conv2d(cin, cout, 3, stride, 1, bias=False), nn.BatchNorm2d(cout), nn.ReLU())
-
-
 class Body(nn.Module):
-    """The backbone proper: a strided stem and two stages, giving features at strides 4 and 8."""
+    """The backbone proper: a strided stem and two stages, giving features at strides 4 and 8. RetinaNet's
+    FPN adds stride-64 and -128 levels (P6, P7) for large objects; the largest object here fits the
+    stride-8 level's anchors, so there is none."""
 
     def __init__(self, width: int) -> None:
         super().__init__()
@@ -112,38 +76,6 @@ class Body(nn.Module):
     def forward(self, x: torch.Tensor) -> list[torch.Tensor]:
         c2 = self.layer1(self.conv1(x))
         return [c2, self.layer2(c2)]
-
-
-class FPN(nn.Module):
-    """Top-down pathway with lateral 1x1 convs. RetinaNet adds stride-64 and -128 levels (P6, P7) for
-    large objects; the largest object here fits the stride-8 level's anchors, so there is none."""
-
-    def __init__(self, in_channels: list[int], ch: int) -> None:
-        super().__init__()
-        self.inner_blocks = nn.ModuleList(nn.Conv2d(c, ch, 1) for c in in_channels)
-        self.layer_blocks = nn.ModuleList(nn.Conv2d(ch, ch, 3, padding=1) for _ in in_channels)
-        for m in self.modules():
-            if isinstance(m, nn.Conv2d):
-                nn.init.kaiming_uniform_(m.weight, a=1)
-                nn.init.zeros_(m.bias)
-
-    def forward(self, feats: list[torch.Tensor]) -> list[torch.Tensor]:
-        last = self.inner_blocks[-1](feats[-1])
-        outs = [self.layer_blocks[-1](last)]
-        for i in range(len(feats) - 2, -1, -1):
-            last = self.inner_blocks[i](feats[i]) + F.interpolate(last, size=feats[i].shape[-2:])
-            outs.insert(0, self.layer_blocks[i](last))
-        return outs
-
-
-class Backbone(nn.Module):
-    def __init__(self, width: int, fpn_channels: int) -> None:
-        super().__init__()
-        self.body = Body(width)
-        self.fpn = FPN(self.body.out_channels, fpn_channels)
-
-    def forward(self, x: torch.Tensor) -> list[torch.Tensor]:
-        return self.fpn(self.body(x))
 
 
 def _tower(ch: int, depth: int) -> nn.Sequential:
@@ -207,7 +139,7 @@ class RetinaNet(nn.Module):
         self.box_coder = BoxCoder()
         num_anchors = len(p["anchor_scales"]) * len(p["anchor_ratios"])
         classes = len(SHAPES)
-        self.backbone = Backbone(p["width"], p["fpn_channels"])
+        self.backbone = Backbone(Body(p["width"]), p["fpn_channels"])
         self.head = RetinaHead(p["fpn_channels"], p["head_depth"], num_anchors, classes, 0.01)
 
     def forward(self, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -336,10 +268,7 @@ class Workload:
         return x.float() / 255 - 0.5
 
     def batches(self, epoch: int) -> Iterator[torch.Tensor]:
-        gen = torch.Generator().manual_seed(self.seed * 1000 + epoch)
-        order = torch.randperm(len(self.x), generator=gen).to(self.device)
-        for i in range(self.steps_per_epoch):
-            yield order[i * self.batch : (i + 1) * self.batch]
+        return shuffled_batches(len(self.x), self.batch, epoch_generator(self.seed, epoch), self.device)
 
     def loss(self, idx: torch.Tensor) -> torch.Tensor:
         return self.model.loss(self._images(self.x[idx]), self.boxes[idx], self.labels[idx])

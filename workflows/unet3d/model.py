@@ -31,6 +31,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from mlrepro.training.epoch_order import epoch_generator, shuffled_batches
+
 CLASSES = 3  # background, kidney, tumour
 
 
@@ -197,10 +199,8 @@ class Workload:
         return self.model.layer_names()
 
     def batches(self, epoch: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        gen = torch.Generator().manual_seed(self.seed * 1000 + epoch)
-        order = torch.randperm(len(self.x), generator=gen).to(self.device)
-        for i in range(self.steps_per_epoch):
-            idx = order[i * self.batch : (i + 1) * self.batch]
+        gen = epoch_generator(self.seed, epoch)
+        for idx in shuffled_batches(len(self.x), self.batch, gen, self.device):
             x, y = self.x[idx], self.y[idx]
             # Random flips along each spatial axis, the same for the whole batch: an anatomy seen in
             # a mirror is still an anatomy, and flipping costs nothing.
