@@ -198,6 +198,8 @@ def test_a_derived_id_that_is_another_rows_published_id_is_a_disagreement(tmp_pa
     (b"org,system,id\nAcme,a,2.0\x00-1\n", "is no result ID"),
     (b"org,system,id\nAcme,a," + b"9" * 100 + b"\n", "is no result ID"),
     (b"\xff\xfeorg", "cannot be read"),
+    (b"org,system,id\n\n\nAcme,\"a\n" + b"x" * 200_000 + b"\",2.0-2000\n", "line 5: not CSV (field larger than"),
+    (b"org,system,id\nAcme,\"multi\nline\",2.0-2000\nAcme,\"multi\nline\",2.0-2001\n", "line 5: Acme/multi\nline is"),
 ])
 def test_a_bad_published_table_is_named(tmp_path: Path, content: bytes, message: str) -> None:
     path = tmp_path / "ids.csv"
@@ -235,6 +237,7 @@ def test_hostile_system_jsons_get_ids_and_verdicts(tmp_path: Path) -> None:
     outside.write_text(json.dumps(BASE))
     os.symlink(outside, root / "Mallory" / "systems" / "escape.json")
     os.mkfifo(root / "Mallory" / "systems" / "fifo.json")
+    (root / "Acme" / "results" / "no-json" / "bert").mkdir(parents=True)  # results without a system JSON
     table = ids_of(root, RULESET)
     by = {e.keys.system: e for e in table.entries}
     assert set(by) == {name for _, name in HOSTILE} | {"escape", "fifo"}  # none skipped
@@ -261,7 +264,10 @@ def test_hostile_system_jsons_get_ids_and_verdicts(tmp_path: Path) -> None:
     audit = pipeline.summarize(root, checks, "training", RULESET)
     pipeline.write_summary(audit, out)
     audit_report.write(audit, out / "report")
-    assert sorted(r["result_id"] for r in audit["rows"]) == sorted(e.id for e in table.entries)
+    *with_id, no_json = audit["rows"]
+    assert [r["result_id"] for r in with_id] == [e.id for e in table.entries]  # a row for every JSON, in order
+    assert (no_json["system_folder"], no_json["result_id"], no_json["result_id_source"]) == ("no-json", None, "none")
+    assert no_json["result_id_notes"] == "no systems/no-json.json: no row of the published table"
     index = (out / "report" / "index.html").read_text()
     assert "<script>alert" not in index and "&lt;script&gt;alert(1)&lt;/script&gt;" in index
     assert "<b>soon</b>" not in index and "S" * 5000 not in index and "shortened: 300000 characters" in index

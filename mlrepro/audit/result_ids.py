@@ -172,31 +172,38 @@ def read_published(path: Path) -> dict[tuple[str, str], str]:
     if len(data) > _MAX_TABLE_BYTES:
         raise PublishedTableError(f"audit_result_ids={path}: larger than {_MAX_TABLE_BYTES} bytes; {hint}")
     reader = csv.reader(io.StringIO(text, newline=""))
-    header = [h.strip().casefold() for h in next(reader, [])]
-    missing = [c for c in ("org", "system", "id") if c not in header]
-    if missing:
-        raise PublishedTableError(f"audit_result_ids={path}: no column {', '.join(missing)} in the header "
-                                  f"{','.join(header)[:200]!r}; {hint}")
-    at = {c: header.index(c) for c in ("org", "system", "id")}
-    table: dict[tuple[str, str], str] = {}
-    owner: dict[str, tuple[str, str]] = {}
-    for line, cells in enumerate(reader, start=2):
-        if not any(c.strip() for c in cells):
-            continue
-        org, system, rid = (cells[at[c]].strip() if at[c] < len(cells) else "" for c in ("org", "system", "id"))
-        where = f"audit_result_ids={path}, line {line}"
-        if not (org and system and rid):
-            raise PublishedTableError(f"{where}: org, system and id must all be given; {hint}")
-        if len(rid) > _MAX_ID_CHARS or not rid.isprintable():
-            raise PublishedTableError(f"{where}: {rid[:_MAX_ID_CHARS]!r} is no result ID (such as 2.0-2098)")
-        if (org, system) in table:
-            raise PublishedTableError(f"{where}: {org}/{system} is listed twice; keep one row per system")
-        if rid in owner:
-            raise PublishedTableError(f"{where}: ID {rid} is also given to {'/'.join(owner[rid])}; "
-                                      "an ID names one row")
-        table[org, system] = rid
-        owner[rid] = (org, system)
+    try:
+        header = [h.strip().casefold() for h in next(reader, [])]
+        missing = [c for c in ("org", "system", "id") if c not in header]
+        if missing:
+            raise PublishedTableError(f"audit_result_ids={path}: no column {', '.join(missing)} in the header "
+                                      f"{','.join(header)[:200]!r}; {hint}")
+        at = [header.index(c) for c in ("org", "system", "id")]
+        table: dict[tuple[str, str], str] = {}
+        owner: dict[str, str] = {}
+        for cells in reader:
+            if any(c.strip() for c in cells):
+                org, system, rid = (cells[i].strip() if i < len(cells) else "" for i in at)
+                _check_row(f"audit_result_ids={path}, line {reader.line_num}", org, system, rid, table, owner)
+                table[org, system] = rid
+                owner[rid] = f"{org}/{system}"
+    except csv.Error as e:  # a field over csv's size limit, a NUL, ...
+        raise PublishedTableError(f"audit_result_ids={path}, line {reader.line_num}: not CSV ({e}); {hint}") from None
     return table
+
+
+def _check_row(where: str, org: str, system: str, rid: str, table: dict[tuple[str, str], str],
+               owner: dict[str, str]) -> None:
+    """Raise PublishedTableError naming the line where a row of a published table is unusable."""
+    if not (org and system and rid):
+        raise PublishedTableError(f"{where}: org, system and id must all be given")
+    if len(rid) > _MAX_ID_CHARS or not rid.isprintable():
+        raise PublishedTableError(f"{where}: {rid[:_MAX_ID_CHARS]!r} is no result ID (such as 2.0-2098)")
+    name = f"{org}/{system}"
+    if (org, system) in table:
+        raise PublishedTableError(f"{where}: {name[:200]} is listed twice; keep one row per system")
+    if rid in owner:
+        raise PublishedTableError(f"{where}: ID {rid} is also given to {owner[rid][:200]}; an ID names one row")
 
 
 @dataclass
