@@ -237,10 +237,14 @@ def test_hostile_system_jsons_get_ids_and_verdicts(tmp_path: Path) -> None:
     outside.write_text(json.dumps(BASE))
     os.symlink(outside, root / "Mallory" / "systems" / "escape.json")
     os.mkfifo(root / "Mallory" / "systems" / "fifo.json")
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "stolen.json").write_text(json.dumps(BASE))
+    (root / "Eve" / "results").mkdir(parents=True)
+    os.symlink(tmp_path / "elsewhere", root / "Eve" / "systems")  # a symlinked folder is not followed
     (root / "Acme" / "results" / "no-json" / "bert").mkdir(parents=True)  # results without a system JSON
     table = ids_of(root, RULESET)
     by = {e.keys.system: e for e in table.entries}
-    assert set(by) == {name for _, name in HOSTILE} | {"escape", "fifo"}  # none skipped
+    assert set(by) == {name for _, name in HOSTILE} | {"escape", "fifo"}  # none skipped, "stolen" not read
     assert len({e.id for e in table.entries}) == len(table.entries)
     assert table.entries[0].keys.system == "fine"  # a system with every key comes before those without
     notes = {name: " | ".join(e.notes) for name, e in by.items()}

@@ -128,7 +128,10 @@ def is_org(folder: Path) -> bool:
 
 
 def system_json_paths(org_folder: Path) -> list[Path]:
-    """Every ``systems/*.json`` of an organisation, as the official tools list them, readable or not."""
+    """Every ``systems/*.json`` of an organisation, as the official tools list them, readable or not
+    (none from a symlinked systems/ folder, which is not followed)."""
+    if (org_folder / "systems").is_symlink():
+        return []
     return sorted(Path(p) for p in glob.glob(os.path.join(glob.escape(str(org_folder / "systems")), "*.json")))
 
 
