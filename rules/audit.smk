@@ -2,7 +2,8 @@
 # PATH is one organisation (<org>/results/...) or a whole round; everything lands under DIR.
 #   audit_check: every result file through the official compliance engine (process pool, cache)
 #   audit_summarize: package verdicts, RCPs and scores per organisation -> summary.csv/.json and
-#                    the HTML report (seed-document tables, scores, verdicts, a page per system)
+#                    the HTML report (seed-document tables, scores, verdicts, a page per system);
+#                    audit_result_ids=CSV (org,system,id): the round's published result IDs
 import sys
 from pathlib import Path
 
@@ -66,6 +67,7 @@ rule audit_summarize:
     input:
         AUDIT_OUT / "checks.json",
         AUDIT_ALL_FILES,
+        result_ids=config.get("audit_result_ids") or [],  # the round's published IDs (optional)
     output:
         AUDIT_OUT / "summary.csv",
         AUDIT_OUT / "summary.json",
@@ -75,5 +77,6 @@ rule audit_summarize:
         args=audit_args("summarize"),
         # the provenance manifest's hash as the package's report published it (optional)
         manifest=["--manifest-sha256", str(config["manifest_sha256"])] if config.get("manifest_sha256") else [],
+        result_ids=lambda wildcards, input: ["--result-ids", input.result_ids] if input.result_ids else [],
     shell:
-        "{PY} {params.args:q} {params.manifest:q}"
+        "{PY} {params.args:q} {params.manifest:q} {params.result_ids:q}"

@@ -3,6 +3,7 @@
 The modules each do one job: ``discover`` walks a package, ``engine`` runs the official compliance
 engine on one file, ``runfile`` extracts everything else the audit needs from the same parse,
 ``cache``/``check`` spread files over a process pool with a content-hash cache, ``rcp``,
-``scoring`` and ``package`` give the per-organisation verdicts, ``summary`` writes the CSV/JSON and
+``scoring`` and ``package`` give the per-organisation verdicts, ``result_ids`` the official result
+IDs (derived, or read from a published table), ``summary`` writes the CSV/JSON and
 ``report`` the HTML pages; ``pipeline`` ties them together for ``rules/audit.smk``.
 """

@@ -11,7 +11,7 @@ import logging
 import os
 from pathlib import Path
 
-from mlrepro.audit import discover, pipeline, report
+from mlrepro.audit import discover, pipeline, report, result_ids
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -23,19 +23,25 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--ruleset", required=True)
     parser.add_argument("--manifest-sha256", default=None,
                         help="the provenance manifest's sha256 published with the package (its report)")
+    parser.add_argument("--result-ids", type=Path, default=None,
+                        help="the round's published result IDs (CSV: org,system,id); they win over the derived ones")
     parser.add_argument("--max-file-mb", type=float, default=discover.DEFAULT_MAX_FILE_MB,
                         help="a larger entry is not read; it gets its own verdict")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="worker processes of the check")
     args = parser.parse_args(argv)
     # The official tools log every line they check; the audit reports their findings instead.
     logging.basicConfig(level=logging.ERROR)
+    max_bytes = int(args.max_file_mb * (1 << 20))
     if args.step == "check":
         doc = pipeline.check(args.root, args.out / "checks.json", args.out / ".cache", args.usage, args.ruleset,
-                             args.jobs, int(args.max_file_mb * (1 << 20)))
+                             args.jobs, max_bytes)
         print(f"audit: {len(doc['files'])} result files, {len(doc['checked'])} checked, the rest from the cache")
     else:
-        audit = pipeline.summarize(args.root, pipeline.load_json(args.out / "checks.json"), args.usage, args.ruleset,
-                                   args.manifest_sha256)
+        try:
+            audit = pipeline.summarize(args.root, pipeline.load_json(args.out / "checks.json"), args.usage,
+                                       args.ruleset, args.manifest_sha256, args.result_ids, max_bytes)
+        except result_ids.PublishedTableError as e:
+            parser.error(str(e))
         pipeline.write_summary(audit, args.out)
         report.write(audit, args.out / "report")
         print(f"audit: report in {args.out / 'report' / 'index.html'}")

@@ -127,13 +127,21 @@ def is_org(folder: Path) -> bool:
     return (folder / "results").is_dir()
 
 
+def system_json_paths(org_folder: Path) -> list[Path]:
+    """Every ``systems/*.json`` of an organisation, as the official tools list them, readable or not
+    (none from a symlinked systems/ folder, which is not followed)."""
+    if (org_folder / "systems").is_symlink():
+        return []
+    return sorted(Path(p) for p in glob.glob(os.path.join(glob.escape(str(org_folder / "systems")), "*.json")))
+
+
 def find_orgs(root: Path) -> list[Org]:
     """The organisations under ``root`` (``root`` itself when it is one)."""
     candidates = [root] if is_org(root) else [p for p in _sub_folders(root) if is_org(p)]
     orgs = []
     for folder in candidates:
         org = Org(folder.name, folder, [], [])
-        for p in sorted(Path(p) for p in glob.glob(os.path.join(glob.escape(str(folder / "systems")), "*.json"))):
+        for p in system_json_paths(folder):
             if problem := entry_problem(p, root):
                 org.problems.append(f"systems/{p.name}: {problem}")
             else:

@@ -8,7 +8,7 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
-from mlrepro.audit import discover, manifest, package, scoring, summary
+from mlrepro.audit import discover, manifest, package, result_ids, scoring, summary
 from mlrepro.audit.cache import Cache
 from mlrepro.audit.check import check_files
 from mlrepro.audit.runfile import FileCheck
@@ -46,14 +46,28 @@ def _file_entry(path: Path, root: Path, rec: FileCheck | None, unreadable: str) 
             "messages": rec.messages, "notes": rec.notes, "sanity": rec.sanity}
 
 
-def summarize(root: Path, checks: dict[str, Any], usage: str, ruleset: str,
-              manifest_sha256: str | None = None) -> dict[str, Any]:
+def _systems(org: discover.Org) -> list[discover.SystemDir]:
+    """The system folders under results/, then the system JSONs without one: the published table
+    has a row for every system JSON, so the audit shows one too (without scores)."""
+    folders = {s.name for s in org.systems}
+    return org.systems + [discover.SystemDir(p.stem, org.path / "results" / p.stem, [])
+                          for p in discover.system_json_paths(org.path) if p.stem not in folders]
+
+
+def summarize(root: Path, checks: dict[str, Any], usage: str, ruleset: str, manifest_sha256: str | None = None,
+              published_ids: Path | None = None,
+              max_bytes: int | None = discover.DEFAULT_MAX_FILE_MB << 20) -> dict[str, Any]:
     """Package verdicts, scores and the summary rows of every organisation under ``root``;
-    ``manifest_sha256``: the provenance manifest's hash published with a one-organisation package."""
+    ``manifest_sha256``: the provenance manifest's hash published with a one-organisation package;
+    ``published_ids``: the round's published result IDs (CSV org,system,id), checked against the derived ones."""
     records = {p: FileCheck.from_dict(d) for p, d in checks["files"].items()}
+    orgs = discover.find_orgs(root)
+    ids = result_ids.assign(orgs, root, ruleset, published_ids, max_bytes)
+    id_of = {key: e.to_dict() for key, e in ids.by_system().items()}
+    position = {key: i for i, key in enumerate(id_of)}
     orgs_out = []
     rows = []
-    for org in discover.find_orgs(root):
+    for org in orgs:
         try:
             verdict = package.check_package(org, records, usage, ruleset)
         except Exception as e:  # a case no check foresaw: one organisation's verdict, not the audit's end
@@ -61,7 +75,7 @@ def summarize(root: Path, checks: dict[str, Any], usage: str, ruleset: str,
             verdict.error(f"The package check failed on unexpected input: {type(e).__name__}: {e}")
         org_out: dict[str, Any] = {"name": org.name, "package": asdict(verdict), "systems": [],
                                    "provenance": manifest.verify(org.path, manifest_sha256).to_dict()}
-        for system in org.systems:
+        for system in _systems(org):
             desc = scoring.load_system_desc(org, system)
             division = (desc.desc or {}).get("division", "")
             benchmarks = []
@@ -81,14 +95,15 @@ def summarize(root: Path, checks: dict[str, Any], usage: str, ruleset: str,
             sys_out = {"folder": system.name, "desc": desc.desc, "specs": desc.specs, "desc_problem": desc.problem,
                        "benchmarks": benchmarks}
             org_out["systems"].append(sys_out)
-            rows.append(summary.row(org_out, sys_out, usage, ruleset))
+            rows.append(summary.row(org_out, sys_out, usage, ruleset, id_of.get((org.name, system.name))))
         orgs_out.append(org_out)
-    rows.sort(key=summary.sort_key)
+    # the published table's order; systems without a JSON (and so without an ID) after it
+    rows.sort(key=lambda r: (position.get((r["org"], r["system_folder"]), len(position)), r["org"], r["system_folder"]))
     # The root by its name only, paths relative to it: the report and audit.json never show the
     # auditing machine's paths (the official checkers quote them in their messages).
     prefixes = tuple(dict.fromkeys(f"{p}/" for p in (root, root.absolute(), root.resolve())))
     return _without(prefixes, {"usage": usage, "ruleset": ruleset, "root": root.resolve().name, "orgs": orgs_out,
-                               "rows": rows, "mlperf_logging": version("mlperf-logging"),
+                               "rows": rows, "result_ids": ids.to_dict(), "mlperf_logging": version("mlperf-logging"),
                                "seed_tables": summary.seed_tables(rows, usage, ruleset)})
 
 

@@ -21,7 +21,7 @@ from typing import Any
 from mlperf_logging.result_summarizer import result_summarizer as rs
 
 from mlrepro.audit import rcp
-from mlrepro.audit.discover import BenchmarkDir, Org, SystemDir
+from mlrepro.audit.discover import BenchmarkDir, Org, SystemDir, read_entry
 from mlrepro.audit.runfile import FileCheck
 from mlrepro.core.rulesets import allowed_benchmarks
 from mlrepro.score import olympic_mean
@@ -65,9 +65,9 @@ def load_system_desc(org: Org, system: SystemDir) -> SystemDesc:
     path = org.path / "systems" / f"{system.name}.json"
     if not path.is_file():
         return SystemDesc(path, None, None, f"Missing system description systems/{system.name}.json.")
-    try:
-        desc = json.loads(path.read_bytes().decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as e:
+    try:  # read_entry: never through a symlink out of the organisation's folder
+        desc = json.loads(read_entry(path, org.path).decode("utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:  # EntryRejected is an OSError
         return SystemDesc(path, None, None, f"Invalid system description systems/{system.name}.json: "
                                             f"{type(e).__name__}: {e}")
     if not isinstance(desc, dict):

@@ -18,8 +18,11 @@ from mlrepro.core import atomic
 from mlrepro.core.rulesets import allowed_benchmarks, table_order
 
 # After the official columns: where the row comes from and what the audit found.
-VERDICT_COLUMNS = ("result_id", "availability_category", "org", "system_folder", "system_desc", "package_checker",
-                   "files", "files_compliant", "sanity_warnings", "verdict_messages")
+# result_id: the published ID where a table was supplied, else the one derived by ``result_ids``'s rule
+# (result_id_source says which; none: no system JSON, so no row of the published table).
+VERDICT_COLUMNS = ("result_id", "result_id_source", "derived_result_id", "result_id_notes", "availability_category",
+                   "org", "system_folder", "system_desc", "package_checker", "files", "files_compliant",
+                   "sanity_warnings", "verdict_messages")
 PER_BENCHMARK = ("compliance", "rcp", "rcp_norm_factor", "raw_score", "submitted_factor", "computed_factor",
                  "factor_check", "verdict", "sanity")
 
@@ -44,10 +47,10 @@ def category(availability: Any) -> str:
 
 
 def nodes(value: Any) -> float | None:
-    """``number_of_nodes`` as a number: "1", "1.0" and 1.0 are all one node."""
+    """A count such as ``number_of_nodes`` as a number: "1", "1.0" and 1.0 are all one node."""
     try:
         n = float(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: a JSON integer of 400 digits
         return None
     return n if math.isfinite(n) else None
 
@@ -73,8 +76,10 @@ def _verdict(b: dict[str, Any], errors: list[str]) -> tuple[str, bool]:
     return "scored", True
 
 
-def row(org: dict[str, Any], system: dict[str, Any], usage: str, ruleset: str) -> dict[str, Any]:
-    """One system's row; the official columns hold what the summarizer publishes (scaled scores)."""
+def row(org: dict[str, Any], system: dict[str, Any], usage: str, ruleset: str,
+        result_id: dict[str, Any] | None) -> dict[str, Any]:
+    """One system's row; the official columns hold what the summarizer publishes (scaled scores);
+    ``result_id``: the system JSON's entry of ``result_ids.IdTable`` (None: the system has no JSON)."""
     specs = system["specs"] or {}
     desc = system["desc"] or {}
     out: dict[str, Any] = {c: specs.get(c) for c in official_columns(usage, ruleset)}
@@ -85,8 +90,10 @@ def row(org: dict[str, Any], system: dict[str, Any], usage: str, ruleset: str) -
         out["code_url"] = rs._code_url(desc, usage, ruleset)
     files = [f for b in system["benchmarks"] for f in b["files"]]
     system_errors = errors_of(org["package"], system["folder"])
-    major_minor = ".".join(ruleset.split(".")[:2])
-    out.update(result_id=f"{major_minor}/{org['name']}/{system['folder']}",
+    rid = result_id or {"id": None, "source": "none", "derived": None,
+                        "notes": [f"no systems/{system['folder']}.json: no row of the published table"]}
+    out.update(result_id=rid["id"], result_id_source=rid["source"], derived_result_id=rid["derived"],
+               result_id_notes=" | ".join(rid["notes"]),
                availability_category=category(specs.get("availability", desc.get("status"))),
                org=org["name"], system_folder=system["folder"], system_desc=system["desc_problem"] or "ok",
                package_checker="fail" if system_errors else "pass", files=len(files),
@@ -118,14 +125,6 @@ def row(org: dict[str, Any], system: dict[str, Any], usage: str, ruleset: str) -
     out["ranked"] = ranked  # the benchmarks whose score passes every check (for the tables, not the CSV)
     out["verdict_messages"] = " | ".join(messages)
     return out
-
-
-def sort_key(r: dict[str, Any]) -> tuple[Any, ...]:
-    """The official table's order: division, availability category, submitter, system."""
-    cat = r.get("availability_category") or ""
-    rank = CATEGORIES.index(cat) if cat in CATEGORIES else len(CATEGORIES)
-    return (str(r.get("division") or ""), rank, *(str(r.get(c) or "").lower()
-                                                  for c in ("submitter", "system", "org", "system_folder")))
 
 
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
