@@ -41,11 +41,12 @@ _WHERE = ("data_dir", "system_config")
 _BLOCKS = {b: dict(o or {}) for b, o in (config.get("benchmarks") or {}).items()}
 _OVERRIDES = {b: {k: v for k, v in o.items() if k not in _WHERE} for b, o in _BLOCKS.items()}
 _OVERRIDES = {b: o for b, o in _OVERRIDES.items() if o}
+_DATA_DIRS = {b: str(o["data_dir"]) for b, o in _BLOCKS.items() if o.get("data_dir")}
+_SYSTEM_CONFIGS = {b: str(o["system_config"]) for b, o in _BLOCKS.items() if o.get("system_config")}
 try:
     REPRO = _plan.plan(Path(config["reproduce"]), system=str(config["system"]), only=list(config["only"]),
                        runs=config.get("runs"), overrides=_OVERRIDES, default_data_seed=config["data_seed"],
-                       data_dirs={b: str(o["data_dir"]) for b, o in _BLOCKS.items() if o.get("data_dir")},
-                       system_configs={b: str(o["system_config"]) for b, o in _BLOCKS.items() if o.get("system_config")})
+                       data_dirs=_DATA_DIRS, system_configs=_SYSTEM_CONFIGS)
 except ReproduceError as _e:
     raise WorkflowError(str(_e)) from None
 try:  # the job shape of a run (nodes, tasks, walltime), from the config file's text
@@ -97,6 +98,17 @@ def _run_inputs(wildcards):
 wildcard_constraints:
     benchmark="|".join(REPRO.benchmarks) or "none",
     run=r"\d+",
+
+
+# On a cluster (profiles/slurm) these run on the submit host: seconds of work each; data and runs are jobs.
+localrules:
+    reproduce_all,
+    reproduce_verify,
+    reproduce_plan,
+    reproduce_stage,
+    reproduce_launch,
+    reproduce_compliance,
+    reproduce_report,
 
 
 rule reproduce_all:
@@ -237,9 +249,11 @@ rule reproduce_report:
         html=RO / "reproduction.html",
     params:
         ruleset=config["ruleset"],
+        reproduced=RO,
     log:
         RO / "logs" / "report.log",
     shell:
         "{PY} -m mlrepro.reproduce report --plan {input.plan:q} --package-check {input.check:q} "
-        "--ruleset {params.ruleset:q} --reproduced {RO:q} --json {output.json:q} --html {output.html:q} "
+        "--ruleset {params.ruleset:q} --reproduced {params.reproduced:q} "
+        "--json {output.json:q} --html {output.html:q} "
         "2> {log:q}; status=$?; cat {log:q} >&2; exit $status"

@@ -100,8 +100,8 @@ def test_package_with_unsafe_entries_is_refused_before_anything_runs(tmp_path: P
     org = _package(tmp_path)
     os.mkfifo(org / "systems" / "fifo")
     (org / "results" / "etc").symlink_to("/etc")
-    with pytest.raises(ReproduceError, match=r"results/etc: a symlink out of the package \(-> /etc\); "
-                       r"systems/fifo: not a regular file\. Nothing was run"):
+    with pytest.raises(ReproduceError, match=r"results/etc \(a symlink out of org/, -> /etc\); "
+                       r"systems/fifo \(not a regular file\)\. Nothing was run"):
         verify.before(org)
 
 
@@ -129,7 +129,7 @@ def test_stage_copies_files_and_inner_links_and_refuses_the_rest(tmp_path: Path)
     assert not (staged / "__pycache__").exists() and (staged / "run_and_time.sh").is_file()
     (impl / "zero").symlink_to("/dev/zero")
     os.mkfifo(impl / "sub" / "pipe")
-    with pytest.raises(ReproduceError, match=r"zero \(a symlink out of the folder, -> /dev/zero\); "
+    with pytest.raises(ReproduceError, match=r"zero \(a symlink out of impl/, -> /dev/zero\); "
                        r"sub/pipe \(not a regular file\)"):
         stage.stage(impl, tmp_path / "staged2")
     assert not (tmp_path / "staged2").exists()
@@ -148,3 +148,30 @@ def test_launch_file_sources_the_staged_config_and_checks_its_shape(tmp_path: Pa
     spec = launch_spec(b2, tmp_path / "staged_b", tmp_path / "data", threads=1, device="cpu")
     assert spec["env"]["LR"] == "0.5" and spec["folder"] == str(tmp_path / "staged_b") and spec["gpus"] == 0
     assert plan.from_json(json.loads(json.dumps(plan.to_json(_plan(org2))))) == _plan(org2)
+
+
+def test_package_is_verified_against_its_manifest_and_the_published_hash(tmp_path: Path) -> None:
+    from mlrepro.package import provenance
+
+    org = _package(tmp_path)
+    digest = provenance.write(org, {"format": provenance.FORMAT, "files": provenance.package_files(org)})
+    assert verify.before(org, digest)["manifest"]["verified"]
+    with pytest.raises(ReproduceError, match=r"provenance\.json: provenance\.json has sha256 .* published"):
+        verify.before(org, "0" * 64)
+    result = org / "results" / SYSTEM / "resnet" / "result_1.txt"
+    result.write_text(result.read_text() + "\n")
+    with pytest.raises(ReproduceError, match=rf"results/{SYSTEM}/resnet/result_1\.txt: the result file "
+                       rf"results/{SYSTEM}/resnet/result_1\.txt changed.*Nothing was run"):
+        verify.before(org)
+    (org / "provenance.json").unlink()
+    (org / "provenance.sha256").unlink()
+    with pytest.raises(ReproduceError, match=r"manifest_sha256 is given, but the package .* has no provenance\.json"):
+        verify.before(org, digest)
+
+
+def test_package_folders_that_are_symlinks_are_refused(tmp_path: Path) -> None:
+    org = _package(tmp_path)
+    (org / "systems").rename(tmp_path / "systems")
+    (org / "systems").symlink_to(tmp_path / "systems")
+    with pytest.raises(ReproduceError, match=r"org/systems is a symlink \(-> .*\), not a folder of the package"):
+        _plan(org)

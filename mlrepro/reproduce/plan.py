@@ -9,6 +9,7 @@ steps (:func:`to_json`, :func:`from_json`).
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -179,6 +180,10 @@ def plan(org_dir: Path, *, system: str, only: list[str], runs: int | None, overr
          system_configs: dict[str, str] | None = None) -> Plan:
     """What to re-run; a :class:`ReproduceError` naming everything missing, before any run."""
     org_dir = org_dir.resolve()
+    for folder in ("results", "systems", "benchmarks"):
+        if (org_dir / folder).is_symlink():  # a package's folders lie inside it; a link may lead anywhere (/etc)
+            raise ReproduceError(f"{org_dir / folder} is a symlink (-> {os.readlink(org_dir / folder)}), not a folder "
+                                 "of the package; reproduce from a package whose folders are its own.")
     if not (org_dir / "results").is_dir():
         raise ReproduceError(f"reproduce={org_dir}: not a package organisation folder (it has no results/). "
                              "Give the folder that holds systems/, results/ and benchmarks/.")

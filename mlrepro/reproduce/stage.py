@@ -27,14 +27,14 @@ def _inside(link: Path, root: Path) -> bool:
             and Path(os.path.realpath(link)).is_relative_to(os.path.realpath(root)))
 
 
-def entries(folder: Path) -> list[tuple[Path, str]]:
-    """Every entry to copy (relative path, "dir" | "file" | "link"); ReproduceError naming the others."""
+def survey(folder: Path) -> tuple[list[tuple[Path, str]], list[str]]:
+    """Every entry to copy (relative path, "dir" | "file" | "link"), and the others, each named with why."""
     folder = Path(os.path.abspath(folder))
     out: list[tuple[Path, str]] = []
     refused: list[str] = []
     for dirpath, dirnames, filenames in os.walk(folder):  # does not descend into symlinked folders
         dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS)
-        for name in sorted(dirnames) + sorted(filenames):
+        for name in dirnames + sorted(filenames):
             path = Path(dirpath) / name
             rel = path.relative_to(folder)
             mode = os.lstat(path).st_mode
@@ -42,7 +42,7 @@ def entries(folder: Path) -> list[tuple[Path, str]]:
                 if _inside(path, folder):
                     out.append((rel, "link"))
                 else:
-                    refused.append(f"{rel} (a symlink out of the folder, -> {os.readlink(path)})")
+                    refused.append(f"{rel} (a symlink out of {folder.name}/, -> {os.readlink(path)})")
             elif stat.S_ISDIR(mode):
                 out.append((rel, "dir"))
             elif stat.S_ISREG(mode):
@@ -50,16 +50,21 @@ def entries(folder: Path) -> list[tuple[Path, str]]:
                     out.append((rel, "file"))
             else:
                 refused.append(f"{rel} (not a regular file)")
-    if refused:
-        raise ReproduceError(f"The implementation folder {folder} holds entries that are not staged: "
-                             f"{'; '.join(refused[:20])}{' ...' if len(refused) > 20 else ''}. A package's "
-                             "implementation holds regular files, folders and links inside itself; remove them.")
-    return out
+    return out, refused
+
+
+def listing(items: list[str], shown: int = 20) -> str:
+    """Items joined for one message; past ``shown`` they are counted (a hostile package may hold millions)."""
+    return "; ".join(items[:shown]) + (f" (and {len(items) - shown} more)" if len(items) > shown else "")
 
 
 def stage(folder: Path, dest: Path) -> None:
     """Copy ``folder`` (the package's implementation) to ``dest``, atomically; the package is only read."""
-    copy = entries(folder)
+    copy, refused = survey(folder)
+    if refused:
+        raise ReproduceError(f"The implementation folder {folder} holds entries that are not staged: "
+                             f"{listing(refused)}. A package's implementation holds regular files, folders and "
+                             "links inside itself; remove the others.")
     with atomic.atomic_dir(dest) as tmp:
         for rel, kind in copy:
             src, dst = folder / rel, tmp / rel

@@ -10,8 +10,6 @@ package's own code ran with the user's rights (mlrepro/reproduce/stage.py runs i
 
 from __future__ import annotations
 
-import os
-import stat
 from pathlib import Path
 from typing import Any
 
@@ -20,29 +18,7 @@ from mlrepro.core import safe_read
 from mlrepro.core.hashing import sha256_file
 from mlrepro.package.provenance import MANIFEST, SIDECAR, package_files
 from mlrepro.reproduce.errors import ReproduceError
-
-_SHOWN = 20  # entries named in one message; the rest are counted
-
-
-def _listing(items: list[str]) -> str:
-    more = f" (and {len(items) - _SHOWN} more)" if len(items) > _SHOWN else ""
-    return "; ".join(items[:_SHOWN]) + more
-
-
-def unsafe_entries(org_dir: Path) -> list[str]:
-    """Entries of the package that are neither folders, regular files nor links inside it."""
-    root = os.path.realpath(org_dir)
-    found = []
-    for dirpath, dirnames, filenames in os.walk(org_dir):  # does not descend into symlinked folders
-        for name in dirnames + filenames:
-            path = Path(dirpath) / name
-            mode = os.lstat(path).st_mode
-            rel = path.relative_to(org_dir).as_posix()
-            if stat.S_ISLNK(mode) and not Path(os.path.realpath(path)).is_relative_to(root):
-                found.append(f"{rel}: a symlink out of the package (-> {os.readlink(path)})")
-            elif not (stat.S_ISLNK(mode) or stat.S_ISDIR(mode) or stat.S_ISREG(mode)):
-                found.append(f"{rel}: not a regular file")
-    return sorted(found)
+from mlrepro.reproduce.stage import listing, survey
 
 
 def _tree(org_dir: Path) -> dict[str, str]:
@@ -57,8 +33,8 @@ def _tree(org_dir: Path) -> dict[str, str]:
 def before(org_dir: Path, expected_sha256: str | None = None) -> dict[str, Any]:
     """The package's check before the reproduction: ReproduceError naming what differs; else the record
     (manifest verdict, every file's hash) that :func:`after` compares with."""
-    if unsafe := unsafe_entries(org_dir):
-        raise ReproduceError(f"The package {org_dir} holds entries a package does not: {_listing(unsafe)}. "
+    if unsafe := survey(org_dir)[1]:
+        raise ReproduceError(f"The package {org_dir} holds entries a package does not: {listing(unsafe)}. "
                              "Nothing was run; remove them, or reproduce from an intact copy of the package.")
     manifest_path = org_dir / MANIFEST
     if manifest_path.exists():
@@ -72,7 +48,7 @@ def before(org_dir: Path, expected_sha256: str | None = None) -> dict[str, Any]:
     check = audit_manifest.verify(org_dir, expected_sha256)
     errors = [f"{f.path}: {f.message}" for f in check.findings if f.severity == "error"]
     if errors:
-        raise ReproduceError(f"The package {org_dir} does not match its {MANIFEST}: {_listing(errors)}. "
+        raise ReproduceError(f"The package {org_dir} does not match its {MANIFEST}: {listing(errors)}. "
                              "Nothing was run: a reproduction judges the package as it was made.")
     return {"package": str(org_dir), "manifest": check.to_dict(), "files": _tree(org_dir)}
 
