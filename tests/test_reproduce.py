@@ -279,3 +279,5 @@ def test_outdir_is_refused_in_reproduce_mode(tiny_package: Path, tmp_path: Path)
     org = Path(shutil.copytree(tiny_package / "submission" / "mlrepro", tmp_path / "pkg" / "mlrepro"))
     out = _reproduce(tmp_path, org, f"reproduce_out={org / 'out'}", "-n", check=False)
     assert out.returncode != 0 and "overlap: a reproduction never writes into the package" in out.stdout + out.stderr
+    out = _reproduce(org / "benchmarks", org, "-n", check=False)
+    assert out.returncode != 0 and "lies inside the package" in out.stdout + out.stderr
