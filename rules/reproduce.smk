@@ -55,13 +55,13 @@ except ShapeError as _e:
     raise WorkflowError(f"reproduce: a config file's job shape: {_e}") from None
 # Nothing is written into the package: neither our outputs nor Snakemake's .snakemake/ in the working folder.
 _PACKAGE = Path(REPRO.package)
-if RO.resolve().is_relative_to(_PACKAGE) or _PACKAGE.is_relative_to(RO.resolve()):
-    raise WorkflowError(f"reproduce_out={RO} ({RO.resolve()}) and the package {_PACKAGE} overlap: a reproduction "
-                        "never writes into the package it judges; choose a folder outside it (and not above it).")
 if Path.cwd().resolve().is_relative_to(_PACKAGE):
     raise WorkflowError(f"the working folder {Path.cwd().resolve()} lies inside the package {_PACKAGE}: Snakemake "
                         "writes its records there, and a reproduction never writes into the package it judges; "
                         "run from a folder outside it.")
+if RO.resolve().is_relative_to(_PACKAGE) or _PACKAGE.is_relative_to(RO.resolve()):
+    raise WorkflowError(f"reproduce_out={RO} ({RO.resolve()}) and the package {_PACKAGE} overlap: a reproduction "
+                        "never writes into the package it judges; choose a folder outside it (and not above it).")
 for _note in REPRO.notes:
     logger.warning(f"reproduce: {_note}")
 for _b in REPRO.benchmarks.values():
