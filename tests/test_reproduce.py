@@ -219,13 +219,13 @@ def _hostile_copy(tiny_package: Path, tmp_path: Path, canary: Path) -> Path:
 
 
 def test_hostile_package_stays_inert_while_planning(tiny_package: Path, tmp_path: Path) -> None:
-    """-n, --list-rules and --summary: the package's config file is never sourced (its canary never made), nothing
-    is written into the package (bytes and mtimes), nor into the reproduction's folder."""
+    """-n, --list-rules, --summary and --dag: the package's config file is never sourced (its canary never made),
+    nothing is written into the package (bytes and mtimes), nor into the reproduction's folder."""
     canary = tmp_path / "CANARY"
     org = _hostile_copy(tiny_package, tmp_path, canary)
     before = _snapshot(org)
     work = tmp_path / "work"
-    for flag in ("-n", "--list-rules", "--summary"):
+    for flag in ("-n", "--list-rules", "--summary", "--dag"):
         out = _reproduce(work, org, "runs=1", flag)
         assert flag != "-n" or "reproduce_run" in out.stdout + out.stderr
         assert not canary.exists(), flag
@@ -281,3 +281,23 @@ def test_outdir_is_refused_in_reproduce_mode(tiny_package: Path, tmp_path: Path)
     assert out.returncode != 0 and "overlap: a reproduction never writes into the package" in out.stdout + out.stderr
     out = _reproduce(org / "benchmarks", org, "-n", check=False)
     assert out.returncode != 0 and "lies inside the package" in out.stdout + out.stderr
+
+
+def test_package_changed_by_its_own_code_is_an_error_of_the_report(tiny_package: Path, tmp_path: Path) -> None:
+    """The package's run_and_time.sh runs with the user's rights and edits a result of the package by its
+    absolute path: the package is hashed again at the end, and the report names the change (not comparable)."""
+    from mlrepro.package import provenance
+
+    org = Path(shutil.copytree(tiny_package / "submission" / "mlrepro", tmp_path / "pkg" / "mlrepro"))
+    victim = next(org.glob("results/*/resnet/result_4.txt"))
+    script = next(org.glob("benchmarks/resnet/implementations/*/workflows/resnet/run_and_time.sh"))
+    script.write_text(script.read_text().replace("set -euo pipefail\n", f"set -euo pipefail\necho >> {victim}\n"))
+    manifest = json.loads((org / "provenance.json").read_text())
+    provenance.write(org, {**manifest, "files": package_files(org)})  # a package that verifies as it is
+    out = _reproduce(tmp_path / "work", org, "runs=1")
+    doc = json.loads((tmp_path / "work" / "reproduction" / "reproduction.json").read_text())
+    change = f"{victim.relative_to(org)}: changed"
+    assert doc["package_changes"] == [change] and doc["verdict"] == "not comparable"
+    assert f"error: the package {org} changed while it was reproduced: {change}" in out.stderr
+    assert "the package changed while it was reproduced" in (tmp_path / "work" / "reproduction" /
+                                                             "reproduction.html").read_text()
