@@ -4,23 +4,37 @@
 # system, or `benchmarks: {<bm>: {system_config: FILE}}`), the submitted seeds, and the dataset regenerated
 # by the implementation (ours) or given as `benchmarks: {<bm>: {data_dir: DIR}}` (a vendor's); through the
 # pipeline's run driver (mlrepro.runs.driver, a launch file per benchmark as rules/runs.smk writes it: ledger,
-# telemetry, GPU claims) and compliance gate; then compares (mlrepro/reproduce/cli.py). Everything under
-# reproduce_out.
+# telemetry, GPU claims) and compliance gate; then compares (mlrepro/reproduce/). Everything under
+# reproduce_out, which one pipeline at a time may use (its lock, taken when jobs start).
 # `benchmarks: {resnet: {lr: 0.2}}` in the config changes a parameter of the reproduction (a sensitivity check).
+#
+# The package is untrusted: while this file is parsed (also for -n, --list-rules, --summary, a job's own
+# parse) it is only read, with bounds, and nothing is written or run. Its config file's job shape is read
+# as text (mlrepro/reproduce/config_sh.py); the package is verified against its manifest, staged, its config
+# file sourced and its code run in jobs, from the staged copy, in this order.
 import json
 import sys
 from pathlib import Path
 
+import yaml
 from snakemake.exceptions import WorkflowError
 
 from mlrepro.core import atomic as _atomic
-from mlrepro.reproduce import cli as _reproduce
+from mlrepro.core import outdir_lock as _outdir_lock
+from mlrepro.core import smk as _smk
+from mlrepro.datasets.manifest import MANIFEST as _DATA_MANIFEST
+from mlrepro.package.provenance import MANIFEST as _PROVENANCE
+from mlrepro.reproduce import plan as _plan
+from mlrepro.reproduce.errors import ReproduceError
 from mlrepro.runs.accelerators import machine_gpus
 from mlrepro.slurm.resources import ShapeError, run_resources, shape_from_config_sh
-from mlrepro.datasets.manifest import MANIFEST as _DATA_MANIFEST
-from mlrepro.core import smk as _smk
+
 PY = _smk.python_command()
 RO = Path(config.get("reproduce_out") or "reproduction")
+_DEFAULT_OUTDIR = yaml.safe_load((Path(workflow.basedir) / "config" / "config.yaml").read_text())["outdir"]
+if config["outdir"] != _DEFAULT_OUTDIR:
+    raise WorkflowError(f"outdir={config['outdir']}: reproduce mode writes everything under reproduce_out "
+                        f"(now {RO}), not outdir; give reproduce_out={config['outdir']} instead.")
 MACHINE_GPUS = machine_gpus() if config["gpus"] == "auto" else int(config["gpus"])
 # Where a benchmark runs (not what it computes): kept out of the parameter overrides.
 _WHERE = ("data_dir", "system_config")
@@ -30,22 +44,42 @@ _OVERRIDES = {b: o for b, o in _OVERRIDES.items() if o}
 _DATA_DIRS = {b: str(o["data_dir"]) for b, o in _BLOCKS.items() if o.get("data_dir")}
 _SYSTEM_CONFIGS = {b: str(o["system_config"]) for b, o in _BLOCKS.items() if o.get("system_config")}
 try:
-    REPRO = _reproduce.plan(Path(config["reproduce"]), system=str(config["system"]), only=list(config["only"]),
-                            runs=config.get("runs"), overrides=_OVERRIDES, default_data_seed=config["data_seed"],
-                            data_dirs=_DATA_DIRS, system_configs=_SYSTEM_CONFIGS)
-except _reproduce.ReproduceError as _e:
+    REPRO = _plan.plan(Path(config["reproduce"]), system=str(config["system"]), only=list(config["only"]),
+                       runs=config.get("runs"), overrides=_OVERRIDES, default_data_seed=config["data_seed"],
+                       data_dirs=_DATA_DIRS, system_configs=_SYSTEM_CONFIGS)
+except ReproduceError as _e:
     raise WorkflowError(str(_e)) from None
-try:  # the job shape of a run (nodes, tasks, walltime), from the config file as the main pipeline takes it
-    _SHAPES = {b: shape_from_config_sh(p.env) for b, p in REPRO.benchmarks.items()}
+try:  # the job shape of a run (nodes, tasks, walltime), from the config file's text
+    _SHAPES = {b: shape_from_config_sh(p.shape) for b, p in REPRO.benchmarks.items()}
 except ShapeError as _e:
     raise WorkflowError(f"reproduce: a config file's job shape: {_e}") from None
-if RO.resolve().is_relative_to(Path(REPRO.package)):
-    raise WorkflowError(f"reproduce_out={RO} lies inside the package {REPRO.package}; choose another folder")
+# Nothing is written into the package: neither our outputs nor Snakemake's .snakemake/ in the working folder.
+_PACKAGE = Path(REPRO.package)
+if Path.cwd().resolve().is_relative_to(_PACKAGE):
+    raise WorkflowError(f"the working folder {Path.cwd().resolve()} lies inside the package {_PACKAGE}: Snakemake "
+                        "writes its records there, and a reproduction never writes into the package it judges; "
+                        "run from a folder outside it.")
+if RO.resolve().is_relative_to(_PACKAGE) or _PACKAGE.is_relative_to(RO.resolve()):
+    raise WorkflowError(f"reproduce_out={RO} ({RO.resolve()}) and the package {_PACKAGE} overlap: a reproduction "
+                        "never writes into the package it judges; choose a folder outside it (and not above it).")
 for _note in REPRO.notes:
     logger.warning(f"reproduce: {_note}")
 for _b in REPRO.benchmarks.values():
     logger.info(f"reproduce: {_b.name}: {_b.run_folder} with {_b.config_file} ({_b.nodes} node(s), {_b.gpus} GPU(s)), "
                 f"{len(_b.seeds)} run(s), seeds {_b.seeds}")
+logger.warning(f"reproduce: the package's own code (its config files, run_and_time.sh"
+               f"{' and training code' if any(b.kind == 'mini' for b in REPRO.benchmarks.values()) else ''}) "
+               f"will run natively as you, from a copy in {(RO / 'implementation').resolve()}; the package "
+               "itself is only read, and checked unchanged at the end.")
+
+
+onstart:
+    # One reproduction at a time per reproduce_out (two working folders would run the same jobs and
+    # overwrite each other's logs). Taken when jobs start: never for -n, --list-rules or --summary.
+    try:
+        _outdir_lock.acquire(RO)
+    except _outdir_lock.OutdirLocked as _e:
+        sys.exit(f"error: reproduce_out: {_e}")
 
 
 def _reproduced(pattern):
@@ -58,27 +92,27 @@ def _data_dir(benchmark):
 
 
 def _run_inputs(wildcards):
-    inputs = {"stage": RO / "implementation" / wildcards.benchmark}
+    inputs = {"stage": RO / "implementation" / wildcards.benchmark,
+              "launch": RO / "runs" / wildcards.benchmark / "launch.json"}
     if REPRO.benchmarks[wildcards.benchmark].data_dir is None:  # ours: regenerated by the implementation
         inputs["manifest"] = RO / "data" / wildcards.benchmark / _DATA_MANIFEST
     return inputs
 
 
-# The launch file of each benchmark, as rules/runs.smk writes it for the main pipeline: written when the
-# DAG is built, read by every run. Also by a dry run (-n), in the reproduction's own folder, so that an
-# auditor can read what would be launched before anything runs.
-for _name, _b in REPRO.benchmarks.items():
-    _spec = _reproduce.launch_spec(_b, (RO / "implementation" / _name).resolve(), _data_dir(_name),
-                                   threads=config["threads_per_run"], device=config["device"])
-    _text = json.dumps(_spec, sort_keys=True, indent=1) + "\n"
-    _launch = RO / "runs" / _name / "launch.json"
-    if not _launch.is_file() or _launch.read_text() != _text:
-        _atomic.write_text(_launch, _text)
-
-
 wildcard_constraints:
     benchmark="|".join(REPRO.benchmarks) or "none",
     run=r"\d+",
+
+
+# On a cluster (profiles/slurm) these run on the submit host: seconds of work each; data and runs are jobs.
+localrules:
+    reproduce_all,
+    reproduce_verify,
+    reproduce_plan,
+    reproduce_stage,
+    reproduce_launch,
+    reproduce_compliance,
+    reproduce_report,
 
 
 rule reproduce_all:
@@ -87,16 +121,47 @@ rule reproduce_all:
         RO / "reproduction.json",
 
 
-rule reproduce_stage:
+rule reproduce_verify:
+    # before anything of the package runs: its manifest (and the published hash) against its files
+    input:
+        [_PACKAGE / _PROVENANCE] if REPRO.manifest else [],
+        [f for p in REPRO.benchmarks.values() for f in p.result_files],
     output:
-        directory(RO / "implementation" / "{benchmark}"),
+        RO / "package_check.json",
     params:
         package=REPRO.package,
-        system=REPRO.system,
-        config_file=lambda w: REPRO.benchmarks[w.benchmark].config_file,
+        manifest=["--manifest-sha256", str(config["manifest_sha256"])] if config.get("manifest_sha256") else [],
+    log:
+        RO / "logs" / "verify.log",
     shell:
-        "{PY} -m mlrepro.reproduce.cli stage --package {params.package:q} --benchmark {wildcards.benchmark:q} "
-        "--system {params.system:q} --system-config {params.config_file:q} --out {output:q}"
+        "{PY} -m mlrepro.reproduce verify --package {params.package:q} {params.manifest:q} --out {output:q} "
+        "2> {log:q} || (cat {log:q} >&2; exit 1)"
+
+
+rule reproduce_plan:
+    # the plan made while this file was parsed, for the steps that follow
+    output:
+        RO / "plan.json",
+    params:
+        plan=_plan.to_json(REPRO),
+    log:
+        RO / "logs" / "plan.log",
+    run:
+        _atomic.write_json(output[0], params.plan)
+        _atomic.write_text(log[0], f"{output[0]}: {', '.join(params.plan['benchmarks'])}\n")
+
+
+rule reproduce_stage:
+    input:
+        plan=RO / "plan.json",
+        check=RO / "package_check.json",
+    output:
+        directory(RO / "implementation" / "{benchmark}"),
+    log:
+        RO / "logs" / "stage_{benchmark}.log",
+    shell:
+        "{PY} -m mlrepro.reproduce stage --plan {input.plan:q} --benchmark {wildcards.benchmark:q} --out {output:q} "
+        "2> {log:q} || (cat {log:q} >&2; exit 1)"
 
 
 rule reproduce_data:
@@ -116,6 +181,25 @@ rule reproduce_data:
         "--params {params.spec:q} --seed {params.seed:q} > {log:q} 2>&1"
 
 
+rule reproduce_launch:
+    # the launch file mlrepro.runs.driver reads; the staged config file is sourced here, in a job
+    input:
+        plan=RO / "plan.json",
+        stage=RO / "implementation" / "{benchmark}",
+    output:
+        RO / "runs" / "{benchmark}" / "launch.json",
+    params:
+        data_dir=lambda w: _data_dir(w.benchmark),
+        threads=config["threads_per_run"],
+        device=config["device"],
+    log:
+        RO / "logs" / "launch_{benchmark}.log",
+    shell:
+        "{PY} -m mlrepro.reproduce launch --plan {input.plan:q} --benchmark {wildcards.benchmark:q} "
+        "--staged {input.stage:q} --data-dir {params.data_dir:q} --threads {params.threads:q} "
+        "--device {params.device:q} --out {output:q} 2> {log:q} || (cat {log:q} >&2; exit 1)"
+
+
 rule reproduce_run:
     input:
         unpack(_run_inputs),
@@ -123,7 +207,6 @@ rule reproduce_run:
         result=RO / "runs" / "{benchmark}" / "{run}" / "result.txt",
         summary=RO / "runs" / "{benchmark}" / "{run}" / "run.json",
     params:
-        launch=lambda w: RO / "runs" / w.benchmark / "launch.json",
         run_dir=lambda w: RO / "runs" / w.benchmark / w.run,
         seed=lambda w: REPRO.benchmarks[w.benchmark].seeds[int(w.run)],
         locks=RO / ".gpu_locks",
@@ -137,7 +220,7 @@ rule reproduce_run:
         RO / "logs" / "run_{benchmark}_{run}.log",
     shell:
         # the pipeline's run driver, as in rules/runs.smk; the implementation is the package's staged copy
-        "{PY} -m mlrepro.runs.driver --launch {params.launch:q} --seed {params.seed:q} --run-dir {params.run_dir:q} "
+        "{PY} -m mlrepro.runs.driver --launch {input.launch:q} --seed {params.seed:q} --run-dir {params.run_dir:q} "
         "--engine native --gpu-locks {params.locks:q} --machine-gpus {MACHINE_GPUS} "
         "--telemetry-hz {params.hz:q} > {log:q} 2>&1"
 
@@ -163,17 +246,18 @@ rule reproduce_report:
         _reproduced(RO / "compliance" / "{benchmark}" / "{run}.json"),
         [RO / "data" / b / _DATA_MANIFEST for b, p in REPRO.benchmarks.items() if p.data_dir is None],
         [f for p in REPRO.benchmarks.values() for f in p.result_files],
+        plan=RO / "plan.json",
+        check=RO / "package_check.json",
     output:
         json=RO / "reproduction.json",
         html=RO / "reproduction.html",
     params:
-        # an argument list: {params.args:q} quotes each item
-        args=[
-            "--package", REPRO.package, "--system", REPRO.system, "--only", *REPRO.benchmarks,
-            "--runs", str(REPRO.runs), "--overrides", json.dumps(_OVERRIDES, sort_keys=True),
-            "--data-dirs", json.dumps(_DATA_DIRS, sort_keys=True),
-            "--system-configs", json.dumps(_SYSTEM_CONFIGS, sort_keys=True), "--data-seed", str(config["data_seed"]),
-            "--ruleset", str(config["ruleset"]), "--reproduced", str(RO),
-        ],
+        ruleset=config["ruleset"],
+        reproduced=RO,
+    log:
+        RO / "logs" / "report.log",
     shell:
-        "{PY} -m mlrepro.reproduce.cli report {params.args:q} --json {output.json:q} --html {output.html:q}"
+        "{PY} -m mlrepro.reproduce report --plan {input.plan:q} --package-check {input.check:q} "
+        "--ruleset {params.ruleset:q} --reproduced {params.reproduced:q} "
+        "--json {output.json:q} --html {output.html:q} "
+        "2> {log:q}; status=$?; cat {log:q} >&2; exit $status"

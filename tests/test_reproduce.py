@@ -4,15 +4,22 @@ hyperparameter named; what is missing named before any run."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
-from mlrepro.reproduce import cli as reproduce
+from mlrepro.core import outdir_lock
+from mlrepro.package.provenance import package_files
+from mlrepro.reproduce import locate
+from mlrepro.reproduce import plan as reproduce
+from mlrepro.reproduce.errors import ReproduceError
+from mlrepro.reproduce.results import read_log
 from tests.conftest import REPO, snakemake
 
 pytestmark = pytest.mark.slow
@@ -20,6 +27,13 @@ pytestmark = pytest.mark.slow
 
 def _reproduce(workdir: Path, package: Path, *config: str, check: bool = True):
     return snakemake(workdir, "--config", f"reproduce={package}", "only=[resnet]", *config, check=check)
+
+
+def _snapshot(folder: Path) -> dict[str, tuple[bytes, int]]:
+    """Every file and link under ``folder`` with its bytes (a link: its target) and mtime."""
+    return {p.relative_to(folder).as_posix(): (os.readlink(p).encode() if p.is_symlink() else p.read_bytes(),
+                                               os.lstat(p).st_mtime_ns)
+            for p in sorted(folder.rglob("*")) if p.is_symlink() or p.is_file()}
 
 
 def test_package_reproduces_bit_identically_on_cpu(tiny_package: Path, tmp_path: Path) -> None:
@@ -56,6 +70,11 @@ def test_package_reproduces_bit_identically_on_cpu(tiny_package: Path, tmp_path:
     launch = json.loads((tmp_path / "reproduction" / "runs" / "resnet" / "launch.json").read_text())
     assert launch["env"]["PYTHONPATH"] == str(staged) and launch["params"]["lr"] == 0.1
     assert not list(org.rglob("__pycache__"))  # nothing written into the audited package
+    # checked against its manifest before anything ran, and found unchanged after
+    check = json.loads((tmp_path / "reproduction" / "package_check.json").read_text())
+    assert check["manifest"]["verified"] and check["files"] == {**package_files(org), **{
+        n: check["files"][n] for n in ("provenance.json", "provenance.sha256")}}
+    assert doc["package_changes"] == []
 
 
 def test_changed_hyperparameter_is_not_reproduced_and_named(tiny_package: Path, tmp_path: Path) -> None:
@@ -84,7 +103,7 @@ def test_plan_without_manifest_uses_logged_seeds_with_a_note(tiny_package: Path,
     org = Path(shutil.copytree(tiny_package / "submission" / "mlrepro", tmp_path / "mlrepro"))
     (org / "provenance.json").unlink()
     p = reproduce.plan(org, system="auto", only=[], runs=None, overrides={}, default_data_seed=20220629)
-    logged = [reproduce.read_log(Path(f)).seed for f in p.benchmarks["resnet"].result_files]
+    logged = [read_log(Path(f)).seed for f in p.benchmarks["resnet"].result_files]
     assert p.runs == 5 and p.benchmarks["resnet"].seeds == logged and not p.manifest
     assert any("no provenance.json" in n for n in p.notes)
 
@@ -103,7 +122,8 @@ def nvidia_package(nvidia_benchmarks: Path, tmp_path: Path) -> Path:
     subprocess.run(["tar", "-xJf", str(results), "-C", str(tmp_path), f"./NVIDIA/results/{NVIDIA_SYSTEM}/resnet",
                     f"./NVIDIA/systems/{NVIDIA_SYSTEM}.json"], check=True)
     org = tmp_path / "NVIDIA"
-    (org / "benchmarks").symlink_to(nvidia_benchmarks, target_is_directory=True)
+    # a copy, as a package holds it (a package's links stay inside it)
+    shutil.copytree(nvidia_benchmarks / "resnet", org / "benchmarks" / "resnet", symlinks=True)
     return org
 
 
@@ -112,7 +132,7 @@ def test_nvidia_v11_package_plans_with_its_own_folder_and_dgxa100_config(nvidia_
     """The reproduce target on NVIDIA's v1.1 package layout plans (-n) the package's own mxnet folder with
     config_DGXA100.sh: its job shape (1 node x 8 GPUs), the logged seeds, through the pipeline's run driver."""
     org = nvidia_package
-    impl = reproduce.locate_implementation(org, "resnet", NVIDIA_SYSTEM)
+    impl = locate.locate_implementation(org, "resnet", NVIDIA_SYSTEM)
     assert impl.kind == "folder" and impl.folder == org / "benchmarks" / "resnet" / "implementations" / "mxnet"
     assert impl.config.name == "config_DGXA100.sh"
     data = tmp_path / "imagenet"
@@ -120,7 +140,7 @@ def test_nvidia_v11_package_plans_with_its_own_folder_and_dgxa100_config(nvidia_
     out = snakemake(tmp_path, "--config", f"reproduce={org}", f"system={NVIDIA_SYSTEM}", "only=[resnet]",
                     "runs=3", f"benchmarks={{resnet: {{data_dir: {data}}}}}", "-n", "-p", "--resources", "gpus=8")
     text = out.stdout + out.stderr
-    seeds = [reproduce.read_log(org / "results" / NVIDIA_SYSTEM / "resnet" / f"result_{i}.txt").seed
+    seeds = [read_log(org / "results" / NVIDIA_SYSTEM / "resnet" / f"result_{i}.txt").seed
              for i in range(3)]
     assert f"resnet: {impl.folder} with config_DGXA100.sh (1 node(s), 8 GPU(s)), 3 run(s), seeds {seeds}" in text
     jobs = dict(re.findall(r"^(reproduce_\w+)\s+(\d+)$", text, re.M))
@@ -131,29 +151,32 @@ def test_nvidia_v11_package_plans_with_its_own_folder_and_dgxa100_config(nvidia_
     assert len(runs) == 3 and all("nodes=1, tasks=8" in r and "runtime=" in r for r in runs), runs[:1]
     for seed in seeds:
         assert f"--seed {seed} " in text
-    # what the run driver will read: the staged copy of the package's folder, its captured config
+    assert not (tmp_path / "reproduction").exists()  # a dry run writes nothing
+    # what the run driver will read: the staged copy of the package's folder, its config captured there (a job)
+    snakemake(tmp_path, "--config", f"reproduce={org}", f"system={NVIDIA_SYSTEM}", "only=[resnet]", "runs=3",
+              f"benchmarks={{resnet: {{data_dir: {data}}}}}", "--", "reproduction/runs/resnet/launch.json")
     launch = json.loads((tmp_path / "reproduction" / "runs" / "resnet" / "launch.json").read_text())
     assert launch["folder"] == str((tmp_path / "reproduction" / "implementation" / "resnet").resolve())
     assert (launch["kind"], launch["name"], launch["config_file"]) == ("folder", "mxnet", "config_DGXA100.sh")
     assert launch["env"]["DGXSYSTEM"] == "DGXA100" and launch["env"]["DGXNGPU"] == "8" and launch["gpus"] == 8
     assert launch["data_dir"] == str(data) and launch["submission"]["org"] == "NVIDIA"
-    assert [p.name for p in (tmp_path / "reproduction").rglob("*") if p.is_file()] == ["launch.json"]
+    assert not (tmp_path / "reproduction" / "runs" / "resnet" / "0").exists()
 
 
 def test_nvidia_v11_package_names_what_is_missing(nvidia_package: Path) -> None:
     org = nvidia_package
-    with pytest.raises(reproduce.ReproduceError, match=r"resnet: mxnet runs on its prepared dataset, and none was "
+    with pytest.raises(ReproduceError, match=r"resnet: mxnet runs on its prepared dataset, and none was "
                        r"given.*benchmarks\.resnet\.data_dir \(mounted at /data\)"):
         reproduce.plan(org, system=NVIDIA_SYSTEM, only=["resnet"], runs=None, overrides={}, default_data_seed=0)
-    with pytest.raises(reproduce.ReproduceError, match=r"resnet: lr: mxnet takes its hyperparameters from "
+    with pytest.raises(ReproduceError, match=r"resnet: lr: mxnet takes its hyperparameters from "
                        r"config_DGXA100\.sh"):
         reproduce.plan(org, system=NVIDIA_SYSTEM, only=["resnet"], runs=None, overrides={"resnet": {"lr": 1}},
                        default_data_seed=0, data_dirs={"resnet": str(org)})
-    with pytest.raises(reproduce.ReproduceError, match=r"no config file for system dgxa100_ngc21\.09_mxnet named "
+    with pytest.raises(ReproduceError, match=r"no config file for system dgxa100_ngc21\.09_mxnet named "
                        r"config_DGX2\.sh"):
-        reproduce.locate_implementation(org, "resnet", NVIDIA_SYSTEM, "config_DGX2.sh")
-    with pytest.raises(reproduce.ReproduceError, match="no config file for system dgx2"):
-        reproduce.locate_implementation(org, "resnet", "dgx2_ngc21.09_mxnet")
+        locate.locate_implementation(org, "resnet", NVIDIA_SYSTEM, "config_DGX2.sh")
+    with pytest.raises(ReproduceError, match="no config file for system dgx2"):
+        locate.locate_implementation(org, "resnet", "dgx2_ngc21.09_mxnet")
 
 
 def test_outside_implementation_package_reproduces(tmp_path: Path) -> None:
@@ -183,3 +206,98 @@ def test_outside_implementation_package_reproduces(tmp_path: Path) -> None:
                                      "config_file": "config_CPU.sh"}
     assert "RESULT,outside," in (tmp_path / "auditor" / "reproduction" / "runs" / "resnet" / "0" / "train.log"
                                  ).read_text()
+
+
+def _hostile_copy(tiny_package: Path, tmp_path: Path, canary: Path) -> Path:
+    """A copy of the package whose resnet config file would, if sourced, create ``canary`` and write into the
+    package."""
+    org = Path(shutil.copytree(tiny_package / "submission" / "mlrepro", tmp_path / "pkg" / "mlrepro", symlinks=True))
+    config = next(org.glob("benchmarks/resnet/implementations/*/workflows/resnet/config_CPU.sh"))
+    config.write_text(config.read_text() + f"$(touch {canary})\nexport X=`touch {canary}`\n"
+                      f"echo written > {org}/written_by_config\n")
+    return org
+
+
+def test_hostile_package_stays_inert_while_planning(tiny_package: Path, tmp_path: Path) -> None:
+    """-n, --list-rules, --summary and --dag: the package's config file is never sourced (its canary never made),
+    nothing is written into the package (bytes and mtimes), nor into the reproduction's folder."""
+    canary = tmp_path / "CANARY"
+    org = _hostile_copy(tiny_package, tmp_path, canary)
+    before = _snapshot(org)
+    work = tmp_path / "work"
+    for flag in ("-n", "--list-rules", "--summary", "--dag"):
+        out = _reproduce(work, org, "runs=1", flag)
+        assert flag != "-n" or "reproduce_run" in out.stdout + out.stderr
+        assert not canary.exists(), flag
+        assert _snapshot(org) == before, flag
+        assert not (work / "reproduction").exists(), flag
+
+
+def test_package_edited_after_packaging_stops_before_anything_runs(tiny_package: Path, tmp_path: Path) -> None:
+    """A real run verifies the package first: an edited config file (which would run the canary) or an edited
+    result stops it, naming the file; nothing was staged or run, the package is unchanged."""
+    canary = tmp_path / "CANARY"
+    org = _hostile_copy(tiny_package, tmp_path, canary)
+    before = _snapshot(org)
+    out = _reproduce(tmp_path / "work", org, "runs=1", check=False)
+    text = out.stdout + out.stderr
+    assert out.returncode != 0 and "does not match its provenance.json" in text
+    assert re.search(r"benchmarks/resnet/implementations/[\w-]+/workflows/resnet/config_CPU\.sh changed", text)
+    assert not canary.exists() and _snapshot(org) == before
+    assert not (tmp_path / "work" / "reproduction" / "implementation").exists()
+
+    org = Path(shutil.copytree(tiny_package / "submission" / "mlrepro", tmp_path / "pkg2" / "mlrepro"))
+    result = next(org.glob("results/*/resnet/result_0.txt"))
+    result.write_text(result.read_text().replace('"status": "success"', '"status": "success" '))
+    out = _reproduce(tmp_path / "work2", org, "runs=1", check=False)
+    text = out.stdout + out.stderr
+    assert out.returncode != 0 and f"the result file {result.relative_to(org)} changed" in text
+    assert not (tmp_path / "work2" / "reproduction" / "implementation").exists()
+
+
+def test_one_reproduction_at_a_time_per_reproduce_out(tiny_package: Path, tmp_path: Path) -> None:
+    """Two working folders, one reproduce_out: the second stops before any job, naming the holder."""
+    out_dir = tmp_path / "shared_out"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys; from pathlib import Path; from mlrepro.core import outdir_lock; "
+         f"outdir_lock.acquire(Path({str(out_dir)!r})); print('held', flush=True); sys.stdin.read()"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=REPO)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        out = _reproduce(tmp_path / "second", tiny_package / "submission" / "mlrepro", "runs=1",
+                         f"reproduce_out={out_dir}", check=False)
+        text = out.stdout + out.stderr
+        assert out.returncode != 0 and "in use by another mlrepro pipeline" in text and str(holder.pid) in text
+        assert sorted(p.name for p in out_dir.iterdir()) == [outdir_lock.LOCK_NAME]  # no job ran
+    finally:
+        holder.communicate("")
+
+
+def test_outdir_is_refused_in_reproduce_mode(tiny_package: Path, tmp_path: Path) -> None:
+    out = _reproduce(tmp_path, tiny_package / "submission" / "mlrepro", "outdir=elsewhere", "-n", check=False)
+    assert out.returncode != 0 and "give reproduce_out=elsewhere instead" in out.stdout + out.stderr
+    org = Path(shutil.copytree(tiny_package / "submission" / "mlrepro", tmp_path / "pkg" / "mlrepro"))
+    out = _reproduce(tmp_path, org, f"reproduce_out={org / 'out'}", "-n", check=False)
+    assert out.returncode != 0 and "overlap: a reproduction never writes into the package" in out.stdout + out.stderr
+    out = _reproduce(org / "benchmarks", org, "-n", check=False)
+    assert out.returncode != 0 and "lies inside the package" in out.stdout + out.stderr
+
+
+def test_package_changed_by_its_own_code_is_an_error_of_the_report(tiny_package: Path, tmp_path: Path) -> None:
+    """The package's run_and_time.sh runs with the user's rights and edits a result of the package by its
+    absolute path: the package is hashed again at the end, and the report names the change (not comparable)."""
+    from mlrepro.package import provenance
+
+    org = Path(shutil.copytree(tiny_package / "submission" / "mlrepro", tmp_path / "pkg" / "mlrepro"))
+    victim = next(org.glob("results/*/resnet/result_4.txt"))
+    script = next(org.glob("benchmarks/resnet/implementations/*/workflows/resnet/run_and_time.sh"))
+    script.write_text(script.read_text().replace("set -euo pipefail\n", f"set -euo pipefail\necho >> {victim}\n"))
+    manifest = json.loads((org / "provenance.json").read_text())
+    provenance.write(org, {**manifest, "files": package_files(org)})  # a package that verifies as it is
+    out = _reproduce(tmp_path / "work", org, "runs=1")
+    doc = json.loads((tmp_path / "work" / "reproduction" / "reproduction.json").read_text())
+    change = f"{victim.relative_to(org)}: changed"
+    assert doc["package_changes"] == [change] and doc["verdict"] == "not comparable"
+    assert f"error: the package {org} changed while it was reproduced: {change}" in out.stderr
+    assert "the package changed while it was reproduced" in (tmp_path / "work" / "reproduction" /
+                                                             "reproduction.html").read_text()

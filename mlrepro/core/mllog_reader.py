@@ -2,20 +2,31 @@
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
+
+from mlrepro.core.safe_read import loads_json
 
 PREFIX = ":::MLLOG "
 
 
+def parse(lines: Iterable[str], source: str) -> Iterator[dict[str, Any]]:
+    """The events of ``:::MLLOG`` lines; a line that is not JSON, or nested too deep (a hostile log), raises
+    ValueError naming ``source`` and the line."""
+    for number, line in enumerate(lines, 1):
+        _, sep, payload = line.partition(PREFIX)
+        if sep:
+            event = loads_json(payload, f"{source}, line {number}")
+            if not isinstance(event, dict):
+                raise ValueError(f"{source}, line {number}: an MLLOG event is a JSON object, "
+                                 f"not {type(event).__name__}")
+            yield event
+
+
 def events(path: Path) -> Iterator[dict[str, Any]]:
     with path.open(encoding="utf-8") as f:
-        for line in f:
-            _, sep, payload = line.partition(PREFIX)
-            if sep:
-                yield json.loads(payload)
+        yield from parse(f, str(path))
 
 
 def run_window(path: Path) -> tuple[int, int]:

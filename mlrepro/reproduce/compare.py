@@ -1,0 +1,215 @@
+"""The comparison of the reproduced runs with the submission: statistics, RCP and a verdict.
+
+The verdict per benchmark, and the rules behind it:
+
+- *not reproduced*: a logged hyperparameter differs (named; this decides first).
+- *not comparable*: no reproduced run converged, or a reproduced log fails the compliance gate.
+- *not reproduced*: the epochs to converge differ by more
+  than the tolerance (two standard errors of the difference of the means, at least half an epoch; the
+  RCP rule's question, "does the submission converge faster than the implementation does?", asked
+  of the reproduction instead of the reference runs); or, where the hardware class matches, the
+  times to train differ by Mann-Whitney U (two-sided, alpha 0.05) and by more than 10% in median.
+- *reproduced*: otherwise. With the same seeds on a deterministic CPU implementation the eval metrics
+  are bit-identical; the report says per run whether they are.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from pathlib import Path
+from typing import Any
+
+from mlrepro.core import safe_read
+from mlrepro.core.hashing import sha256_file
+from mlrepro.datasets.manifest import MANIFEST as DATA_MANIFEST
+from mlrepro.package.provenance import MANIFEST
+from mlrepro.reproduce.errors import ReproduceError
+from mlrepro.reproduce.plan import BenchmarkPlan, Plan
+from mlrepro.reproduce.results import LoggedRun, read_log
+
+ALPHA = 0.05
+TIME_TOLERANCE = 0.10  # relative median difference that, with a significant test, fails a reproduction
+METHOD = __doc__.split("The verdict per benchmark, and the rules behind it:")[1].strip()
+
+
+def _mean(values: list[float]) -> float | None:
+    return statistics.fmean(values) if values else None
+
+
+def olympic(benchmark: str, minutes: list[float | None]) -> float | None:
+    from mlrepro.score import olympic_mean
+
+    return olympic_mean(benchmark, minutes).minutes
+
+
+def time_test(submitted: list[float], reproduced: list[float]) -> dict[str, Any]:
+    """Mann-Whitney U, two-sided, on times to train: no normality assumed; runs assumed independent."""
+    from scipy.stats import mannwhitneyu
+
+    n1, n2 = len(submitted), len(reproduced)
+    out: dict[str, Any] = {"test": "Mann-Whitney U, two-sided", "alpha": ALPHA, "n_submitted": n1,
+                           "n_reproduced": n2, "p": None, "min_attainable_p": None, "significant": False,
+                           "median_submitted": statistics.median(submitted) if submitted else None,
+                           "median_reproduced": statistics.median(reproduced) if reproduced else None}
+    if not n1 or not n2:
+        out["note"] = "no converged runs on one side"
+        return out
+    out["min_attainable_p"] = 2 / math.comb(n1 + n2, n2)
+    result = mannwhitneyu(submitted, reproduced, alternative="two-sided", method="exact")
+    out["p"] = float(result.pvalue)
+    out["u"] = float(result.statistic)
+    rel = abs(out["median_reproduced"] - out["median_submitted"]) / out["median_submitted"]
+    out["relative_median_difference"] = rel
+    out["significant"] = out["p"] < ALPHA and rel > TIME_TOLERANCE
+    if out["min_attainable_p"] >= ALPHA:
+        out["note"] = (f"with {n1} and {n2} runs the smallest attainable p is {out['min_attainable_p']:.3f} "
+                       f">= {ALPHA}: the test cannot find a difference; times are compared descriptively")
+    return out
+
+
+def convergence_test(submitted: list[float], reproduced: list[float]) -> dict[str, Any]:
+    """Mean epochs to converge of the same seeds; tolerance: 2 standard errors of the difference, >= 0.5."""
+    out: dict[str, Any] = {"rule": "|mean submitted - mean reproduced| <= max(2 SE of the difference, 0.5 epoch)",
+                           "mean_submitted": _mean(submitted), "mean_reproduced": _mean(reproduced),
+                           "passed": None}
+    if not submitted or not reproduced:
+        return out
+    se = 0.0
+    for sample in (submitted, reproduced):
+        if len(sample) > 1:
+            se += statistics.variance(sample) / len(sample)
+    out["tolerance"] = max(2 * math.sqrt(se), 0.5)
+    out["difference"] = out["mean_submitted"] - out["mean_reproduced"]
+    out["passed"] = abs(out["difference"]) <= out["tolerance"]
+    return out
+
+
+def _rcp(benchmark: str, division: str, ruleset: str, bs: Any, epochs: list[float]) -> dict[str, Any]:
+    from mlrepro.audit import rcp
+
+    if not rcp.applies(ruleset, division, benchmark):
+        return {"applies": False, "message": f"the RCP rule applies to the closed division only (this is {division})"}
+    try:
+        passed, message, _ = rcp._decide(rcp._reference("training", ruleset, benchmark), bs, epochs)
+    except Exception as e:  # no RCP for this benchmark or batch size in the official data
+        return {"applies": True, "passed": None, "message": f"{type(e).__name__}: {e}"}
+    return {"applies": True, "passed": passed, "message": message}
+
+
+def _hyperparameter_diffs(submitted: LoggedRun, reproduced: LoggedRun) -> list[dict[str, Any]]:
+    keys = sorted(submitted.hyperparameters.keys() | reproduced.hyperparameters.keys())
+    return [{"key": k, "submitted": submitted.hyperparameters.get(k, "(not logged)"),
+             "reproduced": reproduced.hyperparameters.get(k, "(not logged)")}
+            for k in keys if submitted.hyperparameters.get(k, "(not logged)")
+            != reproduced.hyperparameters.get(k, "(not logged)")]
+
+
+def _our_json(path: Path) -> dict[str, Any]:
+    """A file this pipeline wrote for a reproduced run (its compliance verdict, run.json); {} when absent."""
+    if not path.is_file():
+        return {}
+    doc = safe_read.read_json(path)
+    return doc if isinstance(doc, dict) else {}
+
+
+def compare_benchmark(b: BenchmarkPlan, org_dir: Path, reproduced_dir: Path, system_desc: dict[str, Any],
+                      ruleset: str) -> dict[str, Any]:
+    submitted = [read_log(Path(f), org_dir) for f in b.result_files]
+    runs = []
+    for i, seed in enumerate(b.seeds):
+        run_dir = reproduced_dir / "runs" / b.name / str(i)
+        rep = read_log(run_dir / "result.txt")  # written by the package's code: read with bounds too
+        compliant = _our_json(reproduced_dir / "compliance" / b.name / f"{i}.json").get("valid")
+        summary = _our_json(run_dir / "run.json")
+        sub = submitted[i]
+        runs.append({
+            "index": i, "seed": seed, "reproduced_seed": rep.seed, "submitted_file": Path(sub.file).name,
+            "submitted_minutes": sub.minutes, "reproduced_minutes": rep.minutes,
+            "submitted_epochs": sub.epochs, "reproduced_epochs": rep.epochs,
+            "metrics_identical": sub.evals == rep.evals and bool(sub.evals),
+            "submitted_evals": sub.evals, "reproduced_evals": rep.evals, "compliant": compliant,
+            "device": summary.get("device"), "image": summary.get("image"),
+            "hyperparameter_differences": _hyperparameter_diffs(sub, rep),
+        })
+    reasons: list[str] = []
+    hp = {d["key"]: d for r in runs for d in r["hyperparameter_differences"]}
+    for d in hp.values():
+        reasons.append(f"hyperparameter {d['key']} differs: submitted {d['submitted']!r}, reproduced "
+                       f"{d['reproduced']!r}")
+    sub_epochs = [r["submitted_epochs"] for r in runs if r["submitted_epochs"] is not None]
+    rep_epochs = [r["reproduced_epochs"] for r in runs if r["reproduced_epochs"] is not None]
+    convergence = convergence_test(sub_epochs, rep_epochs)
+    if convergence["passed"] is False:
+        reasons.append(f"epochs to converge differ: mean {convergence['mean_submitted']:.2f} submitted, "
+                       f"{convergence['mean_reproduced']:.2f} reproduced (tolerance {convergence['tolerance']:.2f})")
+    division = str(system_desc.get("division", ""))
+    bs = submitted[0].hyperparameters.get("global_batch_size")
+    rcp = {"submitted": _rcp(b.name, division, ruleset, bs, [s.epochs for s in submitted if s.epochs is not None]),
+           "reproduced": _rcp(b.name, division, ruleset, bs, rep_epochs)}
+    sub_minutes = [s.minutes for s in submitted if s.minutes is not None]
+    rep_minutes = [r["reproduced_minutes"] for r in runs if r["reproduced_minutes"] is not None]
+    accelerators = str(system_desc.get("accelerators_per_node", "")).strip()
+    devices = {str(r["device"]) for r in runs if r["device"]}
+    same_class = (accelerators in ("0", "") and devices <= {"cpu"}) or \
+        (accelerators not in ("0", "") and bool(devices) and all(d.startswith("cuda") for d in devices))
+    times = time_test(sub_minutes, rep_minutes)
+    times["hardware_comparable"] = same_class
+    if not same_class:
+        times["note"] = (f"the submission ran on {accelerators or 'unknown'} accelerators per node, the "
+                         f"reproduction on {', '.join(sorted(devices)) or 'nothing'}: times are not comparable")
+    elif times["significant"]:
+        reasons.append(f"times to train differ: {times['test']} p = {times['p']:.4f} < {ALPHA}, medians "
+                       f"{times['median_submitted']:.3f} and {times['median_reproduced']:.3f} minutes")
+    dataset = None
+    manifest_file = reproduced_dir / "data" / b.name / DATA_MANIFEST
+    if manifest_file.is_file():
+        dataset = {"submitted_sha256": b.dataset_sha256, "reproduced_sha256": sha256_file(manifest_file)}
+        dataset["identical"] = dataset["submitted_sha256"] == dataset["reproduced_sha256"]
+        if b.dataset_sha256 and not dataset["identical"]:
+            reasons.append("the regenerated dataset's manifest differs from the submission's")
+    if hp:  # a different configuration ran: whatever else happened, the result is not reproduced
+        verdict = "not reproduced"
+    elif not rep_minutes or any(r["compliant"] is False for r in runs):
+        verdict = "not comparable"
+        reasons.insert(0, "no reproduced run converged" if not rep_minutes else
+                       "a reproduced log fails the compliance gate")
+    else:
+        verdict = "not reproduced" if reasons else "reproduced"
+    return {"benchmark": b.name, "verdict": verdict, "reasons": reasons, "runs": runs,
+            "olympic_submitted": olympic(b.name, [s.minutes for s in submitted]),
+            "olympic_reproduced": olympic(b.name, [r["reproduced_minutes"] for r in runs]) if len(runs) >= 3
+            else None,
+            "times": times, "convergence": convergence, "rcp": rcp, "dataset": dataset,
+            "hyperparameters": submitted[0].hyperparameters, "throughput": "not logged by this implementation",
+            "params": b.params}
+
+
+def _system_description(org_dir: Path, system: str) -> dict[str, Any]:
+    path = org_dir / "systems" / f"{system}.json"
+    try:
+        desc = safe_read.read_json(path, org_dir)
+    except safe_read.UnsafeInput as e:
+        raise ReproduceError(f"{e}; the system description cannot be read") from None
+    if not isinstance(desc, dict):
+        raise ReproduceError(f"{path}: not a system description (a JSON object)")
+    return desc
+
+
+def compare(p: Plan, reproduced_dir: Path, ruleset: str, package_changes: list[str]) -> dict[str, Any]:
+    """The report's document; ``package_changes``: what the reproduction changed in the package (an error)."""
+    org_dir = Path(p.package)
+    desc = _system_description(org_dir, p.system)
+    benchmarks = [compare_benchmark(b, org_dir, reproduced_dir, desc, ruleset) for b in p.benchmarks.values()]
+    verdicts = {b["verdict"] for b in benchmarks}
+    overall = ("not comparable" if "not comparable" in verdicts or package_changes else
+               "not reproduced" if "not reproduced" in verdicts else "reproduced")
+    notes = list(p.notes)
+    if package_changes:
+        notes.insert(0, "Error: the package changed while it was reproduced, so its results are no longer the ones "
+                     "submitted (its code ran with your rights): " + "; ".join(package_changes[:20]))
+    manifest = org_dir / MANIFEST
+    return {"package": p.package, "system": p.system, "runs": p.runs, "notes": notes, "verdict": overall,
+            "package_changes": package_changes,
+            "manifest_sha256": sha256_file(manifest) if manifest.is_file() else None,
+            "method": METHOD, "benchmarks": benchmarks}

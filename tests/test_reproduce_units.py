@@ -1,0 +1,177 @@
+"""Reproduce mode's parts without a pipeline run: the config file read without a shell, the plan on a hostile
+package (clear errors, nothing run), the staging, the launch file's shape check, the package checked after."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from mlrepro.reproduce import config_sh, plan, stage, verify
+from mlrepro.reproduce.errors import ReproduceError
+from mlrepro.reproduce.launch import launch_spec
+from mlrepro.runs.implementation import capture
+from tests.conftest import write_mllog
+
+SYSTEM = "sys1"
+DEEP = 100_000
+
+
+def _package(root: Path, config_text: str = "export DGXNNODES=1\nexport DGXNGPU=0\nexport WALLTIME=5\n",
+             runs: int = 2) -> Path:
+    """A vendor-style organisation folder: one system, resnet results, an implementation folder."""
+    org = root / "org"
+    for i in range(runs):
+        write_mllog(org / "results" / SYSTEM / "resnet" / f"result_{i}.txt", "resnet", 1_000_000, 1.0, seed=7 + i)
+    (org / "systems").mkdir(parents=True)
+    (org / "systems" / f"{SYSTEM}.json").write_text(json.dumps({"division": "open", "accelerators_per_node": 0}))
+    impl = org / "benchmarks" / "resnet" / "implementations" / "impl"
+    impl.mkdir(parents=True)
+    (impl / "run_and_time.sh").write_text("#!/bin/bash\necho run\n")
+    (impl / f"config_{SYSTEM}.sh").write_text(config_text)
+    (root / "data").mkdir()
+    return org
+
+
+def _plan(org: Path) -> plan.Plan:
+    return plan.plan(org, system=SYSTEM, only=[], runs=None, overrides={}, default_data_seed=1,
+                     data_dirs={"resnet": str(org.parent / "data")})
+
+
+def test_config_file_is_read_without_a_shell(tmp_path: Path) -> None:
+    canary = tmp_path / "CANARY"
+    org = _package(tmp_path, f"$(touch {canary})\n`touch {canary}`\nexport DGXNNODES=2\n"
+                             f"export DGXNGPU=$(touch {canary}; echo 8)\nW=15\n"
+                             "export WALLTIME=$(( ${NEXP:-1} * W + 5 ))\n"
+                             "source $(dirname ${BASH_SOURCE[0]})/common.sh\n")
+    impl = org / "benchmarks" / "resnet" / "implementations" / "impl"
+    (impl / "common.sh").write_text('export DGXSYSTEM="SYS 1" # a comment\n')
+    env = config_sh.read(impl / f"config_{SYSTEM}.sh", org)
+    assert env == {"DGXNNODES": "2", "W": "15", "WALLTIME": "20", "DGXSYSTEM": "SYS 1"}
+    p = _plan(org)
+    assert (p.benchmarks["resnet"].nodes, p.benchmarks["resnet"].gpus) == (2, 0)  # DGXNGPU unknown: not guessed
+    assert not canary.exists()
+
+
+def test_config_reader_agrees_with_bash_on_nvidia_job_shapes(nvidia_benchmarks: Path) -> None:
+    """Every config file of NVIDIA's v1.1 implementations: the job shape read as text is bash's."""
+    configs = sorted(nvidia_benchmarks.rglob("config_*.sh"))
+    assert len(configs) > 30
+    for config in configs:
+        bash = capture(config)
+        text = config_sh.read(config, nvidia_benchmarks)
+        for key in plan.SHAPE_KEYS:
+            assert text.get(key) == bash.get(key), (config, key)
+
+
+def test_hostile_package_files_get_clear_errors(tmp_path: Path) -> None:
+    org = _package(tmp_path)
+    result = org / "results" / SYSTEM / "resnet" / "result_1.txt"
+    result.unlink()
+    result.symlink_to("/dev/zero")
+    with pytest.raises(ReproduceError, match=r"result_1\.txt: a symlink out of .* \(-> /dev/zero\)"):
+        _plan(org)
+    result.unlink()
+    os.mkfifo(result)
+    with pytest.raises(ReproduceError, match=r"result_1\.txt: not a regular file \(a FIFO\)"):
+        _plan(org)
+    result.unlink()
+    result.write_text(':::MLLOG {"key": "seed", "value": ' + "[" * DEEP + "]" * DEEP + "}\n")
+    with pytest.raises(ReproduceError, match=r"result_1\.txt, line 1: JSON nested too deep"):
+        _plan(org)
+    write_mllog(result, "resnet", 1_000_000, 1.0, seed=8)
+    manifest = org / "provenance.json"
+    with manifest.open("wb") as f:
+        f.truncate(3 << 30)
+    with pytest.raises(ReproduceError, match=r"provenance\.json: 3221225472 bytes, over the limit"):
+        _plan(org)
+    manifest.write_text("[" * DEEP + "]" * DEEP)
+    with pytest.raises(ReproduceError, match=r"provenance\.json: JSON nested too deep"):
+        _plan(org)
+    with pytest.raises(ReproduceError, match=r"provenance\.json: JSON nested too deep"):
+        verify.before(org)
+    manifest.unlink()
+    assert _plan(org).benchmarks["resnet"].seeds == [7, 8]
+
+
+def test_package_with_unsafe_entries_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    org = _package(tmp_path)
+    os.mkfifo(org / "systems" / "fifo")
+    (org / "results" / "etc").symlink_to("/etc")
+    with pytest.raises(ReproduceError, match=r"results/etc \(a symlink out of org/, -> /etc\); "
+                       r"systems/fifo \(not a regular file\)\. Nothing was run"):
+        verify.before(org)
+
+
+def test_package_changes_after_the_check_are_named(tmp_path: Path) -> None:
+    org = _package(tmp_path)
+    record = verify.before(org)
+    assert record["manifest"]["present"] is False and verify.after(org, record) == []
+    (org / "results" / SYSTEM / "resnet" / "result_0.txt").write_text("edited\n")
+    (org / "benchmarks" / "resnet" / "implementations" / "impl" / "out.log").write_text("a run wrote here\n")
+    assert verify.after(org, record) == ["benchmarks/resnet/implementations/impl/out.log: added",
+                                         f"results/{SYSTEM}/resnet/result_0.txt: changed"]
+
+
+def test_stage_copies_files_and_inner_links_and_refuses_the_rest(tmp_path: Path) -> None:
+    impl = _package(tmp_path) / "benchmarks" / "resnet" / "implementations" / "impl"
+    (impl / "sub").mkdir()
+    (impl / "sub" / "train.py").write_text("print(1)\n")
+    (impl / "train.py").symlink_to("sub/train.py")
+    (impl / "__pycache__").mkdir()
+    (impl / "__pycache__" / "x.pyc").write_bytes(b"\0")
+    stage.stage(impl, tmp_path / "staged")
+    staged = tmp_path / "staged"
+    assert (staged / "sub" / "train.py").read_text() == "print(1)\n"
+    assert os.readlink(staged / "train.py") == "sub/train.py"
+    assert not (staged / "__pycache__").exists() and (staged / "run_and_time.sh").is_file()
+    (impl / "zero").symlink_to("/dev/zero")
+    os.mkfifo(impl / "sub" / "pipe")
+    with pytest.raises(ReproduceError, match=r"zero \(a symlink out of impl/, -> /dev/zero\); "
+                       r"sub/pipe \(not a regular file\)"):
+        stage.stage(impl, tmp_path / "staged2")
+    assert not (tmp_path / "staged2").exists()
+
+
+def test_launch_file_sources_the_staged_config_and_checks_its_shape(tmp_path: Path) -> None:
+    org = _package(tmp_path, "export DGXNNODES=1\nexport DGXNGPU=$(echo 2)\nexport LR=0.5\n")
+    b = _plan(org).benchmarks["resnet"]
+    stage.stage(Path(b.implementation), tmp_path / "staged")
+    with pytest.raises(ReproduceError, match=r"config_sys1\.sh: sourced by bash it gives 1 node\(s\) and 2 GPU\(s\), "
+                       r"but its text .* gives 1 and 0"):
+        launch_spec(b, tmp_path / "staged", tmp_path / "data", threads=1, device="cpu")
+    org2 = _package(tmp_path / "b", "export DGXNNODES=1\nexport DGXNGPU=0\nexport LR=0.5\n")
+    b2 = _plan(org2).benchmarks["resnet"]
+    stage.stage(Path(b2.implementation), tmp_path / "staged_b")
+    spec = launch_spec(b2, tmp_path / "staged_b", tmp_path / "data", threads=1, device="cpu")
+    assert spec["env"]["LR"] == "0.5" and spec["folder"] == str(tmp_path / "staged_b") and spec["gpus"] == 0
+    assert plan.from_json(json.loads(json.dumps(plan.to_json(_plan(org2))))) == _plan(org2)
+
+
+def test_package_is_verified_against_its_manifest_and_the_published_hash(tmp_path: Path) -> None:
+    from mlrepro.package import provenance
+
+    org = _package(tmp_path)
+    digest = provenance.write(org, {"format": provenance.FORMAT, "files": provenance.package_files(org)})
+    assert verify.before(org, digest)["manifest"]["verified"]
+    with pytest.raises(ReproduceError, match=r"provenance\.json: provenance\.json has sha256 .* published"):
+        verify.before(org, "0" * 64)
+    result = org / "results" / SYSTEM / "resnet" / "result_1.txt"
+    result.write_text(result.read_text() + "\n")
+    with pytest.raises(ReproduceError, match=rf"results/{SYSTEM}/resnet/result_1\.txt: the result file "
+                       rf"results/{SYSTEM}/resnet/result_1\.txt changed.*Nothing was run"):
+        verify.before(org)
+    (org / "provenance.json").unlink()
+    (org / "provenance.sha256").unlink()
+    with pytest.raises(ReproduceError, match=r"manifest_sha256 is given, but the package .* has no provenance\.json"):
+        verify.before(org, digest)
+
+
+def test_package_folders_that_are_symlinks_are_refused(tmp_path: Path) -> None:
+    org = _package(tmp_path)
+    (org / "systems").rename(tmp_path / "systems")
+    (org / "systems").symlink_to(tmp_path / "systems")
+    with pytest.raises(ReproduceError, match=r"org/systems is a symlink \(-> .*\), not a folder of the package"):
+        _plan(org)
