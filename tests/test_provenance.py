@@ -20,7 +20,7 @@ from mlrepro.package import provenance
 from mlrepro.runs import ledger
 from tests.conftest import REPO
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.integration
 
 
 @pytest.fixture

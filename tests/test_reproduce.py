@@ -15,7 +15,7 @@ import yaml
 from mlrepro.reproduce import cli as reproduce
 from tests.conftest import REPO, snakemake
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.integration
 
 
 def _reproduce(workdir: Path, package: Path, *config: str, check: bool = True):

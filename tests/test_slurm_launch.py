@@ -60,7 +60,7 @@ def test_rank_from_launcher_variables() -> None:
     assert distributed.context_from_env(torchrun) == distributed.Context(0, 2, 0, 0)
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_two_processes_under_torchrun_match_one(tmp_path: Path) -> None:
     """Without Slurm: torchrun starts 2 ranks; one MLPerf log, from rank 0; the metric of 1 process."""
     params = yaml.safe_load((REPO / "workflows" / "dlrm" / "defaults.yaml").read_text())
