@@ -23,17 +23,18 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
 TEST_CONFIG = REPO / "config" / "test.yaml"
-# Marks whose tests need a service that only CI starts: they belong to the integration tier.
-SERVICE_MARKS = ("podman", "slurm", "gpu")
+# Marks of tests that need what a developer's machine may lack (CI's services, a GPU): integration tier.
+RESOURCE_MARKS = ("podman", "slurm", "gpu")
 # Fixtures that run the pipeline: a test using one belongs to the integration tier.
 PIPELINE_FIXTURES = ("tiny_pipeline", "tiny_package", "tiny_pipeline_copy")
 
 _running: list[pytest.Item] = []  # the test being run (its fixtures' setup included)
 
 
+@pytest.hookimpl(tryfirst=True)  # before -m selects the tier
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if any(item.get_closest_marker(m) for m in SERVICE_MARKS) or set(PIPELINE_FIXTURES) & set(
+        if any(item.get_closest_marker(m) for m in RESOURCE_MARKS) or set(PIPELINE_FIXTURES) & set(
                 getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.integration)
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from mlrepro.core import atomic
-from mlrepro.datasets import generated
+from mlrepro.datasets import generated, manifest
 from mlrepro.gate import compliance
 from tests.conftest import write_mllog
 
@@ -21,8 +21,8 @@ RESNET_DATA = {"data": {"classes": 3, "image_size": 8, "train_samples": 16, "eva
 
 def test_manifest_detects_changed_and_missing_files(tmp_path: Path) -> None:
     folder = tmp_path / "resnet"
-    manifest = generated.generate("resnet", folder, RESNET_DATA, seed=1)
-    assert set(manifest) == {"train.npz", "eval.npz"}
+    listed = generated.generate("resnet", folder, RESNET_DATA, seed=1)
+    assert set(listed) == {"train.npz", "eval.npz"}
     assert manifest.verify(folder) == []
     (folder / "train.npz").write_bytes(b"tampered")
     (folder / "eval.npz").unlink()

@@ -85,9 +85,9 @@ def test_sampler_exits_when_the_watched_process_dies(tmp_path: Path) -> None:
 
 
 def test_killed_sampler_leaves_nothing_that_looks_complete(tmp_path: Path) -> None:
+    start = int(time.time() * 1e3)  # before the sampler starts: every sample it flushes is in the window
     handle = start_sampler(tmp_path, hz=20.0, backend="none", flush_every_s=0.2)
     assert handle.status == "running" and handle.proc is not None
-    start = int(time.time() * 1e3)
     _wait_for_samples(tmp_path, 5)
     handle.proc.kill()
     handle.proc.wait(10)
