@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import tempfile
 from html.parser import HTMLParser
 from pathlib import Path
 
-import pytest
+from tests.conftest import require
 
 # A payload that runs sets the title to this, and every injected element carries this id.
 PWNED = "PWNED-by-injected-script"
@@ -26,10 +25,8 @@ PAYLOADS = [
 def chromium() -> str:
     """The browser's path; a CI run fails without it (.ci/run installs it), a local run skips."""
     path = shutil.which("chromium")
-    if path is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("chromium is not installed (.ci/run installs Debian's chromium)")
-        pytest.skip("chromium is not installed")
+    require(path is not None, "chromium is not installed (.ci/run installs Debian's chromium)")
+    assert path is not None
     return path
 
 

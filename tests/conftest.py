@@ -1,9 +1,17 @@
-"""Shared fixtures: the repository, a Snakemake runner and a writer of MLPerf logs."""
+"""Shared fixtures: the repository, a Snakemake runner, the one pipeline run the integration tier shares,
+and a writer of MLPerf logs.
+
+Two tiers (README, "Tests"): plain ``pytest`` runs the fast tier, units that run no pipeline;
+``pytest -m integration`` runs the tests marked ``integration``: real Snakemake runs, trainings to
+convergence and the tests that need CI's services (Podman, Slurm). A test in the fast tier that calls
+:func:`snakemake` fails, naming the mark it lacks.
+"""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable
@@ -14,6 +22,39 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
+TEST_CONFIG = REPO / "config" / "test.yaml"
+# Marks of tests that need what a developer's machine may lack (CI's services, a GPU): integration tier.
+RESOURCE_MARKS = ("podman", "slurm", "gpu")
+# Fixtures that run the pipeline: a test using one belongs to the integration tier.
+PIPELINE_FIXTURES = ("tiny_pipeline", "tiny_package", "tiny_pipeline_copy")
+
+_running: list[pytest.Item] = []  # the test being run (its fixtures' setup included)
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m selects the tier
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if any(item.get_closest_marker(m) for m in RESOURCE_MARKS) or set(PIPELINE_FIXTURES) & set(
+                getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.integration)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Any:
+    _running.append(item)
+    try:
+        yield
+    finally:
+        _running.pop()
+
+
+def require(available: bool, message: str) -> None:
+    """Skip a test whose tool, service or data is absent here; under CI (CI=true, set by .ci/run, which
+    provides them all) fail instead, so that nothing CI must test is skipped there."""
+    if not available:
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
 
 
 @pytest.fixture
@@ -22,7 +63,10 @@ def repo() -> Path:
 
 
 def snakemake(workdir: Path, *args: str, check: bool = True, timeout: int = 900) -> subprocess.CompletedProcess[str]:
-    """Run the repository's real Snakefile with ``workdir`` as its working directory."""
+    """Run the repository's real Snakefile with ``workdir`` as its working directory (integration tier only)."""
+    if _running and _running[-1].get_closest_marker("integration") is None:
+        raise AssertionError(f"{_running[-1].nodeid} runs Snakemake: mark it `integration` (pytest.mark.integration); "
+                             "the fast tier runs no pipeline")
     proc = subprocess.run(
         [*SNAKEMAKE, "--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir), "--cores", "2", *args],
         cwd=REPO, capture_output=True, text=True, timeout=timeout, env={**os.environ, "PYTHONUNBUFFERED": "1"},
@@ -73,13 +117,26 @@ def mllog() -> Callable[..., Path]:
 
 
 @pytest.fixture(scope="session")
-def tiny_package(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The test configuration run once through the whole pipeline (five ResNet runs); its output folder.
-    Shared by the provenance and reproduce tests, which only read it (they copy what they tamper with).
-    Without the inference stage, which they do not read (CI time)."""
-    workdir = tmp_path_factory.mktemp("tiny_package")
-    snakemake(workdir, "--configfile", str(REPO / "config" / "test.yaml"), "--config", "inference={benchmarks: []}")
-    return workdir / "results"
+def tiny_pipeline(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The test configuration (config/test.yaml: five ResNet runs and their inference) run once through every
+    stage, for the whole session; its working folder. Tests only read it: one that changes it, or runs
+    Snakemake in it to change something, takes ``tiny_pipeline_copy``."""
+    workdir = tmp_path_factory.mktemp("tiny_pipeline")
+    snakemake(workdir, "--configfile", str(TEST_CONFIG))
+    return workdir
+
+
+@pytest.fixture(scope="session")
+def tiny_package(tiny_pipeline: Path) -> Path:
+    """The shared run's output folder (``results/``)."""
+    return tiny_pipeline / "results"
+
+
+@pytest.fixture
+def tiny_pipeline_copy(tiny_pipeline: Path, tmp_path: Path) -> Path:
+    """A private copy of the shared run's working folder, Snakemake's records and modification times
+    included, so that Snakemake sees it finished as the original is."""
+    return Path(shutil.copytree(tiny_pipeline, tmp_path / "pipeline", symlinks=True))
 
 
 NVIDIA_V11 = REPO.parent / "shared" / "data" / "mlperf_training_nvidia_implementations_v1.1.tar.xz"
@@ -88,8 +145,7 @@ NVIDIA_V11 = REPO.parent / "shared" / "data" / "mlperf_training_nvidia_implement
 @pytest.fixture(scope="session")
 def nvidia_benchmarks(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """NVIDIA's eight v1.1 implementation folders (``<benchmark>/implementations/<impl>/``), unpacked once."""
-    if not NVIDIA_V11.is_file():
-        pytest.skip(f"{NVIDIA_V11} is absent")
+    require(NVIDIA_V11.is_file(), f"{NVIDIA_V11} is absent")
     import tarfile
 
     out = tmp_path_factory.mktemp("nvidia_v1.1")

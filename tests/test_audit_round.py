@@ -30,12 +30,17 @@ from typing import Any
 import pytest
 
 from mlrepro.audit import discover, pipeline
+from tests.conftest import require
 
 ARCHIVE = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "mlperf_training_results_v1.1.tar.xz"
 RULESET = "1.1.0"
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(not ARCHIVE.is_file(), reason=f"{ARCHIVE} is absent")]
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _archive() -> None:
+    require(ARCHIVE.is_file(), f"{ARCHIVE} is absent")
 
 Verdict = tuple[bool, list[str], str]
 

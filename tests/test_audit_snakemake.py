@@ -14,7 +14,7 @@ REPO = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).parent / "fixtures" / "audit"
 SNAKEMAKE = Path(sys.executable).with_name("snakemake")
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.integration
 
 
 def audit(workdir: Path, package: Path) -> subprocess.CompletedProcess[str]:

@@ -25,6 +25,7 @@ from mlrepro.datasets import generated
 from mlrepro.engines import Mount, get_engine
 from mlrepro.engines.client import connect
 from mlrepro.gate.compliance import check
+from tests.conftest import require
 
 pytestmark = pytest.mark.podman
 REPO = Path(__file__).resolve().parent.parent
@@ -34,11 +35,8 @@ SOCKET_VAR = "MLREPRO_PODMAN_SOCKET"
 @pytest.fixture(scope="session")
 def socket() -> str:
     url = os.environ.get(SOCKET_VAR)
-    if not url:
-        message = f"{SOCKET_VAR} is not set: start Podman's API with `eval \"$(.ci/podman.sh start)\"`"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
+    require(bool(url), f"{SOCKET_VAR} is not set: start Podman's API with `eval \"$(.ci/podman.sh start)\"`")
+    assert url is not None
     return url
 
 

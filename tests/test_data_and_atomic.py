@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from mlrepro.core import atomic
-from mlrepro.datasets import generated, manifest
+from mlrepro.datasets import generated, manifest, stamps
 from mlrepro.gate import compliance
 from tests.conftest import write_mllog
 
@@ -21,8 +22,8 @@ RESNET_DATA = {"data": {"classes": 3, "image_size": 8, "train_samples": 16, "eva
 
 def test_manifest_detects_changed_and_missing_files(tmp_path: Path) -> None:
     folder = tmp_path / "resnet"
-    written = generated.generate("resnet", folder, RESNET_DATA, seed=1)
-    assert set(written) == {"train.npz", "eval.npz"}
+    listed = generated.generate("resnet", folder, RESNET_DATA, seed=1)
+    assert set(listed) == {"train.npz", "eval.npz"}
     assert manifest.verify(folder) == []
     (folder / "train.npz").write_bytes(b"tampered")
     (folder / "eval.npz").unlink()
@@ -32,6 +33,21 @@ def test_manifest_detects_changed_and_missing_files(tmp_path: Path) -> None:
     with pytest.raises(manifest.DataChecksumError, match=r"train\.npz: sha256 is .* the manifest says"):
         manifest.require_valid(folder)
 
+
+
+def test_a_copied_dataset_is_checked_where_it_is_now(tmp_path: Path) -> None:
+    """A receipt kept inside its folder follows the folder: a corrupted copy is found, the original untouched."""
+    original = tmp_path / "one" / "resnet"
+    generated.generate("resnet", original, RESNET_DATA, seed=1)
+    stamps.write_receipt(original / ".receipt.json", original)
+    assert stamps.changed_files(stamps.read_receipt(original / ".receipt.json")) == []
+    copy = Path(shutil.copytree(tmp_path / "one", tmp_path / "two")) / "resnet"
+    (copy / "eval.npz").write_bytes(b"corrupted")
+    receipt = stamps.read_receipt(copy / ".receipt.json")
+    assert receipt["folder"] == str(copy.resolve())
+    assert {p.file for p in stamps.changed_files(receipt)} == {copy.resolve() / n for n in ("eval.npz", "train.npz",
+                                                                                            manifest.MANIFEST)}
+    assert stamps.changed_files(stamps.read_receipt(original / ".receipt.json")) == []
 
 def test_failed_generation_leaves_no_dataset(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from mlrepro.training import workload

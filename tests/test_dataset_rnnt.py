@@ -20,6 +20,7 @@ import pytest
 
 from mlrepro.datasets.manifest import MANIFEST
 from tests import dataset_sources as src
+from tests.conftest import require
 from tests.test_datasets import _run_recipe
 
 SETS = ("dev-clean", "train-clean-100")
@@ -34,10 +35,8 @@ def prepared(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def pysox() -> Any:
-    if shutil.which("sox") is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("SoX is missing: .ci/run installs Debian's sox, the reference's converter")
-        pytest.skip("SoX is not installed (apt-get install sox)")
+    require(shutil.which("sox") is not None,
+            "SoX is missing (apt-get install sox; .ci/run installs Debian's sox, the reference's converter)")
     import sox
 
     return sox

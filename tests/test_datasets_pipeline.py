@@ -14,7 +14,7 @@ from mlrepro.datasets.manifest import MANIFEST
 from tests import dataset_sources as src
 from tests.conftest import snakemake
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.integration
 
 
 def _config(tmp_path: Path, data: dict[str, object]) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -35,8 +36,19 @@ def test_missing_socket_is_one_line(engine: str, tmp_path: Path) -> None:
     assert "\n" not in message and message.startswith(f"{engine}:") and "none.sock" in message
 
 
-def test_native_ignores_engine_options() -> None:
-    assert get_engine("native", socket="unix:///x").name == "native"
+def test_native_ignores_engine_options(tmp_path: Path) -> None:
+    """A socket (a container engine's option) changes nothing: the run is this interpreter's child, on the host."""
+    engine = get_engine("native", socket=f"unix://{tmp_path}/none.sock")
+    log = tmp_path / "run.log"
+    script = ("import json, os, sys; print(json.dumps([sys.executable, os.getcwd(), os.environ['MARK'], "
+              "os.environ['CUDA_VISIBLE_DEVICES']]))")
+    code = engine.run(["python", "-c", script], image="ignored:1", mounts=[], gpus=[], env={"MARK": "m"}, log=log,
+                      workdir=str(tmp_path))
+    assert code == 0, log.read_text()
+    assert json.loads(log.read_text()) == [sys.executable, str(tmp_path), "m", ""]  # no GPU for a CPU run
+    assert not (tmp_path / "none.sock").exists()
+    described = engine.describe("ignored:1")
+    assert described["engine"] == "native" and described["image"] is None
 
 
 def test_base_image_follows_build_args(tmp_path: Path) -> None:

@@ -22,7 +22,7 @@ import pytest
 from tests.chromium import PAYLOADS, assert_no_injection
 from tests.conftest import REPO, SNAKEMAKE, snakemake
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.integration
 
 RUNS = 2
 

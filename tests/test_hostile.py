@@ -24,8 +24,6 @@ from mlrepro.core import config as mlconfig
 from tests.chromium import PAYLOADS, assert_no_injection
 from tests.conftest import REPO, snakemake, write_mllog
 
-pytestmark = pytest.mark.slow
-
 RULESET = "1.1.0"
 BIG_LINE = 50 << 20  # the 50 MB unparseable line of the issue
 HTML = PAYLOADS[1]  # valid in a folder name (no slash)
@@ -105,6 +103,7 @@ def audited(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
             "log": proc.stdout + proc.stderr}
 
 
+@pytest.mark.integration
 def test_every_entry_gets_its_own_verdict_and_the_round_is_audited(audited: dict[str, Any]) -> None:
     files, kinds = audited["files"], audited["kinds"]
     assert set(files) == set(kinds), "every result_*.txt has a verdict"
@@ -124,6 +123,7 @@ def test_every_entry_gets_its_own_verdict_and_the_round_is_audited(audited: dict
     assert not (audited["tmp"] / "CANARY").exists()
 
 
+@pytest.mark.integration
 def test_nothing_from_the_host_reaches_the_report(audited: dict[str, Any]) -> None:
     pages = list((audited["out"] / "report").rglob("*.html"))
     text = "".join(p.read_text(encoding="utf-8") for p in pages)
@@ -134,6 +134,7 @@ def test_nothing_from_the_host_reaches_the_report(audited: dict[str, Any]) -> No
     assert "\x00" not in text
 
 
+@pytest.mark.integration
 def test_reports_in_chromium_run_no_injected_script(audited: dict[str, Any]) -> None:
     pages = [audited["out"] / "report" / "index.html", *sorted((audited["out"] / "report" / "systems").glob("*.html"))]
     assert len(pages) >= 3
@@ -141,6 +142,7 @@ def test_reports_in_chromium_run_no_injected_script(audited: dict[str, Any]) -> 
         assert_no_injection(page)
 
 
+@pytest.mark.integration
 def test_gate_gives_a_verdict_per_hostile_file(audited: dict[str, Any], tmp_path: Path) -> None:
     folder = next((audited["root"]).glob("Mallory*/results/*/resnet"))
     for name in ("result_0.txt", "result_1.txt", "result_2.txt", "result_3.txt", "result_4.txt"):
@@ -165,16 +167,21 @@ def test_entry_verdicts_and_size_limit(tmp_path: Path) -> None:
         discover.read_entry(tmp_path / "big.txt", tmp_path, 1024)
 
 
-@pytest.mark.parametrize("override", [
-    {"org": "a;$(touch CANARY)"}, {"system": "x y"}, {"benchmarks": {"resnet": {"image": "../../../../etc/apt"}}},
-    {"benchmarks": {"res net;$(touch CANARY)": {}}}, {"device": "cpu;$(touch CANARY)"},
-    {"only": ["resnet"], "benchmarks": {"resnet": {}, "ssd": {"image": "/etc"}}},
+@pytest.mark.parametrize(("override", "key", "value"), [
+    ({"org": "a;$(touch CANARY)"}, "org", "a;$(touch CANARY)"),
+    ({"system": "x y"}, "system", "x y"),
+    ({"benchmarks": {"resnet": {"image": "../../../../etc/apt"}}}, "benchmarks.resnet.image", "../../../../etc/apt"),
+    ({"benchmarks": {"res net;$(touch CANARY)": {}}}, "benchmarks", "res net;$(touch CANARY)"),
+    ({"device": "cpu;$(touch CANARY)"}, "device", "cpu;$(touch CANARY)"),
+    ({"only": ["resnet"], "benchmarks": {"resnet": {}, "ssd": {"image": "/etc"}}}, "benchmarks.ssd.image", "/etc"),
 ])
-def test_names_that_become_paths_are_refused(override: dict[str, Any]) -> None:
+def test_names_that_become_paths_are_refused(override: dict[str, Any], key: str, value: str, tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)  # where a shell given the name would have made its CANARY
     with pytest.raises(mlconfig.ConfigError) as e:
         mlconfig.load({"benchmarks": {"resnet": {}}, **override})
-    key = next(iter(override)) if "benchmarks" not in override else "benchmarks"
-    assert key in str(e.value)
+    assert f"\n  {key}: {value!r} does not match " in str(e.value), "the error names the key and the refused value"
+    assert list(tmp_path.iterdir()) == [], "loading the configuration ran a command"
 
 
 def test_report_strings_are_shortened_and_nul_free() -> None:

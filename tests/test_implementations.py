@@ -69,6 +69,7 @@ def test_nvidia_job_shapes_come_from_each_config(nvidia_benchmarks: Path, tmp_pa
             assert impl.walltime_minutes is None or impl.walltime_minutes > 0
 
 
+@pytest.mark.integration
 def test_nvidia_folders_are_planned_with_their_own_image_and_shape(nvidia_benchmarks: Path, tmp_path: Path) -> None:
     folders = _folders(nvidia_benchmarks)
     cfg = {"engine": "podman", "engine_socket": "unix:///nonexistent.sock", "benchmarks": {
@@ -118,6 +119,7 @@ def _run_targets(runs: dict[str, int]) -> list[str]:
     return [f"results/runs/{bm}/{i}/run.json" for bm, n in runs.items() for i in range(n)]
 
 
+@pytest.mark.integration
 def test_adding_a_run_schedules_exactly_one_new_run(tmp_path: Path) -> None:
     snakemake(tmp_path, *_run_targets({"resnet": 3}), "--configfile",
               str(_echo_config(tmp_path, "three.yaml", {"resnet": 3})))
@@ -156,7 +158,7 @@ def _intervals(workdir: Path, runs: dict[str, int]) -> list[tuple[float, float, 
     return out
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_one_gpu_is_never_shared_by_two_runs(tmp_path: Path) -> None:
     runs = {"resnet": 2, "bert": 2}
     snakemake(tmp_path, *_run_targets(runs), "--cores", "4", "--resources", "gpus=1", "--configfile",
@@ -166,7 +168,7 @@ def test_one_gpu_is_never_shared_by_two_runs(tmp_path: Path) -> None:
     assert all(a[1] <= b[0] for a, b in itertools.pairwise(spans)), spans
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_concurrent_runs_get_disjoint_gpus(tmp_path: Path) -> None:
     runs = {"resnet": 3, "bert": 3}
     snakemake(tmp_path, *_run_targets(runs), "--cores", "8", "--resources", "gpus=8", "--configfile",
@@ -188,7 +190,7 @@ def _points(folder: Path) -> Path:
     return folder
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_outside_implementation_runs_natively_and_its_package_passes(tmp_path: Path) -> None:
     _points(tmp_path / "data")
     cfg = {"telemetry": {"enabled": False}, "only": ["resnet"], "benchmarks": {"resnet": {
@@ -257,6 +259,7 @@ def test_dockerfile_without_base_is_named(tmp_path: Path) -> None:
                                                  "system_config": "config_CPU.sh"}}}, base_dir=tmp_path)
 
 
+@pytest.mark.integration
 def test_run_without_mllog_lines_fails_naming_its_log(tmp_path: Path) -> None:
     cfg = _echo_config(tmp_path, "quiet.yaml", {"resnet": 1})
     (tmp_path / "impl" / "run_and_time.sh").write_text("#!/bin/bash\necho training, but no log\n")

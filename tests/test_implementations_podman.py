@@ -33,7 +33,7 @@ def test_nvidia_build_fails_naming_the_missing_base_image(client: Any, socket: s
     assert message in log.read_text() and not (tmp_path / "r.json").exists()
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_outside_implementation_runs_under_podman(base: str, socket: str, tmp_path: Path) -> None:  # noqa: F811
     _points(tmp_path / "data")
     cfg = {"engine": "podman", "engine_socket": socket, "build_args": {"FROM_IMAGE_NAME": base},

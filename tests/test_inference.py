@@ -65,7 +65,7 @@ def test_converged_run_records_its_checkpoint_and_a_changed_one_is_refused(train
         run.pick_checkpoint([copy / "run.json"])
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_loadgen_every_scenario_package_check_and_report(trained: dict[str, Path], tmp_path: Path) -> None:
     conf = tmp_path / "resnet.user.conf"
     conf.write_text(settings.user_conf("resnet", TINY["data"]["eval_samples"], shortened=True))
@@ -167,6 +167,7 @@ def test_summary_metric_is_the_leading_line() -> None:
         summary.parse(text("", ""))
 
 
+@pytest.mark.integration
 def test_pipeline_schedules_one_job_per_benchmark_scenario_mode(tmp_path: Path) -> None:
     cfg = tmp_path / "c.yaml"
     cfg.write_text("only: [resnet]\nallow_fewer_runs: true\nbenchmarks: {resnet: {runs: 1}}\n"
@@ -200,7 +201,7 @@ def test_report_shows_nvml_energy_per_sample_where_a_gpu_was_sampled(tmp_path: P
                                 "energy_j": 250.0}]
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_dlrm_served_offline_auc_from_the_accuracy_log(tmp_path: Path) -> None:
     """The second served model: float32 click scores logged by LoadGen, ROC AUC read back from its log."""
     import yaml

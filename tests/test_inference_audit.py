@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from mlrepro.inference import audit
-from tests.conftest import REPO, snakemake
+from tests.conftest import REPO, require, snakemake
 
 ROUND = REPO.parent / "shared" / "data" / "mlperf_inference_results_v1.1.tar.xz"
 if not ROUND.is_file():
@@ -19,8 +19,7 @@ if not ROUND.is_file():
 
 @pytest.fixture(scope="module")
 def v11(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    if not ROUND.is_file():
-        pytest.skip(f"{ROUND} is not here")
+    require(ROUND.is_file(), f"{ROUND} is not here")
     root = tmp_path_factory.mktemp("v11")
     subprocess.run(["tar", "-xJf", str(ROUND), "-C", str(root)], check=True)
     return root
@@ -127,7 +126,7 @@ def test_bad_input_gets_a_verdict_per_file(tmp_path: Path) -> None:
     assert systems["nocount"]["status"] == "error" and systems["good"]["accelerators"] == 4
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_snakemake_inference_audit(tmp_path: Path) -> None:
     root = _round(tmp_path / "round")
     snakemake(tmp_path, "--config", f"audit={root}", "usage=inference", f"audit_out={tmp_path / 'out'}")

@@ -14,17 +14,15 @@ import yaml
 from mlperf_logging.result_summarizer import result_summarizer
 
 from mlrepro.datasets import manifest
-from tests.conftest import REPO, snakemake
+from tests.conftest import TEST_CONFIG, snakemake
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.integration
 
 
-@pytest.fixture(scope="module")
-def submission(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The test configuration run once: five ResNet runs through every stage."""
-    workdir = tmp_path_factory.mktemp("submission")
-    snakemake(workdir, "--configfile", str(REPO / "config" / "test.yaml"))
-    return workdir
+@pytest.fixture
+def submission(tiny_pipeline: Path) -> Path:
+    """The session's shared run of the test configuration: five ResNet runs through every stage."""
+    return tiny_pipeline
 
 
 def test_package_passes_the_official_package_checker(submission: Path) -> None:
@@ -72,16 +70,16 @@ def test_report_is_self_contained_and_complete(submission: Path) -> None:
 
 
 def test_second_run_has_nothing_to_do(submission: Path) -> None:
-    out = snakemake(submission, "--configfile", str(REPO / "config" / "test.yaml"))
+    out = snakemake(submission, "--configfile", str(TEST_CONFIG))
     assert "Nothing to be done" in out.stdout + out.stderr
 
 
-def test_corrupted_data_is_detected_and_rebuilt(submission: Path) -> None:
-    folder = submission / "results" / "data" / "resnet"
+def test_corrupted_data_is_detected_and_rebuilt(tiny_pipeline_copy: Path) -> None:
+    folder = tiny_pipeline_copy / "results" / "data" / "resnet"
     victim = folder / "eval.npz"
     original = victim.read_bytes()
     victim.write_bytes(original[:-10] + b"corrupted!")
-    out = snakemake(submission, "--configfile", str(REPO / "config" / "test.yaml"))
+    out = snakemake(tiny_pipeline_copy, "--configfile", str(TEST_CONFIG))
     assert "eval.npz" in out.stderr and "regenerating" in out.stderr
     assert manifest.verify(folder) == []
     assert victim.read_bytes() == original

@@ -20,7 +20,7 @@ from mlrepro.package import provenance
 from mlrepro.runs import ledger
 from tests.conftest import REPO
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
@@ -235,7 +235,7 @@ def test_ledger_records_success_failure_and_abort(tmp_path: Path) -> None:
 
 
 def test_ledger_records_sigterm_and_sigkill(tmp_path: Path) -> None:
-    code = ("import sys, time; from pathlib import Path; from mlrepro import ledger\n"
+    code = ("import sys, time; from pathlib import Path; from mlrepro.runs import ledger\n"
             "with ledger.recorded(Path(sys.argv[1]), benchmark='resnet', seed=int(sys.argv[2])):\n"
             "    print('started', flush=True); time.sleep(60)\n")
     env = {**os.environ, "PYTHONPATH": str(REPO), "SLURM_JOB_ID": "4242"}

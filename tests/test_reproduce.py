@@ -22,7 +22,7 @@ from mlrepro.reproduce.errors import ReproduceError
 from mlrepro.reproduce.results import read_log
 from tests.conftest import REPO, snakemake
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.integration
 
 
 def _reproduce(workdir: Path, package: Path, *config: str, check: bool = True):

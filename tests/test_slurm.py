@@ -20,12 +20,13 @@ from typing import Any
 import pytest
 import yaml
 
+from mlrepro.runs import ledger
 from mlrepro.slurm import checks
 from mlrepro.slurm.jobs import parse_sacct
 from mlrepro.slurm.resources import JobShape
-from tests.conftest import mini_launch
+from tests.conftest import mini_launch, require
 
-pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+pytestmark = [pytest.mark.slurm, pytest.mark.integration]
 REPO = Path(__file__).resolve().parent.parent
 # Fast polling for a local cluster (the plugin's defaults wait 40 s between status checks).
 POLL = ["--slurm-init-seconds-before-status-checks", "1", "--seconds-between-status-checks", "2"]
@@ -35,11 +36,7 @@ POLL = ["--slurm-init-seconds-before-status-checks", "1", "--seconds-between-sta
 def cluster() -> None:
     up = shutil.which("scontrol") is not None and subprocess.run(
         ["scontrol", "ping"], capture_output=True, text=True, timeout=30, check=False).stdout.count("UP") > 0
-    if not up:
-        message = "no Slurm controller answers: start one with `eval \"$(.ci/slurm.sh start)\"`"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
+    require(up, "no Slurm controller answers: start one with `eval \"$(.ci/slurm.sh start)\"`")
 
 
 @pytest.fixture(scope="session")
@@ -166,7 +163,11 @@ def test_cancelled_and_timed_out_runs(plugin: Path, tmp_path: Path) -> None:
                 job_id, comment, state = line.split("|")
                 match = re.fullmatch(r"rule_run_wildcards_resnet_(\d)", comment)
                 if match and state == "RUNNING":
-                    time.sleep(2)  # inside the run: its driver has started
+                    # inside the run: poll until its driver has started (it writes the ledger's launch line)
+                    started = tmp_path / "results" / "runs" / "resnet" / match.group(1) / ledger.LEDGER
+                    while not started.is_file():
+                        assert time.time() < deadline and p.poll() is None, f"{started} never appeared"
+                        time.sleep(0.1)
                     subprocess.run(["scancel", job_id], check=True)
                     cancelled = (job_id, match.group(1))
                     break

@@ -7,7 +7,6 @@ NVIDIA's Training v1.1 run.sub files (../shared/data beside the repository), and
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import tarfile
@@ -17,6 +16,7 @@ import pytest
 
 from mlrepro.engines import Mount
 from mlrepro.slurm import containers
+from tests.conftest import require
 
 REPO = Path(__file__).resolve().parent.parent
 NVIDIA_V11 = REPO.parent / "shared" / "data" / "mlperf_training_nvidia_implementations_v1.1.tar.xz"
@@ -24,10 +24,7 @@ NVIDIA_V11 = REPO.parent / "shared" / "data" / "mlperf_training_nvidia_implement
 
 @pytest.fixture(scope="module")
 def run_subs() -> dict[str, str]:
-    if not NVIDIA_V11.is_file():
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"{NVIDIA_V11} is missing")
-        pytest.skip(f"{NVIDIA_V11} is missing")
+    require(NVIDIA_V11.is_file(), f"{NVIDIA_V11} is missing")
     with tarfile.open(NVIDIA_V11) as tar:
         return {m.name.split("/")[2]: tar.extractfile(m).read().decode()  # type: ignore[union-attr]
                 for m in tar if m.name.endswith("/run.sub")}
@@ -97,9 +94,6 @@ def test_apptainer_line() -> None:
 
 def test_missing_pyxis_is_a_clear_error() -> None:
     """This cluster's srun (Debian's Slurm, no pyxis) has no --container-image."""
-    if shutil.which("srun") is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("srun is missing: .ci/slurm.sh installs Slurm")
-        pytest.skip("srun is missing")
+    require(shutil.which("srun") is not None, "srun is missing: .ci/slurm.sh installs Slurm")
     with pytest.raises(containers.PluginMissing, match=r"the pyxis plugin \(with enroot\) is not installed"):
         containers.require_pyxis()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -40,11 +41,14 @@ def test_resources_of_a_shape() -> None:
 def test_launcher_command_lines() -> None:
     argv = ["python", "-m", "mlrepro.train", "--seed", "1"]
     assert launch.command(argv, "/py", 1, 1, 1, {}) == (["/py", "-m", "mlrepro.train", "--seed", "1"], {})
-    inside, env = launch.command(argv, "/py", 2, 4, 3, {"SLURM_JOB_ID": "42"})
-    if inside[0] == "srun":  # where Slurm's srun is installed
+    if shutil.which("srun"):  # inside an allocation, where Slurm's srun is installed
+        inside, env = launch.command(argv, "/py", 2, 4, 3, {"SLURM_JOB_ID": "42"})
         assert inside[:8] == ["srun", "--jobid=42", "--nodes=2", "--ntasks=8", "--ntasks-per-node=4",
                               "--cpus-per-task=3", "--kill-on-bad-exit=1", "--export=ALL"]
         assert set(env) == {"MASTER_ADDR", "MASTER_PORT"}
+    else:  # an allocation's id without srun to start its tasks
+        with pytest.raises(launch.LaunchError, match="srun is missing"):
+            launch.command(argv, "/py", 2, 4, 3, {"SLURM_JOB_ID": "42"})
     torchrun, env = launch.command(argv, "/py", 1, 2, 1, {})
     assert torchrun[:3] == ["/py", "-m", "torch.distributed.run"] and "--nproc-per-node=2" in torchrun
     assert torchrun[-4:] == ["-m", "mlrepro.train", "--seed", "1"] and env == {}
@@ -60,7 +64,7 @@ def test_rank_from_launcher_variables() -> None:
     assert distributed.context_from_env(torchrun) == distributed.Context(0, 2, 0, 0)
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_two_processes_under_torchrun_match_one(tmp_path: Path) -> None:
     """Without Slurm: torchrun starts 2 ranks; one MLPerf log, from rank 0; the metric of 1 process."""
     params = yaml.safe_load((REPO / "workflows" / "dlrm" / "defaults.yaml").read_text())

@@ -28,6 +28,14 @@ def _has_nvml() -> bool:
         return False
 
 
+def _wait_for_samples(out_dir: Path, n: int, timeout: float = 60.0) -> None:
+    """Poll until the sampler's flushed chunks hold ``n`` samples (a loaded machine samples late, not less)."""
+    deadline = time.monotonic() + timeout
+    while sum(pq.read_metadata(p).num_rows for p in (out_dir / CHUNKS).glob("[0-9]*.parquet")) < n:
+        assert time.monotonic() < deadline, f"the sampler flushed fewer than {n} samples in {timeout} s"
+        time.sleep(0.05)
+
+
 def _wait_exit(proc: subprocess.Popen[bytes], timeout: float) -> int | None:
     try:
         return proc.wait(timeout)
@@ -63,9 +71,9 @@ def test_without_nvml_the_run_goes_on_and_the_summary_says_why(tmp_path: Path) -
 def test_sampler_exits_when_the_watched_process_dies(tmp_path: Path) -> None:
     child = subprocess.Popen(["sleep", "60"])
     try:
-        handle = start_sampler(tmp_path, hz=20.0, watch_pid=child.pid, backend="none")
+        handle = start_sampler(tmp_path, hz=20.0, watch_pid=child.pid, backend="none", flush_every_s=0.1)
         assert handle.status == "running" and handle.proc is not None
-        time.sleep(0.3)
+        _wait_for_samples(tmp_path, 2)
         child.kill()  # not reaped yet: a zombie must count as dead
         assert _wait_exit(handle.proc, 10) == 0
     finally:
@@ -77,10 +85,10 @@ def test_sampler_exits_when_the_watched_process_dies(tmp_path: Path) -> None:
 
 
 def test_killed_sampler_leaves_nothing_that_looks_complete(tmp_path: Path) -> None:
+    start = int(time.time() * 1e3)  # before the sampler starts: every sample it flushes is in the window
     handle = start_sampler(tmp_path, hz=20.0, backend="none", flush_every_s=0.2)
     assert handle.status == "running" and handle.proc is not None
-    start = int(time.time() * 1e3)
-    time.sleep(1.2)
+    _wait_for_samples(tmp_path, 5)
     handle.proc.kill()
     handle.proc.wait(10)
     stop = int(time.time() * 1e3)
@@ -109,10 +117,10 @@ def test_replayed_mig_selection_in_the_real_process(tmp_path: Path, monkeypatch:
     (tmp_path / "trace.json").write_text(json.dumps(trace))
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", mig)
     out = tmp_path / "out"
-    handle = start_sampler(out, hz=20.0, backend=f"replay:{tmp_path / 'trace.json'}", host=False)
+    handle = start_sampler(out, hz=20.0, backend=f"replay:{tmp_path / 'trace.json'}", host=False, flush_every_s=0.2)
     assert handle.status == "running"
     start = int(time.time() * 1e3)
-    time.sleep(1.5)
+    _wait_for_samples(out, 30)  # 1.5 s of samples at least: the energy is compared over the window
     stop = int(time.time() * 1e3)
     handle.stop()
     s = summarize(out, start, stop)

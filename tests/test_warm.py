@@ -40,6 +40,13 @@ def _parents_alive(base: Path) -> list[int]:
     return [pid for pid, ppid in found.items() if ppid not in found]
 
 
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
 def _parent_folder(pid: int) -> Path:
     cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
     return Path(cmdline[cmdline.index("--dir") + 1])
@@ -98,7 +105,7 @@ def _driver_pid(run_dir: Path) -> int:
     return int(json.loads((run_dir / ledger.LEDGER).read_text().splitlines()[0])["pid"])
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_warm_run_equals_cold_run_and_sampler_window(workdir: Path, warm_dir: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != warm.OWNER_ENV}
     cold, started = _run_job(workdir, "cold", env)
@@ -128,7 +135,7 @@ def test_warm_run_equals_cold_run_and_sampler_window(workdir: Path, warm_dir: Pa
         assert telemetry["host"]["samples"] > 0 and telemetry["host"]["mean_proc_cpu_pct"] > 10
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_dataset_job_goes_warm_and_writes_what_the_cold_one_writes(workdir: Path, warm_dir: Path,
                                                                    tmp_path: Path) -> None:
     launch = json.loads((workdir / "results" / "runs" / "resnet" / "launch.json").read_text())
@@ -199,7 +206,7 @@ def test_runs_from_one_parent_share_no_state(warm_dir: Path, tmp_path: Path) -> 
     assert parent2 not in _parents_alive(warm_dir)
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 @pytest.mark.parametrize("killed", ["training", "driver"])
 def test_killed_parent_leaves_no_result_and_next_invocation_redoes_the_run(workdir: Path, warm_dir: Path,
                                                                           killed: str) -> None:
@@ -226,8 +233,13 @@ def test_killed_parent_leaves_no_result_and_next_invocation_redoes_the_run(workd
     assert not (run / "result.txt").exists() and not (run / "run.json").exists()
     job_log = workdir / "results" / "pipeline_info" / "logs" / "run_resnet_1.log"
     assert "ended without an exit status" in (run / "train.log" if killed == "training" else job_log).read_text()
-    # nothing of the killed run goes on (its script and trainer end with it): no new file appears
-    time.sleep(2)
+    # nothing of the killed run goes on: its trainer, the process that would write them, ends with it
+    pids = run / "telemetry" / "container.pids"  # the trainer's pid, which the shim told the sampler
+    trainer = int(pids.read_text().split()[-1])
+    deadline = time.monotonic() + 30
+    while _alive(trainer) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(trainer), f"the killed run's trainer {trainer} goes on"
     assert not (run / "result.txt").exists() and not (run / "checkpoint.pt").exists()
     snakemake(workdir, "--configfile", str(workdir / "config.yaml"), "--", "results/runs/resnet/1/result.txt")
     record = json.loads((run / "run.json").read_text())

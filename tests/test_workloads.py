@@ -28,6 +28,7 @@ def _train(benchmark: str, data_dir: Path, params: dict, seed: int, out: Path) -
     return {**json.loads(summary.read_text()), "result": result}
 
 
+@pytest.mark.integration  # trains every model to its target, twice
 @pytest.mark.parametrize("benchmark", implemented_benchmarks())
 def test_workload_converges_reproducibly_with_a_compliant_log(tmp_path: Path, benchmark: str) -> None:
     params = yaml.safe_load((workflow_dir(benchmark) / "defaults.yaml").read_text())

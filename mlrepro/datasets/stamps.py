@@ -61,13 +61,21 @@ def folder_stamps(folder: Path) -> dict[str, Stamp]:
 
 
 def write_receipt(path: Path, folder: Path, **extra: Any) -> None:
-    """The pipeline's record that ``folder`` was made or verified, with the stamps of its files then."""
+    """The pipeline's record that ``folder`` was made or verified, with the stamps of its files then.
+    A receipt kept inside its folder also records the folder relative to itself (``within``)."""
     stamps = {n: list(s) for n, s in folder_stamps(folder).items()}
-    atomic.write_json(path, {"folder": str(folder.resolve()), "stamps": stamps, **extra})
+    within = ({"within": os.path.relpath(folder.resolve(), path.parent.resolve())}
+              if path.parent.resolve().is_relative_to(folder.resolve()) else {})
+    atomic.write_json(path, {"folder": str(folder.resolve()), **within, "stamps": stamps, **extra})
 
 
 def read_receipt(path: Path) -> dict[str, Any]:
-    return json.loads(path.read_text())
+    """The receipt; its ``folder`` is where the files are now when it lives inside them: a copied or moved
+    output folder is checked itself, not the folder it was copied from."""
+    receipt = json.loads(path.read_text())
+    if "within" in receipt:
+        receipt["folder"] = str((path.parent / receipt["within"]).resolve())
+    return receipt
 
 
 def changed_files(receipt: dict[str, Any]) -> list[Problem]:

@@ -457,6 +457,6 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    from mlrepro import warm  # the module, not this __main__ copy: hand_over reads its _serving
+    from mlrepro.runs import warm  # the module, not this __main__ copy: hand_over reads its _serving
 
     warm.main()
