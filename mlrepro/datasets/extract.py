@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO
 
-from mlrepro.datasets.safe_tree import Parts, Tree, WriteRefused
+from mlrepro.datasets.safe_tree import Parts, Tree, WriteRefused, shown
 
 # With no stated size, an archive may expand this many times over (gzip and zip's deflate reach ~1000).
 UNSTATED_RATIO = 100
@@ -52,7 +52,7 @@ class Budget:
         self.used += n
         if self.used > self.limit:
             raise ArchiveTooLargeError(
-                f"{archive}: member {member!r} takes the extracted files past {self.limit} bytes ({self.source}); "
+                f"{archive}: member {shown(member)} takes the extracted files past {self.limit} bytes ({self.source}); "
                 f"stopped: a decompression bomb{', or ' + self.fix if self.fix else ''}")
 
     def give_back(self, n: int) -> None:
@@ -67,10 +67,10 @@ def ratio_budget(archives: list[Path], why: str, fix: str = "") -> Budget:
 def member_parts(archive: str, name: str) -> Parts:
     """The member's path as plain names; an absolute name or a ``..`` is refused (a name of ``.`` is ``()``)."""
     if name.startswith(("/", "\\")) or (len(name) > 1 and name[1] == ":"):
-        raise UnsafeArchiveError(f"{archive}: member {name!r} has an absolute path; refusing to extract")
+        raise UnsafeArchiveError(f"{archive}: member {shown(name)} has an absolute path; refusing to extract")
     parts = PurePosixPath(name).parts
     if ".." in parts or ".." in PurePosixPath(name.replace("\\", "/")).parts:
-        raise UnsafeArchiveError(f"{archive}: member {name!r} has a '..' component; refusing to extract")
+        raise UnsafeArchiveError(f"{archive}: member {shown(name)} has a '..' component; refusing to extract")
     return parts
 
 
@@ -80,7 +80,7 @@ def _check_symlink(archive: str, member: str, where: Parts, target: str) -> None
     for part in target.split("/"):
         depth += -1 if part == ".." else 0 if part in ("", ".") else 1
         if depth < 0:
-            raise UnsafeArchiveError(f"{archive}: member {member!r} links to {target!r}, outside the target "
+            raise UnsafeArchiveError(f"{archive}: member {shown(member)} links to {shown(target)}, outside the target "
                                      "folder; refusing to extract")
 
 
@@ -91,8 +91,8 @@ def _hardlink_source(archive: str, member: tarfile.TarInfo) -> Parts:
     except UnsafeArchiveError:
         source = ()
     if not source:
-        raise UnsafeArchiveError(f"{archive}: member {member.name!r} links to {member.linkname!r}, outside the "
-                                 "target folder; refusing to extract")
+        raise UnsafeArchiveError(f"{archive}: member {shown(member.name)} links to {shown(member.linkname)}, "
+                                 "outside the target folder; refusing to extract")
     return source
 
 
@@ -102,9 +102,9 @@ def _member(archive: str, member: str) -> Iterator[None]:
     try:
         yield
     except WriteRefused as e:
-        raise UnsafeArchiveError(f"{archive}: member {member!r} {e}; refusing to extract") from None
+        raise UnsafeArchiveError(f"{archive}: member {shown(member)} {e}; refusing to extract") from None
     except OSError as e:
-        raise ArchiveError(f"{archive}: member {member!r}: {e.strerror or e}") from e
+        raise ArchiveError(f"{archive}: member {shown(member)}: {e.strerror or e}") from e
 
 
 def _untar(tar: tarfile.TarFile, archive: str, tree: Tree, into: Parts, budget: Budget) -> list[Parts]:
@@ -112,9 +112,10 @@ def _untar(tar: tarfile.TarFile, archive: str, tree: Tree, into: Parts, budget: 
     for m in tar:
         where = into + member_parts(archive, m.name)
         if not (m.isdir() or m.isfile() or m.issym() or m.islnk()):
-            raise UnsafeArchiveError(f"{archive}: member {m.name!r} is a device or FIFO entry; refusing to extract")
+            kind = "a device or FIFO entry" if m.ischr() or m.isblk() or m.isfifo() else f"of unknown type {m.type!r}"
+            raise UnsafeArchiveError(f"{archive}: member {shown(m.name)} is {kind}; refusing to extract")
         if not m.isdir() and len(where) == len(into):
-            raise UnsafeArchiveError(f"{archive}: member {m.name!r} names the target folder itself; refusing")
+            raise UnsafeArchiveError(f"{archive}: member {shown(m.name)} names the target folder itself; refusing")
         with _member(archive, m.name):
             if m.isdir():
                 tree.mkdir(where)
@@ -127,7 +128,7 @@ def _untar(tar: tarfile.TarFile, archive: str, tree: Tree, into: Parts, budget: 
                 made.append(where)
             elif m.issym():
                 _check_symlink(archive, m.name, where, m.linkname)
-                tree.symlink(where, m.linkname, f"{archive}: member {m.name!r}")
+                tree.symlink(where, m.linkname, f"{archive}: member {shown(m.name)}")
             else:
                 tree.hardlink(where, into + _hardlink_source(archive, m))
     return made
@@ -140,7 +141,7 @@ def _unzip(zf: zipfile.ZipFile, archive: str, tree: Tree, into: Parts, budget: B
         mode = info.external_attr >> 16  # Unix mode; its type bits are 0 when the zip did not set them
         if stat.S_IFMT(mode) not in (0, stat.S_IFREG, stat.S_IFDIR):
             kind = "a symbolic link" if stat.S_ISLNK(mode) else "a device or FIFO entry"
-            raise UnsafeArchiveError(f"{archive}: member {info.filename!r} is {kind}; refusing to extract")
+            raise UnsafeArchiveError(f"{archive}: member {shown(info.filename)} is {kind}; refusing to extract")
     made = []
     for info in infos:
         where = into + member_parts(archive, info.filename)
@@ -149,7 +150,7 @@ def _unzip(zf: zipfile.ZipFile, archive: str, tree: Tree, into: Parts, budget: B
                 tree.mkdir(where)
                 continue
             if len(where) == len(into):
-                raise UnsafeArchiveError(f"{archive}: member {info.filename!r} names the target folder itself")
+                raise UnsafeArchiveError(f"{archive}: member {shown(info.filename)} names the target folder itself")
             with zf.open(info) as data:
                 tree.write_file(where, data, 0o644, None,
                                 lambda n, name=info.filename: budget.take(n, archive, name))
@@ -174,7 +175,7 @@ def unpack(file: BinaryIO, archive: str, tree: Tree, into: Parts, budget: Budget
 
 def unpack_nested(tree: Tree, inner: Parts, archive: str, budget: Budget) -> None:
     """An archive ``inner`` already in the tree goes into a folder of its name less its suffix, then away."""
-    name = f"{archive}, inner {'/'.join(inner)}"
+    name = f"{archive}, inner {shown('/'.join(inner))}"
     with tree.open_file(inner) as file:
         size = file.seek(0, 2)
         unpack(file, name, tree, (*inner[:-1], PurePosixPath(inner[-1]).stem), budget)
@@ -189,9 +190,9 @@ def gunzip(archive: Path, tree: Tree, where: Parts, budget: Budget) -> None:
 
 def check_links(tree: Tree) -> None:
     """Every link the tree holds, followed through the others as the kernel would, stays inside it."""
-    for parts, made_by in tree.escaping_links():
-        raise UnsafeArchiveError(f"{made_by} ({'/'.join(parts)}) leads outside the target folder through the "
-                                 "archive's other links, or loops; refusing to extract")
+    for made_by in tree.escaping_links():
+        raise UnsafeArchiveError(f"{made_by} leads outside the target folder through the archive's other links, "
+                                 "or loops; refusing to extract")
 
 
 def extract(archive: Path, dest: Path, budget: Budget | None = None) -> list[Path]:

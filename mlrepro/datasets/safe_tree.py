@@ -23,6 +23,13 @@ MAX_HOPS = 40  # the kernel's limit on links followed in one lookup (MAXSYMLINKS
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
+def shown(name: str, keep: int = 160) -> str:
+    """``name`` quoted for a message, its middle cut when long (an archive's names may be megabytes)."""
+    if len(name) <= 2 * keep:
+        return repr(name)
+    return f"{name[:keep]!r}...({len(name) - 2 * keep} characters)...{name[-keep:]!r}"
+
+
 class WriteRefused(ValueError):
     """A name in the way is a link or a file where a folder is needed, or a folder where a file is."""
 
@@ -92,7 +99,7 @@ class Tree:
         src = os.dup(self.folder(source[:-1], create=False))
         try:
             if not stat.S_ISREG(os.lstat(source[-1], dir_fd=src).st_mode):
-                raise WriteRefused(f"links to {'/'.join(source)!r}, which is not a regular file")
+                raise WriteRefused(f"links to {shown('/'.join(source))}, which is not a regular file")
             parent = self.folder(parts[:-1])
             _clear(parent, parts)
             os.link(source[-1], parts[-1], src_dir_fd=src, dst_dir_fd=parent, follow_symlinks=False)
@@ -106,9 +113,9 @@ class Tree:
     def unlink(self, parts: Parts) -> None:
         os.unlink(parts[-1], dir_fd=self.folder(parts[:-1], create=False))
 
-    def escaping_links(self) -> list[tuple[Parts, str]]:
-        """The links made that, followed as the kernel follows them, lead outside the root (or loop)."""
-        return [(parts, made_by) for parts, made_by in self.links if self._escapes(parts)]
+    def escaping_links(self) -> list[str]:
+        """What made each link that, followed as the kernel follows it, leads outside the root (or loops)."""
+        return [made_by for parts, made_by in self.links if self._escapes(parts)]
 
     def _escapes(self, link: Parts) -> bool:
         where, pending, hops = list(link[:-1]), [link[-1]], 0
@@ -159,5 +166,5 @@ def _clear(parent: int, parts: Parts) -> None:
     except FileNotFoundError:
         return
     if stat.S_ISDIR(mode):
-        raise WriteRefused(f"would replace the folder {'/'.join(parts)!r}")
+        raise WriteRefused(f"would replace the folder {shown('/'.join(parts))}")
     os.unlink(parts[-1], dir_fd=parent)
