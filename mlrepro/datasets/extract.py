@@ -68,8 +68,8 @@ def member_parts(archive: str, name: str) -> Parts:
     """The member's path as plain names; an absolute name or a ``..`` is refused (a name of ``.`` is ``()``)."""
     if name.startswith(("/", "\\")) or (len(name) > 1 and name[1] == ":"):
         raise UnsafeArchiveError(f"{archive}: member {shown(name)} has an absolute path; refusing to extract")
-    parts = PurePosixPath(name).parts
-    if ".." in parts or ".." in PurePosixPath(name.replace("\\", "/")).parts:
+    parts = tuple(p for p in name.split("/") if p not in ("", "."))
+    if ".." in parts or ("\\" in name and ".." in name.replace("\\", "/").split("/")):
         raise UnsafeArchiveError(f"{archive}: member {shown(name)} has a '..' component; refusing to extract")
     return parts
 

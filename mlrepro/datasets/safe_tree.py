@@ -76,9 +76,12 @@ class Tree:
                    take: Callable[[int], None]) -> None:
         """Copy ``data`` to a new file ``parts``; ``take(n)`` is called before each ``n`` bytes are written."""
         parent = self.folder(parts[:-1])
-        _clear(parent, parts)
-        fd = os.open(parts[-1], os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
-                     dir_fd=parent)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        try:
+            fd = os.open(parts[-1], flags, 0o600, dir_fd=parent)
+        except FileExistsError:  # a later member of the same name, as tar allows: it replaces the first
+            _clear(parent, parts)
+            fd = os.open(parts[-1], flags, 0o600, dir_fd=parent)
         with open(fd, "wb", buffering=0, closefd=True) as out:
             os.fchmod(fd, mode)
             while chunk := data.read(CHUNK):
