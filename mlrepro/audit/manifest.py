@@ -5,7 +5,7 @@ published in the report; a file edited, added or removed; a packaged result with
 in the ledger, or whose seed or run window differs from what was recorded when its run ended. Warnings:
 a successful launch of the ledger whose result is not in the package (a run dropped or superseded by
 a re-run), a tree with uncommitted changes. Notes: failed and aborted launches. A package without a
-manifest is audited as before, with a note.
+manifest is audited as before, with a note (an error when a hash was published for it).
 
 The audit only reads the package.
 """
@@ -166,8 +166,13 @@ def verify(org_dir: Path, expected_sha256: str | None = None) -> ManifestCheck:
     with the package (its report), when the auditor has it."""
     path = org_dir / MANIFEST
     if not os.path.lexists(path):
-        return ManifestCheck(False, note=f"The package has no {MANIFEST}: audited as before, without provenance "
-                             "checks (files, ledger, seeds and times cannot be verified).")
+        missing = ManifestCheck(False, note=f"The package has no {MANIFEST}: audited as before, without provenance "
+                                "checks (files, ledger, seeds and times cannot be verified).")
+        if expected_sha256:  # deleting the manifest (and its sidecar) must not defeat the published hash
+            missing.add("error", "manifest missing", MANIFEST,
+                        f"the report that came with the package published the sha256 {expected_sha256} of its "
+                        f"{MANIFEST}, but the package has none: the manifest was removed")
+        return missing
     check = ManifestCheck(True)
     try:  # a link out of the package, a FIFO, a device or a huge file is a verdict, never read
         data = safe_read.read_bytes(path, org_dir)

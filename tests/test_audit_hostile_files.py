@@ -1,6 +1,6 @@
-"""Issue 23: a package's JSON files (provenance.json, systems/*.json) that would abort or hang the audit get
-a verdict instead (read through mlrepro/core/safe_read.py): nested 100,000 deep, a link to /dev/zero, a FIFO, a 3 GB
-sparse file."""
+"""Issue 23: a package's provenance manifest and system JSONs that would abort or hang the audit get a
+verdict instead (read through mlrepro/core/safe_read.py): nested 100,000 deep, a link to /dev/zero, a FIFO,
+a 3 GB sparse file; and a published manifest hash is not defeated by deleting the manifest."""
 
 from __future__ import annotations
 
@@ -64,3 +64,11 @@ def test_a_hostile_system_json_gets_a_verdict(tmp_path: Path, case: str) -> None
     assert package._division(org, "sys", result) == ""
     [error] = [e for e in result.errors if "cannot read the division from systems/sys.json" in e]
     assert re.search(verdict, error), error
+
+
+def test_a_published_hash_is_not_defeated_by_deleting_the_manifest(tmp_path: Path) -> None:
+    check = manifest.verify(tmp_path, "ab" * 32)
+    assert not check.present and not check.verified
+    assert [(f.severity, f.kind) for f in check.findings] == [("error", "manifest missing")]
+    assert "published the sha256 " + "ab" * 32 in check.findings[0].message
+    assert manifest.verify(tmp_path).findings == []  # without a published hash: audited as before, with a note
