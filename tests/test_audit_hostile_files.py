@@ -72,3 +72,13 @@ def test_a_published_hash_is_not_defeated_by_deleting_the_manifest(tmp_path: Pat
     assert [(f.severity, f.kind) for f in check.findings] == [("error", "manifest missing")]
     assert "published the sha256 " + "ab" * 32 in check.findings[0].message
     assert manifest.verify(tmp_path).findings == []  # without a published hash: audited as before, with a note
+
+
+def test_a_symlinked_results_folder_is_named_not_followed(tmp_path: Path) -> None:
+    org = tmp_path / "Mallory"
+    (org / "systems").mkdir(parents=True)
+    (org / "results").symlink_to("/etc")
+    [found] = discover.find_orgs(org)
+    assert found.systems == []
+    assert "results: a symlinked folder (-> /etc); not followed" in found.problems
+    assert discover.find_orgs(tmp_path)[0].systems == []  # as one organisation of a round too
