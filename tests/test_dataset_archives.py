@@ -22,6 +22,7 @@ import yaml
 from mlrepro.datasets import extract, prepare, recipe, steps
 from mlrepro.datasets.safe_tree import CHUNK, Tree
 from tests import dataset_sources as src
+from tests.conftest import REPO, snakemake
 
 GiB = 1 << 30
 
@@ -313,6 +314,21 @@ def test_recipe_fields_that_become_paths_are_judged(tmp_path: Path, change: dict
     path = _recipe(tmp_path, **change)
     with pytest.raises(recipe.RecipeError, match=rf"^{re.escape(str(path))}: {message}"):
         recipe.load("minigo", path)
+
+
+def test_planning_stops_on_a_recipe_whose_into_leaves_the_folder(tmp_path: Path) -> None:
+    """Issue 23's recipe: {recipe: FILE} extracting into ../../../ESC stops planning, naming file, key and value."""
+    work = tmp_path / "a" / "b" / "c" / "work"
+    work.mkdir(parents=True)
+    bad = _recipe(tmp_path, extract={"archive": "ok.tar", "into": "../../../ESC"})
+    proc = snakemake(work, "-n", "--configfile", str(REPO / "config" / "test.yaml"), "--config", "only=[minigo]",
+                     f"benchmarks={{minigo: {{data: {{recipe: {bad}}}}}}}", check=False)
+    log = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert f"WorkflowError in file \"{REPO / 'rules' / 'data.smk'}\"" in log
+    assert f"{bad}: extract[0]: into '../../../ESC' must stay inside the extracted folder" in log
+    assert "RecipeError" not in log and "recipe.py" not in log  # the message, not a traceback into the loader
+    assert not list(tmp_path.rglob("ESC"))
 
 
 def test_a_well_formed_recipe_still_loads(tmp_path: Path) -> None:
