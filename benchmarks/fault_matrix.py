@@ -7,7 +7,8 @@ fault brings the step to be hit back into the DAG, injects the fault at a random
 that nothing half-written looks complete, runs `snakemake` again and compares every finished result
 byte for byte. Then: disk full (a small tmpfs, else RLIMIT_FSIZE), a read-only output folder (a
 read-only bind mount, where root may mount), a second invocation on the same output folder,
-tampering, and hostile logs through the gate, the audit and its report in headless Chromium.
+tampering, hostile logs through the gate, the audit and its report in headless Chromium, and hostile
+dataset archives through the extraction (``--archives-only``: those alone, in seconds).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from mlrepro import integrity  # noqa: E402
+from mlrepro.core import integrity  # noqa: E402
 from tests.chromium import assert_no_injection  # noqa: E402
 from tests.test_hostile import _hostile_logs  # noqa: E402
 
@@ -161,11 +162,42 @@ def kill_fault(p: Pipeline, name: str, prepare: Callable[[], list[str]], target:
             "rerun_jobs": ", ".join(j for j in jobs_run(log) if not j.startswith("all")) or "-"}
 
 
+def hostile_archives(base: Path) -> dict:
+    """Issue 23's dataset archives (tests/test_dataset_archives.py) through mlrepro.datasets.extract, each
+    into its own folder beside an ``outside`` one: refused, crashed, or files written outside."""
+    from mlrepro.datasets import extract
+    from tests.test_dataset_archives import HOSTILE_TARS, _tar, path_max_tar, zeros_zip
+
+    cases = {f"tar {i}: {problem}": _tar(*members) for i, (members, problem) in enumerate(HOSTILE_TARS)}
+    cases |= {"PATH_MAX tar": path_max_tar(), "PATH_MAX tar, bottom link at its real path": path_max_tar(False),
+              "zip of 1 GiB of zeros": zeros_zip()}
+    refused, crashes, outside = 0, [], 0
+    for n, (name, data) in enumerate(cases.items()):
+        folder = base / "archives" / str(n)
+        (folder / "outside").mkdir(parents=True)
+        (folder / "hostile").write_bytes(data)
+        try:
+            extract.extract(folder / "hostile", folder / "dest", extract.Budget(16 << 20, "fault matrix"))
+        except extract.ArchiveError:
+            refused += 1
+        except Exception as e:  # any other exception is a crash, counted
+            crashes.append(f"{name}: {type(e).__name__}")
+        outside += len(os.listdir(folder / "outside")) + len(os.listdir(folder)) - 3
+        shutil.rmtree(folder)
+    return {"fault": "hostile dataset archives", "cases": len(cases), "refused": refused, "crashes": crashes,
+            "files_written_outside": outside}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--runs", type=int, default=2)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--archives-only", action="store_true", help="only the hostile dataset archives (seconds)")
     args = ap.parse_args()
+    if args.archives_only:
+        with tempfile.TemporaryDirectory() as tmp:
+            print(hostile_archives(Path(tmp)))
+        return
     rng = random.Random(args.seed)
     base = Path(tempfile.mkdtemp(prefix="mlrepro-faults-"))
     mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256m", "tmpfs", str(base)],
@@ -324,6 +356,8 @@ def main() -> None:
             ran += 1
         rows.append({"fault": "hostile inputs", "files": len(kinds), "gate_and_audit_crashes": crashes,
                      "injected_scripts_ran": ran, "canary": (p.work / "CANARY").exists()})
+        print(rows[-1], flush=True)
+        rows.append(hostile_archives(base))
         print(rows[-1], flush=True)
     finally:
         print("\nFAULT MATRIX")

@@ -84,7 +84,10 @@ for _benchmark in BENCHMARKS:
         if _receipt.exists():
             _changed += _stamps.changed_files(_stamps.read_receipt(_receipt))
     if _kind == "recipe" and not (RECEIPTS / _benchmark / "verify.json").exists():
-        _recipe_obj = _recipe.load(_benchmark, Path(recipe_file(_benchmark)))
+        try:  # a recipe field that would become a path outside its folder stops planning, named
+            _recipe_obj = _recipe.load(_benchmark, Path(recipe_file(_benchmark)))
+        except _recipe.RecipeError as _error:
+            raise WorkflowError(str(_error)) from None
         if _message := _fetch.manual_message(_recipe_obj, DATA_ROOT.resolve() / _benchmark / "downloads"):
             _manual.append(_message)
 

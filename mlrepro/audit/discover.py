@@ -148,9 +148,13 @@ def find_orgs(root: Path) -> list[Org]:
                 org.system_jsons.append(p)
         if not (folder / "systems").is_dir() or (folder / "systems").is_symlink():
             org.problems.append("The package has no systems/ folder.")
-        for system in _sub_folders(folder / "results", org.problems, root):
-            org.systems.append(SystemDir(system.name, system, [_benchmark_dir(b)
-                                                               for b in _sub_folders(system, org.problems, root)]))
+        results = folder / "results"
+        if results.is_symlink():  # like any symlinked folder: named, not followed
+            org.problems.append(f"results: a symlinked folder (-> {os.readlink(results)}); not followed")
+        else:
+            for system in _sub_folders(results, org.problems, root):
+                org.systems.append(SystemDir(system.name, system,
+                                             [_benchmark_dir(b) for b in _sub_folders(system, org.problems, root)]))
         if not org.systems:
             org.problems.append("results/ holds no system folder.")
         orgs.append(org)

@@ -5,7 +5,7 @@ published in the report; a file edited, added or removed; a packaged result with
 in the ledger, or whose seed or run window differs from what was recorded when its run ended. Warnings:
 a successful launch of the ledger whose result is not in the package (a run dropped or superseded by
 a re-run), a tree with uncommitted changes. Notes: failed and aborted launches. A package without a
-manifest is audited as before, with a note.
+manifest is audited as before, with a note (an error when a hash was published for it).
 
 The audit only reads the package.
 """
@@ -13,12 +13,12 @@ The audit only reads the package.
 from __future__ import annotations
 
 import hashlib
-import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mlrepro.core import mllog_reader
+from mlrepro.core import mllog_reader, safe_read
 from mlrepro.package.provenance import MANIFEST, SIDECAR, package_files
 
 # A result's run window must lie within its launch (the ledger's times are the driver's, in seconds).
@@ -165,17 +165,26 @@ def verify(org_dir: Path, expected_sha256: str | None = None) -> ManifestCheck:
     """Check the package ``org_dir`` against its manifest; ``expected_sha256``: the hash published
     with the package (its report), when the auditor has it."""
     path = org_dir / MANIFEST
-    if not path.is_file():
-        return ManifestCheck(False, note=f"The package has no {MANIFEST}: audited as before, without provenance "
-                             "checks (files, ledger, seeds and times cannot be verified).")
+    if not os.path.lexists(path):
+        missing = ManifestCheck(False, note=f"The package has no {MANIFEST}: audited as before, without provenance "
+                                "checks (files, ledger, seeds and times cannot be verified).")
+        if expected_sha256:  # deleting the manifest (and its sidecar) must not defeat the published hash
+            missing.add("error", "manifest missing", MANIFEST,
+                        f"the report that came with the package published the sha256 {expected_sha256} of its "
+                        f"{MANIFEST}, but the package has none: the manifest was removed")
+        return missing
     check = ManifestCheck(True)
-    data = path.read_bytes()
+    try:  # a link out of the package, a FIFO, a device or a huge file is a verdict, never read
+        data = safe_read.read_bytes(path, org_dir)
+    except safe_read.UnsafeInput as e:
+        check.add("error", "manifest unreadable", MANIFEST, f"{MANIFEST} is not read: {e}")
+        return check
     _check_hash(check, org_dir, data, expected_sha256)
     try:
-        manifest = json.loads(data)
+        manifest = safe_read.loads_json(data, MANIFEST)
         if not isinstance(manifest, dict) or not isinstance(manifest.get("files"), dict):
             raise ValueError("not a manifest object with a 'files' map")
-    except ValueError as e:
+    except ValueError as e:  # UnsafeInput too: invalid, or nested too deep
         check.add("error", "manifest unreadable", MANIFEST, f"{MANIFEST} cannot be read: {e}")
         return check
     present = _check_files(check, org_dir, manifest["files"])

@@ -11,7 +11,6 @@ would crash, the verdict says so and the audit goes on.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import warnings
 from collections.abc import Iterator
@@ -26,6 +25,7 @@ from mlperf_logging.system_desc_checker import system_desc_checker
 from mlrepro.audit import rcp
 from mlrepro.audit.discover import Org
 from mlrepro.audit.runfile import FileCheck
+from mlrepro.core import safe_read
 
 _SEED_RULESETS = {"1.0.0", "1.1.0", "2.0.0", "2.1.0", "3.0.0", "3.1.0", "4.0.0", "4.1.0", "5.0.0", "5.1.0",
                   "6.0.0", "6.1.0"}
@@ -180,7 +180,7 @@ def _division(org: Org, system: str, verdict: PackageVerdict) -> str:
     """The division the package checker reads from the system JSON ('' when it would crash)."""
     path = org.path / "systems" / f"{system}.json"
     try:
-        contents = json.loads(path.read_bytes().decode("utf-8"))
+        contents = safe_read.read_json(path, org.path)
         return "closed" if contents["division"] == "closed" else ""
     except Exception as e:
         msg = f"{system}: cannot read the division from systems/{system}.json ({type(e).__name__}: {e})."

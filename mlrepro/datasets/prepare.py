@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from mlrepro.core import names
 from mlrepro.datasets.recipe import Recipe
 
 Preparer = Callable[[Recipe, Path, Path, Path], None]
@@ -63,7 +64,11 @@ def check_published(recipe: Recipe, downloads: Path, out: Path) -> None:
     expected = json.loads((downloads / published).read_text())
     bad = []
     for name, digest in sorted(expected.items()):
-        path = out / name
+        try:  # a downloaded file names these: never read outside the prepared folder
+            path = names.inside(out, name)
+        except ValueError:
+            bad.append(f"{name!r}: not a name inside the prepared folder")
+            continue
         actual = hashlib.md5(path.read_bytes()).hexdigest() if path.is_file() else "missing"
         if actual != digest:
             bad.append(f"{name}: md5 is {actual}, {published} says {digest}")

@@ -6,7 +6,7 @@ import copy
 import hashlib
 import json
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import yaml
@@ -68,19 +68,67 @@ def load(benchmark: str, path: Path | None = None) -> Recipe:
     sources = []
     for n, entry in enumerate(e for item in raw.get("sources", []) for e in _expand(item)):
         where = f"{path}: sources[{n}]"
-        if not isinstance(entry.get("file"), str) or not entry["file"]:
-            raise RecipeError(f"{where}: 'file' must be a relative name")
-        if Path(entry["file"]).is_absolute() or ".." in Path(entry["file"]).parts:
-            raise RecipeError(f"{where}: file {entry['file']!r} must stay inside the downloads folder")
+        _name(where, "file", entry.get("file"), "downloads")
         digest = entry.get("hash")
         if digest is not None and digest.partition(":")[0] not in HASH_ALGORITHMS:
             raise RecipeError(f"{where}: hash {digest!r} must be one of {', '.join(HASH_ALGORITHMS)} as 'alg:hex'")
         if bool(entry.get("url")) == bool(entry.get("manual")):
             raise RecipeError(f"{where}: give either 'url' or 'manual'")
         sources.append(Source(entry["file"], entry.get("url"), digest, entry.get("manual"), int(entry.get("size", 0))))
-    return Recipe(benchmark, path, raw.get("dataset", benchmark), raw.get("mount", "/data"), sources,
-                  list(raw.get("extract", [])), dict(raw.get("prepare", {})),
-                  {k: int(v) for k, v in (raw.get("sizes") or {}).items()})
+    files = {s.file for s in sources}
+    extract = [_extract_step(f"{path}: extract[{n}]", step, files) for n, step in enumerate(raw.get("extract") or [])]
+    return Recipe(benchmark, path, raw.get("dataset", benchmark), raw.get("mount", "/data"), sources, extract,
+                  _prepare(f"{path}: prepare", raw.get("prepare") or {}, files), _sizes(path, raw.get("sizes") or {}))
+
+
+def _name(where: str, key: str, value: Any, folder: str, dot: bool = False) -> str:
+    """A name that becomes a path below ``folder``: relative, no ``..`` (``.``, the folder itself, if ``dot``)."""
+    parts = PurePosixPath(value.replace("\\", "/")).parts if isinstance(value, str) else ()
+    if not isinstance(value, str) or not value or "\0" in value or value.startswith(("/", "\\")) or ".." in parts \
+            or not (parts or dot):
+        raise RecipeError(f"{where}: {key} {value!r} must stay inside the {folder} folder "
+                          f"(a relative name{', or .' if dot else ''}, no '..')")
+    return value
+
+
+def _source_file(where: str, key: str, value: Any, files: set[str]) -> str:
+    if value not in files:
+        raise RecipeError(f"{where}: {key} {value!r} is not the file of any of the recipe's sources")
+    return value
+
+
+def _extract_step(where: str, step: Any, files: set[str]) -> dict[str, Any]:
+    keys = set(step) if isinstance(step, dict) else set()
+    if len(keys & {"archive", "gunzip"}) != 1 or keys - {"archive", "gunzip", "into", "nested"}:
+        raise RecipeError(f"{where}: {step!r} must be {{archive: FILE}} or {{gunzip: FILE}}, "
+                          "with an optional into: FOLDER (and nested: true for archives of archives)")
+    for key in keys & {"archive", "gunzip"}:
+        _source_file(where, key, step[key], files)
+    _name(where, "into", step.get("into", "."), "extracted", dot=True)
+    if not isinstance(step.get("nested", False), bool):
+        raise RecipeError(f"{where}: nested {step['nested']!r} must be true or false")
+    return dict(step)
+
+
+def _prepare(where: str, prepare: Any, files: set[str]) -> dict[str, Any]:
+    if not isinstance(prepare, dict):
+        raise RecipeError(f"{where}: must be a mapping, got {prepare!r}")
+    if "published_md5" in prepare:
+        _source_file(where, "published_md5", prepare["published_md5"], files)
+    chk = prepare.get("chk") or {}
+    if not isinstance(chk, dict):
+        raise RecipeError(f"{where}.chk: must map prepared folders to checksum files, got {chk!r}")
+    for folder, name in chk.items():
+        _name(f"{where}.chk", "folder", folder, "prepared")
+        _name(f"{where}.chk", "file", name, "downloads")
+    return dict(prepare)
+
+
+def _sizes(path: Path, sizes: Any) -> dict[str, int]:
+    if not isinstance(sizes, dict) or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0
+                                              for v in sizes.values()):
+        raise RecipeError(f"{path}: sizes {sizes!r} must map extracted and prepared to bytes (whole numbers)")
+    return dict(sizes)
 
 
 @dataclass(frozen=True)

@@ -11,11 +11,9 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
-import gzip
 import json
-import shutil
 from collections.abc import Iterator
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from mlrepro.core import atomic
@@ -23,6 +21,7 @@ from mlrepro.datasets import extract as _extract
 from mlrepro.datasets import fetch, prepare, stamps
 from mlrepro.datasets.manifest import MANIFEST
 from mlrepro.datasets.recipe import Recipe
+from mlrepro.datasets.safe_tree import Tree as SafeTree
 
 MADE_BY = ".made-by.json"
 
@@ -99,22 +98,28 @@ def _build(recipe: Recipe, root: Path, name: str, parts: tuple[str, ...], needed
 
 
 def extract(recipe: Recipe, root: Path, receipt: Path) -> None:
+    """Every ``extract`` entry into one temporary folder, written only through it (mlrepro/datasets/extract.py)."""
     downloads = root / "downloads"
 
     def make(tmp: Path) -> None:
-        for step in recipe.extract:
-            into = tmp / step.get("into", ".")
-            if "gunzip" in step:  # Criteo's day_N.gz -> day_N
-                into.mkdir(parents=True, exist_ok=True)
-                with gzip.open(downloads / step["gunzip"]) as src, (into / Path(step["gunzip"]).stem).open("wb") as dst:
-                    shutil.copyfileobj(src, dst, 1 << 22)
-                continue
-            archive = downloads / step["archive"]
-            made = _extract.extract(archive, into)
-            if step.get("nested"):  # ImageNet's train tar: one tar per class, each into its own folder
-                for inner in made:
-                    _extract.extract(inner, inner.with_suffix(""))
-                    inner.unlink()
+        # names judged by recipe.load; a manual source may be a link to another disk, so they are not resolved
+        sources = [downloads / (step.get("gunzip") or step["archive"]) for step in recipe.extract]
+        stated = recipe.sizes.get("extracted", 0)
+        budget = (_extract.Budget(stated, f"sizes.extracted in {recipe.path}", "a size to raise there") if stated
+                  else _extract.ratio_budget(sources, f"as {recipe.path} states no sizes.extracted",
+                                             "a size to state there"))
+        with SafeTree(tmp) as tree:
+            for step, source in zip(recipe.extract, sources, strict=True):
+                into = PurePosixPath(step.get("into", ".")).parts  # judged by recipe.load
+                if "gunzip" in step:  # Criteo's day_N.gz -> day_N
+                    _extract.gunzip(source, tree, (*into, source.stem), budget)
+                    continue
+                with source.open("rb") as file:
+                    made = _extract.unpack(file, str(source), tree, into, budget)
+                if step.get("nested"):  # ImageNet's train tar: one tar per class, each into its own folder
+                    for inner in made:
+                        _extract.unpack_nested(tree, inner, str(source), budget)
+            _extract.check_links(tree)
 
     _build(recipe, root, "extracted", ("sources", "extract"), recipe.sizes.get("extracted", 0), make, receipt)
 
