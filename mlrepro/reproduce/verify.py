@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 from mlrepro.audit import manifest as audit_manifest
-from mlrepro.core import safe_read
 from mlrepro.core.hashing import sha256_file
 from mlrepro.package.provenance import MANIFEST, SIDECAR, package_files
 from mlrepro.reproduce.errors import ReproduceError
@@ -36,15 +35,7 @@ def before(org_dir: Path, expected_sha256: str | None = None) -> dict[str, Any]:
     if unsafe := survey(org_dir)[1]:
         raise ReproduceError(f"The package {org_dir} holds entries a package does not: {listing(unsafe)}. "
                              "Nothing was run; remove them, or reproduce from an intact copy of the package.")
-    manifest_path = org_dir / MANIFEST
-    if manifest_path.exists():
-        try:  # bounded before the audit's reader (it reads the manifest whole and unbounded)
-            safe_read.read_json(manifest_path, org_dir)
-        except safe_read.UnsafeInput as e:
-            raise ReproduceError(f"{e}. Nothing was run.") from None
-    elif expected_sha256:
-        raise ReproduceError(f"manifest_sha256 is given, but the package {org_dir} has no {MANIFEST}: the "
-                             "manifest the published hash names was removed. Nothing was run.")
+    # the audit's check reads the manifest bounded and refuses a removed one when a published hash names it
     check = audit_manifest.verify(org_dir, expected_sha256)
     errors = [f"{f.path}: {f.message}" for f in check.findings if f.severity == "error"]
     if errors:
