@@ -277,7 +277,7 @@ def test_hostile_system_jsons_get_ids_and_verdicts(tmp_path: Path) -> None:
     assert "<b>soon</b>" not in index and "S" * 5000 not in index and "shortened: 300000 characters" in index
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_v11_summary_and_report_carry_every_rows_id(v11: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
     # the real audit, as the rules run it (the check takes about a minute on two cores)

@@ -160,10 +160,11 @@ def test_gate_gives_a_verdict_per_hostile_file(audited: dict[str, Any], tmp_path
 def test_entry_verdicts_and_size_limit(tmp_path: Path) -> None:
     (tmp_path / "big.txt").write_bytes(b"x" * 2048)
     os.symlink("big.txt", tmp_path / "inside.txt")
-    assert discover.entry_problem(tmp_path / "big.txt", tmp_path, 1024).startswith("larger than the audit's limit")
+    assert discover.entry_problem(tmp_path / "big.txt", tmp_path, 1024) == (
+        "2048 bytes, over the limit of 1024 (raise it with audit_max_file_mb); not read")
     assert discover.entry_problem(tmp_path / "big.txt", tmp_path, 4096) is None
     assert discover.entry_problem(tmp_path / "inside.txt", tmp_path, 4096) is None
-    with pytest.raises(discover.EntryRejected, match="larger"):
+    with pytest.raises(discover.EntryRejected, match="over the limit of 1024"):
         discover.read_entry(tmp_path / "big.txt", tmp_path, 1024)
 
 

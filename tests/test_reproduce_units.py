@@ -165,7 +165,8 @@ def test_package_is_verified_against_its_manifest_and_the_published_hash(tmp_pat
         verify.before(org)
     (org / "provenance.json").unlink()
     (org / "provenance.sha256").unlink()
-    with pytest.raises(ReproduceError, match=r"published the sha256 .* of its provenance\.json, but the package has none"):
+    with pytest.raises(ReproduceError,
+                       match=r"published the sha256 .* of its provenance\.json, but the package has none"):
         verify.before(org, digest)
 
 

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import glob
 import os
-import stat
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from mlrepro.core import safe_read
 
 # Far above any real result log (those of a training round are a few MB at most); configurable
 # with the audit's --max-file-mb (config key audit_max_file_mb).
@@ -25,50 +26,20 @@ class EntryRejected(OSError):
     """An entry the audit does not read; the message is its verdict."""
 
 
-def _kind(mode: int) -> str:
-    for test, name in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
-                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
-        if test(mode):
-            return name
-    return "a special file"
-
-
 def entry_problem(path: Path, root: Path, max_bytes: int | None = DEFAULT_MAX_FILE_MB << 20) -> str | None:
     """Why the audit does not read ``path`` (None: a regular file inside ``root``, within the limit)."""
-    try:
-        st = os.lstat(path)
-    except OSError as e:
-        return f"cannot be listed ({e.strerror})"
-    if stat.S_ISLNK(st.st_mode):
-        link = os.readlink(path)
-        target = Path(os.path.realpath(path))
-        if not target.is_relative_to(Path(os.path.realpath(root))):
-            return f"symlink out of the package (-> {link}); not read"
-        try:
-            st = os.stat(path)
-        except OSError:
-            return f"dangling symlink (-> {link})"
-    if not stat.S_ISREG(st.st_mode):
-        return f"not a regular file ({_kind(st.st_mode)}); not read"
-    if max_bytes is not None and st.st_size > max_bytes:
-        return (f"larger than the audit's limit ({st.st_size} bytes, limit {max_bytes}; raise it with "
-                "audit_max_file_mb); not read")
-    return None
+    return safe_read.refusal(path, root, max_bytes, root_label="the package",
+                             limit_hint=" (raise it with audit_max_file_mb)")
 
 
 def read_entry(path: Path, root: Path, max_bytes: int | None = DEFAULT_MAX_FILE_MB << 20) -> bytes:
     """The bytes of a regular file inside ``root``; EntryRejected (with its verdict) for anything else."""
     if problem := entry_problem(path, root, max_bytes):
         raise EntryRejected(problem)
-    # O_NONBLOCK: an entry swapped for a FIFO after the check must not hang the audit.
-    fd = os.open(os.path.realpath(path), os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
-    with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise EntryRejected("not a regular file; not read")
-        data = f.read() if max_bytes is None else f.read(max_bytes + 1)
-    if max_bytes is not None and len(data) > max_bytes:
-        raise EntryRejected(f"larger than the audit's limit ({max_bytes} bytes); not read")
-    return data
+    try:
+        return safe_read.read_bytes(path, root, max_bytes)
+    except safe_read.UnsafeInput as e:  # swapped after the check (a FIFO, say): the verdict of what was opened
+        raise EntryRejected(str(e).removeprefix(f"{path}: ")) from None
 
 
 @dataclass

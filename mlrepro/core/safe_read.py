@@ -32,24 +32,33 @@ def _kind(mode: int) -> str:
     return "a special file"
 
 
-def problem(path: Path, root: Path | None = None, max_bytes: int | None = DEFAULT_MAX_BYTES) -> str | None:
-    """Why ``path`` is not read (None: a regular file, inside ``root`` when given, within ``max_bytes``)."""
+def refusal(path: Path, root: Path | None = None, max_bytes: int | None = DEFAULT_MAX_BYTES,
+            root_label: str | None = None, limit_hint: str = "") -> str | None:
+    """Why ``path`` is not read, as a verdict without its name (None: a regular file, inside ``root`` when
+    given, within ``max_bytes``). ``root_label`` names the root in the verdict ("the package"); ``limit_hint``
+    says how to raise the size limit."""
     try:
         st = os.lstat(path)
     except OSError as e:
-        return f"{path}: cannot be read ({e.strerror})"
+        return f"cannot be read ({e.strerror})"
     if stat.S_ISLNK(st.st_mode):
         if root is not None and not Path(os.path.realpath(path)).is_relative_to(os.path.realpath(root)):
-            return f"{path}: a symlink out of {root} (-> {os.readlink(path)}); not read"
+            return f"a symlink out of {root_label or root} (-> {os.readlink(path)}); not read"
         try:
             st = os.stat(path)
         except OSError:
-            return f"{path}: a dangling symlink (-> {os.readlink(path)})"
+            return f"a dangling symlink (-> {os.readlink(path)})"
     if not stat.S_ISREG(st.st_mode):
-        return f"{path}: not a regular file ({_kind(st.st_mode)}); not read"
+        return f"not a regular file ({_kind(st.st_mode)}); not read"
     if max_bytes is not None and st.st_size > max_bytes:
-        return f"{path}: {st.st_size} bytes, over the limit of {max_bytes}; not read"
+        return f"{st.st_size} bytes, over the limit of {max_bytes}{limit_hint}; not read"
     return None
+
+
+def problem(path: Path, root: Path | None = None, max_bytes: int | None = DEFAULT_MAX_BYTES) -> str | None:
+    """Why ``path`` is not read, naming it (None: it is read)."""
+    why = refusal(path, root, max_bytes)
+    return None if why is None else f"{path}: {why}"
 
 
 def read_bytes(path: Path, root: Path | None = None, max_bytes: int | None = DEFAULT_MAX_BYTES) -> bytes:
