@@ -198,8 +198,8 @@ def test_presubmit_checks_against_the_cluster(cluster: None) -> None:
     """One-line errors before anything is submitted: a missing partition, a shape too large, no commands."""
     with pytest.raises(checks.PreflightError, match=r"^Slurm: partition 'nope' .* does not exist; this cluster has: "):
         checks.check({"resnet": JobShape()}, "nope", 1)
-    with pytest.raises(checks.PreflightError, match=r"job shape of dlrm .* too large: 3 nodes, partition \w+ has 1"):
-        checks.check({"dlrm": JobShape(nodes=3)}, None, 1)
+    with pytest.raises(checks.PreflightError, match=r"job shape of dlrm .* too large: 300 nodes, partition \w+ has"):
+        checks.check({"dlrm": JobShape(nodes=300)}, None, 1)
     with pytest.raises(checks.PreflightError, match=r"processes x 1 threads per node, the nodes of partition"):
         checks.check({"dlrm": JobShape(tasks_per_node=1000)}, None, 1)
     with pytest.raises(checks.PreflightError, match=r"GPUs per node"):
