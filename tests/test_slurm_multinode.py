@@ -18,9 +18,12 @@ import pytest
 import yaml
 
 from mlrepro.slurm.jobs import parse_sacct
+from tests import test_slurm
 from tests.conftest import REPO, mini_launch
+from tests.test_slurm import sacct_until, snakemake_slurm, write_config
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+cluster, plugin = test_slurm.cluster, test_slurm.plugin  # the executor plugin, installed once for these tests
 UP = (["idle"], ["mixed"], ["allocated"], ["completing"])  # sinfo's %T of a node that takes jobs
 
 
@@ -122,3 +125,26 @@ def test_a_failed_rank_fails_the_run_naming_its_node(two_nodes: list[str], tmp_p
                                          "-j", job_id], capture_output=True, text=True, check=True).stdout)
     assert states[job_id].state == "FAILED"
     assert not (run_dir / "run.json").exists() and not (run_dir / "result.txt").exists()
+
+
+def test_pipeline_with_a_two_node_run(two_nodes: list[str], plugin: Path, tmp_path: Path) -> None:
+    """`snakemake --profile profiles/slurm` with dlrm's job shape at 2 nodes: its run is one Slurm job over both
+    nodes (the executor plugin's sbatch), whose srun step ran a rank on each; the package checks pass."""
+    write_config(tmp_path, {
+        "only": ["dlrm"], "allow_fewer_runs": True, "telemetry": {"enabled": False},
+        "slurm": {"account": "root", "exclusive": False},
+        "benchmarks": {"dlrm": {"runs": 1, "max_epochs": 3, "data": {"train_samples": 4096, "eval_samples": 1024}}},
+        "job_shapes": {"dlrm": {"nodes": 2, "walltime": "00:10:00", "mem_mb": 2000}},
+    })
+    proc = snakemake_slurm(plugin, tmp_path)
+    assert proc.returncode == 0, proc.stderr[-6000:]
+    out = tmp_path / "results"
+    run = json.loads((out / "runs" / "dlrm" / "0" / "run.json").read_text())
+    job_id = run["slurm"]["job_id"]
+    assert run["processes"] == 2 and len(subprocess.run(
+        ["scontrol", "show", "hostnames", run["slurm"]["node_list"]], capture_output=True, text=True,
+        check=True).stdout.split()) == 2, run["slurm"]
+    states = sacct_until([job_id], {"COMPLETED"})
+    assert states[job_id].state == "COMPLETED" and states[job_id].node_list == run["slurm"]["node_list"], states
+    assert (run["slurm"]["node_list"], "2") in steps(job_id).values(), steps(job_id)  # the ranks' srun step
+    assert json.loads((out / "compliance" / "dlrm" / "0.json").read_text())["valid"]
