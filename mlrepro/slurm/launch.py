@@ -125,6 +125,8 @@ def command(train_argv: Sequence[str], python: str, nodes: int, tasks_per_node: 
 
 
 def failed_tasks(log: str) -> list[str]:
-    """srun's word on the tasks that failed ("task 1 on node2: Exited with exit code 3"), first ones first."""
-    return [f"task {tasks} on {node}: {why.strip()}" for node, tasks, why in SRUN_TASK_ERROR.findall(log)]
+    """srun's word on the tasks that failed ("task 1 on node2: Exited with exit code 3"), first ones first; each
+    shortened (the log is the run's own output, which may write anything)."""
+    return [f"task {tasks[:40]} on {node[:100]}: {why.strip()[:200]}" for node, tasks, why in
+            SRUN_TASK_ERROR.findall(log)]
 
