@@ -93,7 +93,7 @@ def command(train_argv: Sequence[str], python: str, nodes: int, tasks_per_node: 
         job_id = env["SLURM_JOB_ID"]
         rendezvous = {"MASTER_ADDR": first_host(env), "MASTER_PORT": str(free_port())}
         per_node = srun(job_id, nodes, 1)
-        setup = [[*per_node, "sh", "-c", DROP_CACHES]] if drop_caches and nodes > 1 else []
+        setup = [[*per_node, "sh", "-c", DROP_CACHES]] if drop_caches else []
         ranks = srun(job_id, nodes, tasks_per_node, threads)
         if container is None:
             return Launch([*ranks, *argv], rendezvous, setup)
