@@ -117,6 +117,8 @@ start_slurmds() {
 }
 
 start() {
+  # a step that fails ends the script (set -e): say where, and that `stop` removes what was started
+  trap 'log "start failed at line $LINENO; logs in $D; .ci/slurm.sh stop stops and removes what started"' ERR
   case "$NODES" in ''|*[!0-9]*|0) log "SLURM_NODES=$NODES: a number of nodes, 1 or more"; exit 2 ;; esac
   local missing=()
   command -v slurmctld >/dev/null || missing+=(slurm-wlm)
