@@ -207,6 +207,13 @@ def test_presubmit_checks_against_the_cluster(cluster: None) -> None:
     with pytest.raises(checks.PreflightError, match=r"^Slurm: sbatch, srun, squeue, sacct, scontrol, sinfo not found"):
         checks.check({"resnet": JobShape()}, None, 1, which=lambda _: None)
     checks.check({"resnet": JobShape(), "dlrm": JobShape(tasks_per_node=2)}, None, 1)  # fits
+    # several processes in a container: pyxis (this cluster has none) or apptainer; docker runs one per run
+    with pytest.raises(checks.PreflightError, match=r"the pyxis plugin \(with enroot\) is not installed"):
+        checks.check({"dlrm": JobShape(tasks_per_node=2)}, None, 1, engine="enroot")
+    with pytest.raises(checks.PreflightError, match=r"^Slurm: dlrm run several processes .* engine docker runs one"):
+        checks.check({"resnet": JobShape(), "dlrm": JobShape(tasks_per_node=2)}, None, 1, engine="docker")
+    checks.check({"dlrm": JobShape(tasks_per_node=2)}, None, 1, engine="apptainer")
+    checks.check({"resnet": JobShape()}, None, 1, engine="enroot")  # one process: the enroot engine itself
 
 
 def test_bad_partition_stops_before_any_job(plugin: Path, tmp_path: Path) -> None:

@@ -64,6 +64,12 @@ def apptainer_run(srun_ranks: Sequence[str], sif: str, mounts: Sequence[Mount], 
             *(["--pwd", workdir] if workdir else []), sif, *argv]
 
 
+def one_process(engine: str) -> str:
+    """Why a container engine other than enroot and apptainer cannot run a run of several processes."""
+    return (f"engine {engine} runs one process per run; in containers, several processes of one run start on Slurm "
+            "with engine enroot (pyxis) or apptainer")
+
+
 def require_pyxis(run: Callable[[list[str]], subprocess.CompletedProcess[str]] | None = None) -> None:
     """pyxis adds --container-image to srun; without it srun would reject the run's command line late."""
     run = run or (lambda argv: subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False))

@@ -109,9 +109,7 @@ def command(train_argv: Sequence[str], python: str, nodes: int, tasks_per_node: 
         if container.engine == "apptainer":
             return Launch(containers.apptainer_run(ranks, container.image, container.mounts, container.gpus,
                                                    container.workdir, argv), rendezvous, setup)
-        raise LaunchError(f"engine {container.engine} runs one process per run; a run of {nodes} x "
-                          f"{tasks_per_node} processes in a container runs on Slurm with engine enroot (pyxis) or "
-                          "apptainer")
+        raise LaunchError(f"a run of {nodes} x {tasks_per_node} processes: {containers.one_process(container.engine)}")
     if container is not None or nodes > 1:
         what = f"a run on {nodes} nodes" if nodes > 1 else f"a run of {tasks_per_node} processes in a container"
         raise LaunchError(f"{what} needs a Slurm allocation (SLURM_JOB_ID is not set or srun is missing); run it "
