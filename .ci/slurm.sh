@@ -131,7 +131,12 @@ start() {
     apt-get update -qq >&2 && apt-get install -y -qq "${missing[@]}" >&2
   fi
   if alive "$D/slurmctld.pid"; then
-    log "already running (slurmctld pid $(cat "$D/slurmctld.pid"))"
+    local running
+    running="$(sinfo -h -N -o %N | sort -u | wc -l)"
+    if [ "$running" -ne "$NODES" ]; then
+      log "already running with $running node(s), not $NODES; .ci/slurm.sh stop first"; exit 1
+    fi
+    log "already running (slurmctld pid $(cat "$D/slurmctld.pid"), $running node(s))"
     echo "export SLURM_CONF=$SLURM_CONF"
     return 0
   fi
