@@ -7,7 +7,7 @@
 # removes the network namespaces and the bridge it made.
 #
 #   eval "$(.ci/slurm.sh start)"                  # one node, this host: export SLURM_CONF=/etc/slurm/slurm.conf
-#   SLURM_NODES=2 eval "$(.ci/slurm.sh start)"    # two nodes, mlnode1 and mlnode2
+#   eval "$(SLURM_NODES=2 .ci/slurm.sh start)"    # two nodes, mlnode1 and mlnode2
 #   .ci/slurm.sh stop
 #
 # SLURM_NODES=N (N > 1): each node's slurmd runs in its own network, UTS and mount namespace: its own
