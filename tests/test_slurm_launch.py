@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from mlrepro.engines import Mount
 from mlrepro.slurm import launch
 from mlrepro.slurm.resources import JobShape, ShapeError, shape_from_config_sh, slurm_resources, walltime_minutes
 from mlrepro.training import distributed
@@ -40,20 +40,69 @@ def test_resources_of_a_shape() -> None:
 
 def test_launcher_command_lines() -> None:
     argv = ["python", "-m", "mlrepro.train", "--seed", "1"]
-    assert launch.command(argv, "/py", 1, 1, 1, {}) == (["/py", "-m", "mlrepro.train", "--seed", "1"], {})
-    if shutil.which("srun"):  # inside an allocation, where Slurm's srun is installed
-        inside, env = launch.command(argv, "/py", 2, 4, 3, {"SLURM_JOB_ID": "42"})
-        assert inside[:8] == ["srun", "--jobid=42", "--nodes=2", "--ntasks=8", "--ntasks-per-node=4",
-                              "--cpus-per-task=3", "--kill-on-bad-exit=1", "--export=ALL"]
-        assert set(env) == {"MASTER_ADDR", "MASTER_PORT"}
-    else:  # an allocation's id without srun to start its tasks
-        with pytest.raises(launch.LaunchError, match="srun is missing"):
-            launch.command(argv, "/py", 2, 4, 3, {"SLURM_JOB_ID": "42"})
-    torchrun, env = launch.command(argv, "/py", 1, 2, 1, {})
-    assert torchrun[:3] == ["/py", "-m", "torch.distributed.run"] and "--nproc-per-node=2" in torchrun
-    assert torchrun[-4:] == ["-m", "mlrepro.train", "--seed", "1"] and env == {}
-    with pytest.raises(launch.LaunchError, match="needs a Slurm allocation"):
+    assert launch.command(argv, "/py", 1, 1, 1, {}) == launch.Launch(["/py", "-m", "mlrepro.train", "--seed", "1"])
+    torchrun = launch.command(argv, "/py", 1, 2, 1, {})
+    assert torchrun.argv[:3] == ["/py", "-m", "torch.distributed.run"] and "--nproc-per-node=2" in torchrun.argv
+    assert torchrun.argv[-4:] == ["-m", "mlrepro.train", "--seed", "1"] and torchrun.env == {} and not torchrun.setup
+    with pytest.raises(launch.LaunchError, match="a run on 2 nodes needs a Slurm allocation"):
         launch.command(argv, "/py", 2, 1, 1, {})
+    container = launch.Container("apptainer", "/i.sif", "n", [], gpus=False)
+    with pytest.raises(launch.LaunchError, match="a run of 2 processes in a container needs a Slurm allocation"):
+        launch.command(argv, "/py", 1, 2, 1, {}, container)
+
+
+def test_srun_lines_in_an_allocation(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Inside an allocation: one srun of all ranks on every node; rendezvous at the node list's first host (what
+    `scontrol show hostnames` says, asked with the node list from the controller where the environment has none);
+    caches cleared first by one task per node; containers in run.sub's forms; other engines refused."""
+    calls: list[list[str]] = []
+
+    def run(cmd: list[str], **_: object) -> subprocess.CompletedProcess[str]:
+        calls.append(cmd)
+        out = {"show": "JobId=42 NodeList=gpu[07-08] NumNodes=2\n", "hostnames": "gpu07\ngpu08\n",
+               "--help": "      --container-image=[USER@][REGISTRY#]IMAGE[:TAG]|PATH\n"}
+        return subprocess.CompletedProcess(cmd, 0, out["show" if cmd[2] == "job" else cmd[2]] if cmd[0] == "scontrol"
+                                           else out[cmd[1]], "")
+
+    monkeypatch.setattr(launch.subprocess, "run", run)
+    monkeypatch.setattr("mlrepro.slurm.jobs.subprocess.run", run)
+    monkeypatch.setattr(launch.shutil, "which", lambda name: f"/usr/bin/{name}")
+    monkeypatch.setattr("mlrepro.slurm.containers.subprocess.run", run)
+    env = {"SLURM_JOB_ID": "42"}
+    argv = ["python", "-m", "mlrepro.train"]
+    ranks = ["srun", "--jobid=42", "--nodes=2", "--ntasks=8", "--ntasks-per-node=4", "--cpus-per-task=3",
+             "--kill-on-bad-exit=1", "--export=ALL"]
+    per_node = ["srun", "--jobid=42", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1", "--kill-on-bad-exit=1",
+                "--export=ALL"]
+    native = launch.command(argv, "/py", 2, 4, 3, env, drop_caches=True)
+    assert native.argv == [*ranks, "/py", "-m", "mlrepro.train"]
+    assert native.env["MASTER_ADDR"] == "gpu07" and int(native.env["MASTER_PORT"]) > 0
+    assert ["scontrol", "show", "hostnames", "gpu[07-08]"] in calls
+    assert native.setup == [[*per_node, "sh", "-c", launch.DROP_CACHES]]
+    assert launch.command(argv, "/py", 2, 4, 3, env).setup == []  # drop_caches off
+
+    mounts = [Mount(Path("/data/dlrm"), target="/data"), Mount(Path("/runs/0"), read_only=False, target="/results")]
+    pyxis = launch.command(["bash", "run_and_time.sh"], "/py", 2, 4, 3, env,
+                           launch.Container("enroot", "/images/x.sqsh", "mlrepro_dlrm_0", mounts, gpus=True))
+    assert pyxis.setup == [[*per_node, "--container-image=/images/x.sqsh", "--container-name=mlrepro_dlrm_0", "true"]]
+    assert pyxis.argv == [*ranks, "--container-name=mlrepro_dlrm_0",
+                          "--container-mounts=/data/dlrm:/data:ro,/runs/0:/results", "--no-container-mount-home",
+                          "bash", "run_and_time.sh"]
+    apptainer = launch.command(["bash", "run_and_time.sh"], "/py", 2, 4, 3, env,
+                               launch.Container("apptainer", "/images/x.sif", "n", mounts, gpus=True, workdir="/w"))
+    assert apptainer.argv == [*ranks, "apptainer", "exec", "--nv", "--no-home", "--bind", "/data/dlrm:/data:ro",
+                              "--bind", "/runs/0:/results", "--pwd", "/w", "/images/x.sif", "bash", "run_and_time.sh"]
+    assert apptainer.setup == [] and apptainer.env["MASTER_ADDR"] == "gpu07"
+    with pytest.raises(launch.LaunchError, match="engine podman runs one process per run"):
+        launch.command(argv, "/py", 2, 1, 1, env, launch.Container("podman", "img", "n", [], gpus=False))
+
+
+def test_failed_tasks_name_their_node() -> None:
+    log = ("rank 1 fails\nsrun: error: mlnode2: task 1: Exited with exit code 3\n"
+           "srun: launch/slurm: _step_signal: Terminating StepId=11.1\n"
+           "srun: error: gpu[07]: tasks 0-3,5: Killed\n")
+    assert launch.failed_tasks(log) == ["task 1 on mlnode2: Exited with exit code 3", "task 0-3,5 on gpu[07]: Killed"]
+    assert launch.failed_tasks("Traceback ...\n") == []
 
 
 def test_rank_from_launcher_variables() -> None:

@@ -19,9 +19,10 @@ from typing import Any
 from mlrepro.core import atomic
 from mlrepro.core.hashing import sha256_file
 from mlrepro.core.mllog_reader import mllog_lines, run_summary
-from mlrepro.engines import Engine, Mount, engine_for
+from mlrepro.engines import Engine, Mount, engine_for, get_engine
 from mlrepro.runs import ledger
 from mlrepro.runs.accelerators import claim
+from mlrepro.slurm import containers
 from mlrepro.slurm import launch as launcher
 from mlrepro.slurm.jobs import SLURM_RECORD, this_job
 
@@ -74,16 +75,8 @@ def execute(engine: Engine, launch: dict[str, Any], image: str | None, run_dir: 
                   Mount(run_dir, read_only=False, target=launch["log_mount"])]
         workdir = None
     if processes > 1:  # one run, several processes: srun inside a Slurm allocation, torchrun elsewhere
-        if engine.name != "native":
-            raise RunFailed(f"{launch['benchmark']}: a run of {processes} processes runs with engine native here; "
-                            "on Slurm with containers use pyxis or apptainer (mlrepro/slurm/containers.py)")
-        try:
-            argv, rendezvous = launcher.command(argv, sys.executable, int(launch.get("nodes", 1)),
-                                                int(launch.get("tasks_per_node", 1)), int(launch["threads"]),
-                                                os.environ)
-        except launcher.LaunchError as e:
-            raise RunFailed(f"{launch['benchmark']} run in {run_dir}: {e}") from e
-        env = {**env, **rendezvous}
+        argv, env, image, mounts, engine = _multi_process(engine, launch, image, argv, env, mounts, workdir, run_dir,
+                                                           log)
     try:
         def started(pid: int) -> None:  # the sampler measures the container's processes too
             if roots is not None:
@@ -96,6 +89,30 @@ def execute(engine: Engine, launch: dict[str, Any], image: str | None, run_dir: 
                         f"{argv[-1]} (image {image}): {type(e).__name__}: {e}") from e
 
 
+def _multi_process(engine: Engine, launch: dict[str, Any], image: str | None, argv: list[str], env: dict[str, str],
+                   mounts: list[Mount], workdir: str | None, run_dir: Path, log: Path
+                   ) -> tuple[list[str], dict[str, str], str | None, list[Mount], Engine]:
+    """The launcher's command for the run's ranks, run natively (srun or torchrun start the ranks, each in the
+    container where there is one), after its set-up steps (cache clearing on every node, pyxis' image import)."""
+    container = None
+    if engine.name != "native":
+        container = launcher.Container(engine.name, str(image), containers.container_name(launch["benchmark"], run_dir),
+                                       mounts, bool(launch["gpus"]), workdir)
+    try:
+        plan = launcher.command(argv, sys.executable, int(launch.get("nodes", 1)), int(launch.get("tasks_per_node", 1)),
+                                int(launch["threads"]), os.environ, container, bool(launch.get("drop_caches")))
+    except (launcher.LaunchError, ValueError) as e:
+        raise RunFailed(f"{launch['benchmark']} run in {run_dir}: {e}") from e
+    native = get_engine("native")
+    env = {**env, **plan.env}
+    for step in plan.setup:
+        code = native.run(step, image=None, mounts=[], gpus=[], env=env, log=log, workdir=workdir)
+        if code != 0:
+            raise RunFailed(f"{launch['benchmark']} run in {run_dir}: its set-up step `{' '.join(step)}` exited with "
+                            f"status {code}; its log is kept at {log}. Last lines:\n{_tail(log)}")
+    return plan.argv, env, None, [], native
+
+
 def _tail(log: Path, n: int = 15) -> str:
     return "".join(log.read_text(errors="replace").splitlines(keepends=True)[-n:])
 
@@ -104,7 +121,10 @@ def collect(launch: dict[str, Any], run_dir: Path, log: Path, code: int) -> dict
     """result.txt from the log's :::MLLOG lines and the run's summary; RunFailed naming the log otherwise."""
     what = f"{launch['benchmark']} run in {run_dir} ({launch['folder']}/run_and_time.sh)"
     if code != 0:
-        raise RunFailed(f"{what} exited with status {code}; its log is kept at {log}. Last lines:\n{_tail(log)}")
+        # a run of several processes fails whole (srun --kill-on-bad-exit): srun names the tasks and nodes that failed
+        failed = launcher.failed_tasks(log.read_text(errors="replace"))
+        where = f" ({'; '.join(failed[:4])})" if failed else ""
+        raise RunFailed(f"{what} exited with status {code}{where}; its log is kept at {log}. Last lines:\n{_tail(log)}")
     lines = mllog_lines(log.read_text(errors="replace"))
     if not lines:
         raise RunFailed(f"{what} printed no :::MLLOG lines, so there is no result; its log is {log}. An "

@@ -10,6 +10,7 @@ import subprocess
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from mlrepro.slurm import containers
 from mlrepro.slurm.resources import JobShape, walltime_minutes
 
 COMMANDS = ("sbatch", "srun", "squeue", "sacct", "scontrol", "sinfo")
@@ -40,8 +41,9 @@ def _minutes(value: str | None) -> int | None:
 
 
 def check(shapes: Mapping[str, JobShape], partition: str | None, threads: int, run: Runner = _run,
-          which: Callable[[str], str | None] = shutil.which) -> None:
-    """Raise PreflightError (one line) unless every shape fits the partition of a controller that answers."""
+          which: Callable[[str], str | None] = shutil.which, engine: str = "native") -> None:
+    """Raise PreflightError (one line) unless every shape fits the partition of a controller that answers, and
+    the engine can start a run of several processes where a shape has them."""
     missing = [c for c in COMMANDS if which(c) is None]
     if missing:
         raise PreflightError(f"Slurm: {', '.join(missing)} not found on PATH; install Slurm's client tools "
@@ -89,6 +91,15 @@ def check(shapes: Mapping[str, JobShape], partition: str | None, threads: int, r
             problem = f"walltime {shape.walltime}, partition {name} allows {part.get('MaxTime')}"
         if problem:
             raise PreflightError(f"Slurm: job shape of {bm} (config job_shapes.{bm}) too large: {problem}")
+    several = sorted(bm for bm, shape in shapes.items() if shape.processes > 1)
+    if several and engine not in ("native", "enroot", "apptainer"):
+        raise PreflightError(f"Slurm: {', '.join(several)} run several processes (job shape) and "
+                             f"{containers.one_process(engine)}")
+    if several and engine == "enroot":
+        try:
+            containers.require_pyxis(run)
+        except containers.PluginMissing as e:
+            raise PreflightError(str(e)) from None
 
 
 def _gpus(gres: str) -> int:
@@ -104,4 +115,5 @@ def preflight(config: Mapping[str, Any], benchmarks: Iterable[str]) -> None:
     from mlrepro.slurm.resources import shape_for
 
     check({b: shape_for(config, b) for b in benchmarks}, config.get("slurm", {}).get("partition"),
-          int(config.get("threads_per_run", 1)))
+          int(config.get("threads_per_run", 1)), engine=str(config.get("engine", "native")))
+
