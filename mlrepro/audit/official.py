@@ -1,0 +1,196 @@
+"""The judging version's own package checker and result summarizer, on scratch copies of a package.
+
+Used when a round is judged by its own mlperf-logging (``versions``): the checks and the scoring of
+each release differ in ways the audit's fast re-implementation (``package``, ``rcp``, ``scoring``)
+follows only for the installed release, so here the official functions run as they are, unpatched
+but for ``engine``'s result-neutral fast paths. They write ``scaling.json`` into the folders they
+read, so each runs on its own copy of the organisation (regular files only: a symlink or a file
+over the size limit is left out, as the audit leaves it out), never on the package:
+
+* ``check_training_package`` on one copy; what it logs is attributed to the benchmark folder whose
+  section it falls in (its " Running compliance checks in dir" line), or to the whole
+  organisation before the first section;
+* ``summarize_results`` twice on another copy; the first run's scores are raw, the second run's,
+  reading what the first run's RCP check wrote, are the published ones (the project's convention
+  for "the official tool": its second run on a fresh copy). Scores are taken per system folder
+  from its ``_compute_strong_scaling_scores`` calls, the same in every release since 1.1.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import io
+import logging
+import math
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mlperf_logging.package_checker import package_checker
+from mlperf_logging.result_summarizer import result_summarizer
+
+from mlrepro.audit import discover, engine
+from mlrepro.audit.package import PackageVerdict
+
+_SECTION = " Running compliance checks in dir %s"
+Scores = dict[str, dict[str, float]]  # system folder -> benchmark -> minutes
+
+
+@dataclass
+class SummarizerScores:
+    raw: Scores = field(default_factory=dict)  # the first run
+    published: Scores = field(default_factory=dict)  # the second run
+    energy: Scores = field(default_factory=dict)  # the second run's "<benchmark>:Energy" (joules), 4.x on
+    crash: str = ""  # the exception the official summarizer dies of on this organisation
+
+
+def _copy(org: Path, dest: Path, max_bytes: int | None) -> Path:
+    def ignore(folder: str, names: list[str]) -> set[str]:
+        paths = {n: Path(folder) / n for n in names}
+        return {n for n, p in paths.items()
+                if p.is_symlink() or (not p.is_dir() and discover.entry_problem(p, org, max_bytes) is not None)}
+
+    target = dest / org.name
+    shutil.copytree(org, target, symlinks=True, ignore=ignore)
+    return target
+
+
+class _Sections(logging.Handler):
+    """What the package checker logs at WARNING and above, by the benchmark folder it is checking."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(logging.INFO)
+        self.root = root
+        self.where: tuple[str, str] = ("", "")  # (system, benchmark) of the section being checked
+        self.records: list[tuple[tuple[str, str], int, str]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.msg == _SECTION and record.args:
+            rel = Path(str(record.args[0])).relative_to(self.root / "results").parts  # type: ignore[index]
+            self.where = (rel[0], rel[-1]) if len(rel) >= 2 else ("", "")
+        elif record.levelno >= logging.WARNING:
+            self.records.append((self.where, record.levelno, record.getMessage().strip()))
+
+
+@contextlib.contextmanager
+def _only(handler: logging.Handler) -> Iterator[None]:
+    """The root logger with ``handler`` alone at INFO (the checker says where it is at INFO)."""
+    root = logging.getLogger()
+    saved = root.handlers[:], root.level
+    root.handlers, root.level = [handler], logging.INFO
+    try:
+        yield
+    finally:
+        root.handlers, root.level = saved
+
+
+def _call(function: Callable[..., Any], parser: Any, argv: list[str]) -> Any:
+    """``function`` with the arguments its own CLI parser gives ``argv`` (signatures differ by release)."""
+    args = vars(parser.parse_args(argv))
+    return function(**{name: args[name] for name in inspect.signature(function).parameters})
+
+
+def package_verdict(org: Path, usage: str, ruleset: str, max_bytes: int | None) -> PackageVerdict:
+    """The judging release's ``check_training_package`` verdict on one organisation."""
+    engine.install_fast_paths()
+    verdict = PackageVerdict()
+    with tempfile.TemporaryDirectory(prefix="mlrepro-official-") as scratch:
+        copy = _copy(org, Path(scratch), max_bytes)
+        sections = _Sections(copy)
+        try:
+            with _only(sections), contextlib.redirect_stdout(io.StringIO()):
+                _call(package_checker.check_training_package, package_checker.get_parser(),
+                      [str(copy), usage, ruleset, "--log_output", str(Path(scratch) / "package_checker.log")])
+        except Exception as e:
+            msg = f"the official package checker crashes on this organisation: {type(e).__name__}: {e}"
+            verdict.error(msg)
+            verdict.official_crash.append(msg)
+    for (system, benchmark), level, message in sections.records:
+        where = f"{system}/{benchmark}: " if system else ""
+        if level >= logging.ERROR:
+            verdict.error(where + message, system=system, benchmark=benchmark)
+        else:
+            verdict.warnings.append(where + message)
+    return verdict
+
+
+def summarizer_scores(org: Path, usage: str, ruleset: str, max_bytes: int | None) -> SummarizerScores:
+    """The judging release's ``summarize_results``, twice on a fresh copy of one organisation."""
+    engine.install_fast_paths()
+    out = SummarizerScores()
+    official = result_summarizer._compute_strong_scaling_scores
+    runs: list[Scores] = []
+    energy: Scores = {}  # the last run's
+
+    def spy(desc: Any, system_folder: str, *args: Any, **kwargs: Any) -> Any:
+        result = official(desc, system_folder, *args, **kwargs)
+        # 4.x on: (scores, detailed scores with "<benchmark>:Energy")
+        scores, detailed = (result[0], result[1]) if isinstance(result, tuple) else (result, {})
+        runs[-1][Path(system_folder).name] = _numbers(scores)
+        energy[Path(system_folder).name] = {k.removesuffix(":Energy"): v for k, v in _numbers(detailed).items()
+                                            if k.endswith(":Energy")}
+        return result
+
+    with tempfile.TemporaryDirectory(prefix="mlrepro-official-") as scratch:
+        copy = _copy(org, Path(scratch), max_bytes)
+        result_summarizer._compute_strong_scaling_scores = spy
+        try:
+            with _only(logging.NullHandler()), contextlib.redirect_stdout(io.StringIO()):
+                for _ in range(2):
+                    runs.append({})
+                    result_summarizer.summarize_results(str(copy), usage, ruleset)
+        except Exception as e:
+            out.crash = f"{type(e).__name__}: {e}"
+            return out
+        finally:
+            result_summarizer._compute_strong_scaling_scores = official
+    out.raw, out.published = runs
+    out.energy = energy
+    return out
+
+
+def _numbers(scores: dict[str, Any]) -> dict[str, float]:
+    """The entries of a summarizer's score dict that hold a number (it fills the others with None or NaN)."""
+    out = {}
+    for key, value in scores.items():
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            continue
+        if not math.isnan(number):
+            out[key] = number
+    return out
+
+
+def _judge(task: tuple[str, Path, str, str, int | None]) -> PackageVerdict | SummarizerScores:
+    what, org, usage, ruleset, max_bytes = task
+    try:
+        if what == "package":
+            return package_verdict(org, usage, ruleset, max_bytes)
+        return summarizer_scores(org, usage, ruleset, max_bytes)
+    except Exception as e:  # e.g. the scratch copy fails: this organisation's verdict, not the audit's end
+        why = f"the official {what} run could not be made: {type(e).__name__}: {e}"
+        if what == "summarizer":
+            return SummarizerScores(crash=why)
+        verdict = PackageVerdict()
+        verdict.error(why)
+        return verdict
+
+
+def judge_orgs(orgs: list[Path], usage: str, ruleset: str, max_bytes: int | None,
+               jobs: int) -> dict[Path, tuple[PackageVerdict, SummarizerScores]]:
+    """``package_verdict`` and ``summarizer_scores`` of every organisation, over ``jobs`` processes."""
+    def size(org: Path) -> int:
+        return sum(f.stat().st_size for f in org.rglob("*") if f.is_file() and not f.is_symlink())
+
+    # the largest organisations first, so that one is not left for the end while the other workers idle
+    order = sorted(orgs, key=size, reverse=True)
+    tasks = [(what, org, usage, ruleset, max_bytes) for org in order for what in ("package", "summarizer")]
+    with ProcessPoolExecutor(max_workers=max(1, min(jobs, len(tasks)))) as pool:
+        results = list(pool.map(_judge, tasks))
+    return {org: (results[2 * i], results[2 * i + 1]) for i, org in enumerate(order)}  # type: ignore[misc]
