@@ -4,7 +4,8 @@
 #   audit_summarize: package verdicts, RCPs and scores per organisation -> summary.csv/.json and
 #                    the HTML report (seed-document tables, scores, verdicts, a page per system);
 #                    audit_result_ids=CSV (org,system,id): the round's published result IDs
-#   audit_logging=DIR: judge by the round's own mlperf-logging (a checkout or pip --target folder per tag)
+#   audit_logging=DIR: judge by the round's own mlperf-logging (a checkout or pip --target folder per tag);
+#   audit_logging_compare=DIR|installed: by a second release too (rules_changed.json/.csv/.html)
 import sys
 from pathlib import Path
 
@@ -40,6 +41,10 @@ PY = _smk.python_command()  # the interpreter that runs Snakemake (the project's
 # audit_logging=DIR: the mlperf-logging release that judges (one version's folder, or a folder of them
 # named by tag, from which the ruleset's round tag is chosen); it runs isolated (mlrepro/audit/versions.py)
 AUDIT_LOGGING = ["--logging", str(Path(config["audit_logging"]).resolve())] if config.get("audit_logging") else []
+# audit_logging_compare=DIR|installed: judge by a second release too; the summary lists where verdicts differ
+AUDIT_COMPARE = config.get("audit_logging_compare")
+AUDIT_COMPARE_ARGS = [] if not AUDIT_COMPARE else [
+    "--compare-logging", AUDIT_COMPARE if AUDIT_COMPARE == "installed" else str(Path(AUDIT_COMPARE).resolve())]
 
 
 def audit_args(step):
@@ -84,5 +89,6 @@ rule audit_summarize:
         # the provenance manifest's hash as the package's report published it (optional)
         manifest=["--manifest-sha256", str(config["manifest_sha256"])] if config.get("manifest_sha256") else [],
         result_ids=lambda wildcards, input: ["--result-ids", input.result_ids] if input.result_ids else [],
+        compare=AUDIT_COMPARE_ARGS,  # writes rules_changed.json/.csv beside the summary
     shell:
-        "{PY} {params.args:q} {params.manifest:q} {params.result_ids:q}"
+        "{PY} {params.args:q} {params.manifest:q} {params.result_ids:q} {params.compare:q}"

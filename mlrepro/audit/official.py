@@ -70,8 +70,11 @@ class _Sections(logging.Handler):
         self.records: list[tuple[tuple[str, str], int, str]] = []
 
     def emit(self, record: logging.LogRecord) -> None:
-        if record.msg == _SECTION and record.args:
-            rel = Path(str(record.args[0])).relative_to(self.root / "results").parts  # type: ignore[index]
+        if record.msg == _SECTION and isinstance(record.args, tuple) and record.args:
+            try:
+                rel = Path(str(record.args[0])).relative_to(self.root / "results").parts
+            except ValueError:  # a folder outside results/: the organisation as a whole
+                rel = ()
             self.where = (rel[0], rel[-1]) if len(rel) >= 2 else ("", "")
         elif record.levelno >= logging.WARNING:
             self.records.append((self.where, record.levelno, record.getMessage().strip()))
