@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from mlrepro.audit import pipeline, summary
+from mlrepro.audit import discover, pipeline, scoring, summary
 from mlrepro.audit import report as audit_report
 from mlrepro.audit.runfile import convergence_unit
 
@@ -40,6 +40,16 @@ def test_each_availability_category_is_ranked_on_its_own_closed_before_open() ->
     assert [e["system_folder"] for e in tables["open"]["Available"]] == ["open-one"]
     # the seed documents' view over all categories stays as it was
     assert summary.seed_tables(rows, "training", RULESET)["closed"][0]["system_folder"] == "odd"
+
+
+def test_every_row_has_the_system_columns_the_tables_show() -> None:
+    org = discover.find_orgs(FIXTURES / "Baidu")[0]
+    desc = scoring.load_system_desc(org, org.systems[0])
+    assert desc.specs is not None and tuple(desc.specs) == scoring.SPEC_COLUMNS
+    row = summary.row({"name": "Baidu", "package": {}}, {"specs": None, "desc": None, "folder": "x",
+                                                        "desc_problem": "unreadable", "benchmarks": []},
+                      "training", RULESET, None)
+    assert all(row[k] is None for k in scoring.SPEC_COLUMNS)  # a system JSON that cannot be read
 
 
 def test_convergence_units() -> None:

@@ -97,6 +97,12 @@ def _whole(value: Any) -> int:
     return int(number)
 
 
+# The system columns ``_specs`` gives, in its order; every row has them, whichever release's CSV columns it prints.
+SPEC_COLUMNS = ("division", "private_id", "availability", "submitter", "system", "host_processor_model_name",
+                "number_of_nodes", "host_processors_count", "accelerator_model_name", "accelerators_count",
+                "framework", "notes")
+
+
 def _specs(desc: dict[str, Any], system: SystemDir, count: Any = int) -> dict[str, Any]:
     """The summarizer's columns before the scores, in its order of checks (``count``: its int())."""
     private = system.path / "privateid.json"

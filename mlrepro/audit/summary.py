@@ -15,6 +15,7 @@ from typing import Any
 from mlperf_logging.result_summarizer import result_summarizer as rs
 
 from mlrepro.audit.package import errors_of
+from mlrepro.audit.scoring import SPEC_COLUMNS
 from mlrepro.core import atomic
 from mlrepro.core.rulesets import allowed_benchmarks, table_order
 
@@ -97,7 +98,7 @@ def row(org: dict[str, Any], system: dict[str, Any], usage: str, ruleset: str,
     # the judging release's columns first; the system columns an older release lacks (number_of_nodes
     # before 2.0) stay in the row for the tables, outside the CSV
     out: dict[str, Any] = {c: specs.get(c) for c in official_columns(usage, ruleset)}
-    out.update({k: v for k, v in specs.items() if k not in out})
+    out.update({k: specs.get(k) for k in SPEC_COLUMNS if k not in out})
     for b in allowed_benchmarks(ruleset, usage):
         out[b] = None
     if desc.get("submitter") is not None:
