@@ -41,7 +41,8 @@ PY = _smk.python_command()  # the interpreter that runs Snakemake (the project's
 # audit_logging=DIR: the mlperf-logging release that judges (one version's folder, or a folder of them
 # named by tag, from which the ruleset's round tag is chosen); it runs isolated (mlrepro/audit/versions.py)
 AUDIT_LOGGING = ["--logging", str(Path(config["audit_logging"]).resolve())] if config.get("audit_logging") else []
-# audit_logging_compare=DIR|installed: judge by a second release too; the summary lists where verdicts differ
+# audit_logging_compare=DIR|installed: judge by a second release too; the summarize step lists where
+# verdicts differ (rules_changed.json/.csv beside the summary)
 AUDIT_COMPARE = config.get("audit_logging_compare")
 AUDIT_COMPARE_ARGS = [] if not AUDIT_COMPARE else [
     "--compare-logging", AUDIT_COMPARE if AUDIT_COMPARE == "installed" else str(Path(AUDIT_COMPARE).resolve())]
@@ -50,7 +51,8 @@ AUDIT_COMPARE_ARGS = [] if not AUDIT_COMPARE else [
 def audit_args(step):
     """The audit step's arguments after the interpreter, as a list the rules quote ({params.args:q})."""
     return ["-m", "mlrepro.audit", step, "--root", str(AUDIT_ROOT), "--out", str(AUDIT_OUT), "--usage", AUDIT_USAGE,
-            "--ruleset", AUDIT_RULESET, "--max-file-mb", repr(AUDIT_MAX_BYTES / (1 << 20)), *AUDIT_LOGGING]
+            "--ruleset", AUDIT_RULESET, "--max-file-mb", repr(AUDIT_MAX_BYTES / (1 << 20)), *AUDIT_LOGGING,
+            *(AUDIT_COMPARE_ARGS if step == "summarize" else [])]
 
 
 rule audit_all:
@@ -89,6 +91,5 @@ rule audit_summarize:
         # the provenance manifest's hash as the package's report published it (optional)
         manifest=["--manifest-sha256", str(config["manifest_sha256"])] if config.get("manifest_sha256") else [],
         result_ids=lambda wildcards, input: ["--result-ids", input.result_ids] if input.result_ids else [],
-        compare=AUDIT_COMPARE_ARGS,  # writes rules_changed.json/.csv beside the summary
     shell:
-        "{PY} {params.args:q} {params.manifest:q} {params.result_ids:q} {params.compare:q}"
+        "{PY} {params.args:q} {params.manifest:q} {params.result_ids:q}"
