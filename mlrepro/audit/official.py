@@ -4,16 +4,18 @@ Used when a round is judged by its own mlperf-logging (``versions``): the checks
 each release differ in ways the audit's fast re-implementation (``package``, ``rcp``, ``scoring``)
 follows only for the installed release, so here the official functions run as they are, unpatched
 but for ``engine``'s result-neutral fast paths. They write ``scaling.json`` into the folders they
-read, so each runs on its own copy of the organisation (regular files only: a symlink or a file
-over the size limit is left out, as the audit leaves it out), never on the package:
+read, so they run on a copy of each organisation (regular files only: a symlink or a file over the
+size limit is left out, as the audit leaves it out), never on the package:
 
-* ``check_training_package`` on one copy; what it logs is attributed to the benchmark folder whose
-  section it falls in (its " Running compliance checks in dir" line), or to the whole
+* ``check_training_package`` on a fresh copy; what it logs is attributed to the benchmark folder
+  whose section it falls in (its " Running compliance checks in dir" line), or to the whole
   organisation before the first section;
-* ``summarize_results`` twice on another copy; the first run's scores are raw, the second run's,
-  reading what the first run's RCP check wrote, are the published ones (the project's convention
-  for "the official tool": its second run on a fresh copy). Scores are taken per system folder
-  from its ``_compute_strong_scaling_scores`` calls, the same in every release since 1.1.
+* then ``summarize_results`` twice on the same copy, as the review runs it after the package
+  checker: from 2.1 the package checker's RCP check writes ``scaling.json`` (and from 6.0 the
+  summarizer's own first run too), which the summarizer applies. The second run's scores are the
+  published ones (the project's convention for "the official tool": its second run); divided by
+  the factors it read, the raw ones. Scores are taken per system folder from its
+  ``_compute_strong_scaling_scores`` calls, the same function in every release since 1.1.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import io
+import json
 import logging
 import math
 import shutil
@@ -43,9 +46,9 @@ Scores = dict[str, dict[str, float]]  # system folder -> benchmark -> minutes
 
 @dataclass
 class SummarizerScores:
-    raw: Scores = field(default_factory=dict)  # the first run
+    raw: Scores = field(default_factory=dict)  # the second run over the factors it applies
     published: Scores = field(default_factory=dict)  # the second run
-    energy: Scores = field(default_factory=dict)  # the second run's "<benchmark>:Energy" (joules), 4.x on
+    energy: Scores = field(default_factory=dict)  # the second run's "<benchmark>:Energy" (joules), 4.0 on
     crash: str = ""  # the exception the official summarizer dies of on this organisation
 
 
@@ -98,21 +101,18 @@ def _call(function: Callable[..., Any], parser: Any, argv: list[str]) -> Any:
     return function(**{name: args[name] for name in inspect.signature(function).parameters})
 
 
-def package_verdict(org: Path, usage: str, ruleset: str, max_bytes: int | None) -> PackageVerdict:
-    """The judging release's ``check_training_package`` verdict on one organisation."""
-    engine.install_fast_paths()
+def package_verdict(copy: Path, usage: str, ruleset: str) -> PackageVerdict:
+    """The judging release's ``check_training_package`` verdict on a scratch copy of one organisation."""
     verdict = PackageVerdict()
-    with tempfile.TemporaryDirectory(prefix="mlrepro-official-") as scratch:
-        copy = _copy(org, Path(scratch), max_bytes)
-        sections = _Sections(copy)
-        try:
-            with _only(sections), contextlib.redirect_stdout(io.StringIO()):
-                _call(package_checker.check_training_package, package_checker.get_parser(),
-                      [str(copy), usage, ruleset, "--log_output", str(Path(scratch) / "package_checker.log")])
-        except Exception as e:
-            msg = f"the official package checker crashes on this organisation: {type(e).__name__}: {e}"
-            verdict.error(msg)
-            verdict.official_crash.append(msg)
+    sections = _Sections(copy)
+    try:
+        with _only(sections), contextlib.redirect_stdout(io.StringIO()):
+            _call(package_checker.check_training_package, package_checker.get_parser(),
+                  [str(copy), usage, ruleset, "--log_output", str(copy.parent / "package_checker.log")])
+    except Exception as e:
+        msg = f"the official package checker crashes on this organisation: {type(e).__name__}: {e}"
+        verdict.error(msg)
+        verdict.official_crash.append(msg)
     for (system, benchmark), level, message in sections.records:
         where = f"{system}/{benchmark}: " if system else ""
         if level >= logging.ERROR:
@@ -122,39 +122,73 @@ def package_verdict(org: Path, usage: str, ruleset: str, max_bytes: int | None) 
     return verdict
 
 
-def summarizer_scores(org: Path, usage: str, ruleset: str, max_bytes: int | None) -> SummarizerScores:
-    """The judging release's ``summarize_results``, twice on a fresh copy of one organisation."""
-    engine.install_fast_paths()
+def _factors(copy: Path) -> Scores:
+    """The ``scaling.json`` factors in the copy now: system folder -> benchmark -> factor."""
+    out: Scores = {}
+    for path in copy.glob("results/*/*/scaling.json"):
+        try:
+            factor = float(json.loads(path.read_text(encoding="utf-8"))["scaling_factor"])
+        except (OSError, ValueError, KeyError, TypeError):  # the summarizer itself stops on such a file
+            continue
+        out.setdefault(path.parent.parent.name, {})[str(result_summarizer._benchmark_alias(path.parent.name))] = factor
+    return out
+
+
+def summarizer_scores(copy: Path, usage: str, ruleset: str) -> SummarizerScores:
+    """The judging release's ``summarize_results``, twice on the copy the package checker has seen;
+    the raw scores are the second run's over the factors it applies."""
     out = SummarizerScores()
     official = result_summarizer._compute_strong_scaling_scores
-    runs: list[Scores] = []
     energy: Scores = {}  # the last run's
+    published: Scores = {}
 
     def spy(desc: Any, system_folder: str, *args: Any, **kwargs: Any) -> Any:
         result = official(desc, system_folder, *args, **kwargs)
-        # 4.x on: (scores, detailed scores with "<benchmark>:Energy")
-        scores, detailed = (result[0], result[1]) if isinstance(result, tuple) else (result, {})
-        runs[-1][Path(system_folder).name] = _numbers(scores)
-        energy[Path(system_folder).name] = {k.removesuffix(":Energy"): v for k, v in _numbers(detailed).items()
-                                            if k.endswith(":Energy")}
+        published[Path(system_folder).name], energy[Path(system_folder).name] = _scores(result)
         return result
 
-    with tempfile.TemporaryDirectory(prefix="mlrepro-official-") as scratch:
-        copy = _copy(org, Path(scratch), max_bytes)
-        result_summarizer._compute_strong_scaling_scores = spy
-        try:
-            with _only(logging.NullHandler()), contextlib.redirect_stdout(io.StringIO()):
-                for _ in range(2):
-                    runs.append({})
-                    result_summarizer.summarize_results(str(copy), usage, ruleset)
-        except Exception as e:
-            out.crash = f"{type(e).__name__}: {e}"
-            return out
-        finally:
-            result_summarizer._compute_strong_scaling_scores = official
-    out.raw, out.published = runs
-    out.energy = energy
+    result_summarizer._compute_strong_scaling_scores = spy
+    try:
+        with _only(logging.NullHandler()), contextlib.redirect_stdout(io.StringIO()):
+            result_summarizer.summarize_results(str(copy), usage, ruleset)
+            factors = _factors(copy)  # what the second run reads
+            result_summarizer.summarize_results(str(copy), usage, ruleset)
+    except Exception as e:
+        out.crash = f"{type(e).__name__}: {e}"
+        return out
+    finally:
+        result_summarizer._compute_strong_scaling_scores = official
+    out.published, out.energy = published, energy
+    out.raw = {system: {b: score / factors.get(system, {}).get(b, 1.0) for b, score in scores.items()}
+               for system, scores in published.items()}
     return out
+
+
+def judge_org(task: tuple[Path, str, str, int | None]) -> tuple[PackageVerdict, SummarizerScores]:
+    """As the review runs the tools: the package checker on a fresh copy, then the summarizer twice on it."""
+    org, usage, ruleset, max_bytes = task
+    engine.install_fast_paths()
+    try:
+        with tempfile.TemporaryDirectory(prefix="mlrepro-official-") as scratch:
+            copy = _copy(org, Path(scratch), max_bytes)
+            return package_verdict(copy, usage, ruleset), summarizer_scores(copy, usage, ruleset)
+    except Exception as e:  # e.g. the scratch copy fails: this organisation's verdict, not the audit's end
+        why = f"the official tools could not be run on a copy: {type(e).__name__}: {e}"
+        verdict = PackageVerdict()
+        verdict.error(why)
+        return verdict, SummarizerScores(crash=why)
+
+
+def _scores(result: Any) -> tuple[dict[str, float], dict[str, float]]:
+    """(minutes, joules) by benchmark from what ``_compute_strong_scaling_scores`` returns, by release:
+    1.x-3.x the scores; 4.0-5.1 (scores, energies); from 6.0 (scores, detailed scores with
+    "<benchmark>:time_to_train" and ":Energy"), where 6.0.0-rc6 fills the scores with the RCP factor
+    instead of the time, so the detailed time to train is taken wherever a release gives one."""
+    scores, extra = (_numbers(result[0]), _numbers(result[1])) if isinstance(result, tuple) else (_numbers(result), {})
+    if not any(":" in key for key in extra):  # 4.0-5.1: energies by benchmark
+        return scores, extra
+    times = {k.removesuffix(":time_to_train"): v for k, v in extra.items() if k.endswith(":time_to_train")}
+    return times, {k.removesuffix(":Energy"): v for k, v in extra.items() if k.endswith(":Energy")}
 
 
 def _numbers(scores: dict[str, Any]) -> dict[str, float]:
@@ -170,30 +204,13 @@ def _numbers(scores: dict[str, Any]) -> dict[str, float]:
     return out
 
 
-def _judge(task: tuple[str, Path, str, str, int | None]) -> PackageVerdict | SummarizerScores:
-    what, org, usage, ruleset, max_bytes = task
-    try:
-        if what == "package":
-            return package_verdict(org, usage, ruleset, max_bytes)
-        return summarizer_scores(org, usage, ruleset, max_bytes)
-    except Exception as e:  # e.g. the scratch copy fails: this organisation's verdict, not the audit's end
-        why = f"the official {what} run could not be made: {type(e).__name__}: {e}"
-        if what == "summarizer":
-            return SummarizerScores(crash=why)
-        verdict = PackageVerdict()
-        verdict.error(why)
-        return verdict
-
-
 def judge_orgs(orgs: list[Path], usage: str, ruleset: str, max_bytes: int | None,
                jobs: int) -> dict[Path, tuple[PackageVerdict, SummarizerScores]]:
-    """``package_verdict`` and ``summarizer_scores`` of every organisation, over ``jobs`` processes."""
+    """``judge_org`` for every organisation, over ``jobs`` processes."""
     def size(org: Path) -> int:
         return sum(f.stat().st_size for f in org.rglob("*") if f.is_file() and not f.is_symlink())
 
     # the largest organisations first, so that one is not left for the end while the other workers idle
     order = sorted(orgs, key=size, reverse=True)
-    tasks = [(what, org, usage, ruleset, max_bytes) for org in order for what in ("package", "summarizer")]
-    with ProcessPoolExecutor(max_workers=max(1, min(jobs, len(tasks)))) as pool:
-        results = list(pool.map(_judge, tasks))
-    return {org: (results[2 * i], results[2 * i + 1]) for i, org in enumerate(order)}  # type: ignore[misc]
+    with ProcessPoolExecutor(max_workers=max(1, min(jobs, len(order)))) as pool:
+        return dict(zip(order, pool.map(judge_org, [(org, usage, ruleset, max_bytes) for org in order]), strict=True))
