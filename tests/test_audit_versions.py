@@ -238,3 +238,27 @@ def test_snakemake_judges_by_the_configured_release_and_hostile_packages_stop_no
     assert len(verdicts) >= 4 and all("crashes: UnicodeDecodeError" in v for v in verdicts), verdicts
     assert json.loads((tmp_path / "out" / "rules_changed.json").read_text())["other"] != "1.1.0-rc4"
     assert not list(package.rglob("scaling.json"))  # the official tools wrote only into their copies
+
+
+def test_energy_under_a_release_of_its_own_is_its_summarizers(releases: Path, tmp_path: Path) -> None:
+    # 4.1.0-rc4's summarizer returns energies by benchmark, 6.0.0-rc6's as "<benchmark>:Energy": both
+    # read as the installed release's energy of the same power logs (tests/test_audit_power.py's package)
+    from tests.test_audit_power import MXNET, _package
+
+    package = _package(tmp_path)
+    energies = {}
+    for tag in ("4.1.0-rc4", "6.0.0-rc6", None):
+        out = tmp_path / f"out-{tag}"
+        if tag is None:
+            env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+            for step in ("check", "summarize"):
+                subprocess.run([sys.executable, "-m", "mlrepro.audit", step, "--root", str(package), "--out", str(out),
+                                "--ruleset", RULESET, "--jobs", "2"], env=env, check=True, capture_output=True)
+        else:
+            _audit(package, out, releases / tag)
+        audit = json.loads((out / "audit.json").read_text())
+        system = next(s for s in audit["orgs"][0]["systems"] if s["folder"] == MXNET)
+        energies[tag] = system["benchmarks"][0]["energy_j"]
+    assert energies["4.1.0-rc4"] is not None and energies["4.1.0-rc4"] > 0
+    assert energies["4.1.0-rc4"] == pytest.approx(energies["6.0.0-rc6"], rel=1e-12)
+    assert energies["4.1.0-rc4"] == pytest.approx(energies[None], rel=1e-12)
