@@ -4,6 +4,8 @@
 #   audit_summarize: package verdicts, RCPs and scores per organisation -> summary.csv/.json and
 #                    the HTML report (seed-document tables, scores, verdicts, a page per system);
 #                    audit_result_ids=CSV (org,system,id): the round's published result IDs
+#   audit_logging=DIR: judge by the round's own mlperf-logging (a checkout or pip --target folder per tag);
+#   audit_logging_compare=DIR|installed: by a second release too (rules_changed.json/.csv/.html)
 import sys
 from pathlib import Path
 
@@ -36,10 +38,21 @@ AUDIT_REJECTED = discover.rejected_entries(AUDIT_ROOT, AUDIT_MAX_BYTES)
 PY = _smk.python_command()  # the interpreter that runs Snakemake (the project's environment)
 
 
+# audit_logging=DIR: the mlperf-logging release that judges (one version's folder, or a folder of them
+# named by tag, from which the ruleset's round tag is chosen); it runs isolated (mlrepro/audit/versions.py)
+AUDIT_LOGGING = ["--logging", str(Path(config["audit_logging"]).resolve())] if config.get("audit_logging") else []
+# audit_logging_compare=DIR|installed: judge by a second release too; the summarize step lists where
+# verdicts differ (rules_changed.json/.csv beside the summary)
+AUDIT_COMPARE = config.get("audit_logging_compare")
+AUDIT_COMPARE_ARGS = [] if not AUDIT_COMPARE else [
+    "--compare-logging", AUDIT_COMPARE if AUDIT_COMPARE == "installed" else str(Path(AUDIT_COMPARE).resolve())]
+
+
 def audit_args(step):
     """The audit step's arguments after the interpreter, as a list the rules quote ({params.args:q})."""
     return ["-m", "mlrepro.audit", step, "--root", str(AUDIT_ROOT), "--out", str(AUDIT_OUT), "--usage", AUDIT_USAGE,
-            "--ruleset", AUDIT_RULESET, "--max-file-mb", repr(AUDIT_MAX_BYTES / (1 << 20))]
+            "--ruleset", AUDIT_RULESET, "--max-file-mb", repr(AUDIT_MAX_BYTES / (1 << 20)), *AUDIT_LOGGING,
+            *(AUDIT_COMPARE_ARGS if step == "summarize" else [])]
 
 
 rule audit_all:

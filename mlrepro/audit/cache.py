@@ -6,6 +6,7 @@ import json
 from importlib.metadata import version
 from pathlib import Path
 
+from mlrepro.audit import versions
 from mlrepro.audit.runfile import FileCheck
 from mlrepro.core import atomic
 
@@ -17,7 +18,9 @@ class Cache:
     """One JSON file per (content hash, usage, ruleset, mlperf_logging version, schema)."""
 
     def __init__(self, root: Path, usage: str, ruleset: str) -> None:
-        self.root = root / f"{usage}_{ruleset}" / f"mlperf_logging-{version('mlperf-logging')}-s{SCHEMA}"
+        judge = versions.current()  # a version's folder: keyed by its sources, whatever its name says
+        release = version("mlperf-logging") if judge is None else f"tree-{judge.digest[:16]}"
+        self.root = root / f"{usage}_{ruleset}" / f"mlperf_logging-{release}-s{SCHEMA}"
 
     def _path(self, sha256: str) -> Path:
         return self.root / sha256[:2] / f"{sha256}.json"

@@ -13,7 +13,9 @@ are removed without changing its results:
 
 The first two are installed into the engine module by :func:`install_fast_paths`, only in the
 audit's worker processes, so a process comparing against the untouched official tools (the tests)
-never runs the patched engine by accident.
+never runs the patched engine by accident. Where a release's own tools run as they are
+(``official``), the same function also gives their modules a ``re`` whose ``sub(".*" + TOKEN,
+TOKEN, line)`` cuts the line with ``str.rsplit`` (the third point; any other call is ``re``'s own).
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from __future__ import annotations
 import functools
 import importlib
 import io
+import re
+import sys
 from types import ModuleType
 from typing import Any
 
@@ -117,8 +121,36 @@ def _exec(source: Any, globals_: Any = None, locals_: Any = None) -> None:
     exec(_compiled(source, "exec") if isinstance(source, str) else source, globals_, locals_)
 
 
+class _LineCuttingRe:
+    """Stands in for ``re`` inside mlperf_logging's modules: ``sub(".*" + LITERAL, REPL, line)``, which
+    they use to cut a log line at its last token, without the quadratic backtracking.
+
+    For a line with no newline but at its end, no flags, no count and a replacement without
+    escapes, the greedy ``.*LITERAL`` matches from the start to the end of the literal's last
+    occurrence, once: the result is REPL and the text after it. Every other call goes to ``re``.
+    """
+
+    _META = frozenset(".^$*+?{}[]\\|()")
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(re, name)
+
+    def sub(self, pattern: Any, repl: Any, string: Any, count: int = 0, flags: int = 0) -> Any:
+        if (isinstance(pattern, str) and pattern.startswith(".*") and len(pattern) > 2
+                and not self._META.intersection(pattern[2:]) and isinstance(repl, str) and "\\" not in repl
+                and isinstance(string, str) and "\n" not in string[:-1] and count == 0 and flags == 0):
+            literal = pattern[2:]
+            return repl + string.rsplit(literal, 1)[1] if literal in string else string
+        return re.sub(pattern, repl, string, count=count, flags=flags)
+
+
 def install_fast_paths() -> None:
-    """Cache rule files and compiled snippets in this process's mlp_compliance (workers only)."""
+    """Cache rule files and compiled snippets in this process's mlp_compliance, and cut lines without
+    backtracking in every loaded mlperf_logging module (the audit's workers only)."""
     mlp_compliance.yaml = _CachedYaml()  # type: ignore[attr-defined]
     mlp_compliance.eval = _eval  # type: ignore[attr-defined]
     mlp_compliance.exec = _exec  # type: ignore[attr-defined]
+    cutter = _LineCuttingRe()
+    for name, module in list(sys.modules.items()):
+        if name.partition(".")[0] == "mlperf_logging" and getattr(module, "re", None) is re:
+            module.re = cutter  # type: ignore[attr-defined]

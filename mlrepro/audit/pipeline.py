@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict
-from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
-from mlrepro.audit import discover, manifest, package, result_ids, scoring, summary
+from mlrepro.audit import discover, manifest, official, package, result_ids, scoring, summary, versions
 from mlrepro.audit.cache import Cache
 from mlrepro.audit.check import check_files
-from mlrepro.audit.runfile import FileCheck
+from mlrepro.audit.runfile import FileCheck, convergence_unit
 from mlrepro.core import atomic
 
 
@@ -34,15 +33,16 @@ def _relative(path: Path, root: Path) -> str:
         return path.name
 
 
-def _file_entry(path: Path, root: Path, rec: FileCheck | None, unreadable: str) -> dict[str, Any]:
+def _file_entry(path: Path, root: Path, rec: FileCheck | None, unreadable: str, unit: str) -> dict[str, Any]:
+    """One result file's line of the report; ``unit``: what its epochs count (runfile.convergence_unit)."""
     where = _relative(path, root)
     if rec is None:
         return {"name": path.name, "path": where, "valid": False, "crash": "", "minutes": None, "scored": False,
-                "status": "", "epochs": None, "bs": None, "messages": [], "notes": [f"not audited: {unreadable}"],
-                "sanity": []}
+                "status": "", "epochs": None, "epochs_unit": unit, "bs": None, "messages": [],
+                "notes": [f"not audited: {unreadable}"], "sanity": []}
     return {"name": path.name, "path": where, "valid": rec.valid, "crash": rec.crash, "minutes": rec.minutes,
             "scored": rec.scored_minutes is not None, "status": rec.status,
-            "epochs": None if rec.rcp_not_converged else rec.rcp_epochs, "bs": rec.rcp_bs,
+            "epochs": None if rec.rcp_not_converged else rec.rcp_epochs, "epochs_unit": unit, "bs": rec.rcp_bs,
             "messages": rec.messages, "notes": rec.notes, "sanity": rec.sanity}
 
 
@@ -56,20 +56,29 @@ def _systems(org: discover.Org) -> list[discover.SystemDir]:
 
 def summarize(root: Path, checks: dict[str, Any], usage: str, ruleset: str, manifest_sha256: str | None = None,
               published_ids: Path | None = None,
-              max_bytes: int | None = discover.DEFAULT_MAX_FILE_MB << 20) -> dict[str, Any]:
+              max_bytes: int | None = discover.DEFAULT_MAX_FILE_MB << 20, jobs: int = 1) -> dict[str, Any]:
     """Package verdicts, scores and the summary rows of every organisation under ``root``;
     ``manifest_sha256``: the provenance manifest's hash published with a one-organisation package;
-    ``published_ids``: the round's published result IDs (CSV org,system,id), checked against the derived ones."""
+    ``published_ids``: the round's published result IDs (CSV org,system,id), checked against the derived ones;
+    ``jobs``: processes for the official tools where a release of its own judges (``versions``)."""
     records = {p: FileCheck.from_dict(d) for p, d in checks["files"].items()}
     orgs = discover.find_orgs(root)
     ids = result_ids.assign(orgs, root, ruleset, published_ids, max_bytes)
     id_of = {key: e.to_dict() for key, e in ids.by_system().items()}
     position = {key: i for i, key in enumerate(id_of)}
+    # judged by a version's own folder (versions): its official package checker and summarizer decide
+    judge = versions.current()
+    judged_by = versions.label()
+    judged = {} if judge is None else official.judge_orgs([o.path for o in orgs], usage, ruleset, max_bytes, jobs)
     orgs_out = []
     rows = []
     for org in orgs:
+        official_scores = None
         try:
-            verdict = package.check_package(org, records, usage, ruleset)
+            if judge is None:
+                verdict = package.check_package(org, records, usage, ruleset)
+            else:
+                verdict, official_scores = judged[org.path]
         except Exception as e:  # a case no check foresaw: one organisation's verdict, not the audit's end
             verdict = package.PackageVerdict()
             verdict.error(f"The package check failed on unexpected input: {type(e).__name__}: {e}")
@@ -81,7 +90,10 @@ def summarize(root: Path, checks: dict[str, Any], usage: str, ruleset: str, mani
             benchmarks = []
             for bdir in system.benchmarks:
                 try:
-                    score = scoring.score_benchmark(bdir, records, division, usage, ruleset)
+                    score = scoring.score_benchmark(bdir, records, division, usage, ruleset,
+                                                    installed_release=judge is None)
+                    if official_scores is not None:
+                        scoring.apply_official(score, official_scores, system.name, judged_by)
                 except Exception as e:  # as above, for one benchmark folder
                     score = scoring.BenchmarkScore(scoring.benchmark_alias(bdir.name), bdir.name, False, None,
                                                    len(bdir.result_files), 0,
@@ -89,13 +101,16 @@ def summarize(root: Path, checks: dict[str, Any], usage: str, ruleset: str, mani
                                                    1.0, None)
                 b = asdict(score)
                 b["rcp"] = None if score.rcp is None else {**asdict(score.rcp), "label": score.rcp.summary_label}
-                b["files"] = [_file_entry(f, root, records.get(str(f)), checks["unreadable"].get(str(f), ""))
+                unit = convergence_unit(score.benchmark, ruleset)
+                b["epochs_unit"] = unit
+                b["files"] = [_file_entry(f, root, records.get(str(f)), checks["unreadable"].get(str(f), ""), unit)
                               for f in bdir.result_files]
                 benchmarks.append(b)
             sys_out = {"folder": system.name, "desc": desc.desc, "specs": desc.specs, "desc_problem": desc.problem,
                        "benchmarks": benchmarks}
             org_out["systems"].append(sys_out)
-            rows.append(summary.row(org_out, sys_out, usage, ruleset, id_of.get((org.name, system.name))))
+            rows.append(summary.row(org_out, sys_out, usage, ruleset, id_of.get((org.name, system.name)),
+                                    judged_by))
         orgs_out.append(org_out)
     # the published table's order; systems without a JSON (and so without an ID) after it
     rows.sort(key=lambda r: (position.get((r["org"], r["system_folder"]), len(position)), r["org"], r["system_folder"]))
@@ -103,8 +118,10 @@ def summarize(root: Path, checks: dict[str, Any], usage: str, ruleset: str, mani
     # auditing machine's paths (the official checkers quote them in their messages).
     prefixes = tuple(dict.fromkeys(f"{p}/" for p in (root, root.absolute(), root.resolve())))
     return _without(prefixes, {"usage": usage, "ruleset": ruleset, "root": root.resolve().name, "orgs": orgs_out,
-                               "rows": rows, "result_ids": ids.to_dict(), "mlperf_logging": version("mlperf-logging"),
-                               "seed_tables": summary.seed_tables(rows, usage, ruleset)})
+                               "rows": rows, "result_ids": ids.to_dict(), "mlperf_logging": judged_by,
+                               "judge": None if judge is None else judge.to_dict(),
+                               "seed_tables": summary.seed_tables(rows, usage, ruleset),
+                               "category_tables": summary.category_tables(rows, usage, ruleset)})
 
 
 def _without(prefixes: tuple[str, ...], value: Any) -> Any:

@@ -26,6 +26,16 @@ _SAMPLES_BENCHMARKS = {"llama2_70b_lora", "flux1", "llama31_405b", "llama31_8b",
                        "deepseekv3_671b", "qwen35_397b_grpo", "dlrmv4"}
 
 
+def convergence_unit(benchmark: str, ruleset: str) -> str:
+    """What ``rcp_epochs`` counts for a benchmark (folder name or alias): "epochs", "samples" or "steps".
+
+    bert logs its ``epoch_num`` as training samples; the families above log ``samples_count``, and
+    stable_diffusion its step count in 3.1.0 and samples otherwise."""
+    if benchmark == "stable_diffusion":
+        return "steps" if ruleset == "3.1.0" else "samples"
+    return "samples" if benchmark in _SAMPLES_BENCHMARKS or benchmark == "bert" else "epochs"
+
+
 @dataclass
 class FileCheck:
     """The audit of one result file; content-addressed, so it holds nothing about its path."""

@@ -4,9 +4,10 @@ The summarizer scores a benchmark folder as the olympic mean of the runs whose f
 and timed (``mlrepro.score.olympic_mean`` is its arithmetic), times ``scaling.json``'s factor. It
 reads that file *before* its own RCP check (``set_scaling=True``) rewrites it, so a first run on a
 pristine copy prints unscaled scores and a second run the published, scaled ones. The audit gives
-the published score at once: the raw olympic mean times the factor the package submitted, or where
-it submitted none, the factor the RCP check of the chosen ruleset writes (computed from a scratch
-folder, see ``rcp``); a submitted factor that the check would change is flagged. The system
+the published score at once: the raw olympic mean times the factor the RCP check of the chosen
+ruleset leaves in ``scaling.json`` (computed from a scratch folder, see ``rcp``), which is the
+package's own factor where the check leaves the file alone; a submitted factor that the check
+changes or deletes is flagged, and resolved as the summarizer's second run resolves it. The system
 columns use the summarizer's own helpers, so names and counts print as it prints them.
 """
 
@@ -20,11 +21,11 @@ from typing import Any
 
 from mlperf_logging.result_summarizer import result_summarizer as rs
 
-from mlrepro.audit import rcp
+from mlrepro.audit import power, rcp
 from mlrepro.audit.discover import BenchmarkDir, Org, SystemDir, read_entry
 from mlrepro.audit.runfile import FileCheck
 from mlrepro.core.rulesets import allowed_benchmarks
-from mlrepro.score import olympic_mean
+from mlrepro.score import max_dropped, olympic_mean
 
 
 @dataclass
@@ -55,6 +56,9 @@ class BenchmarkScore:
     gbs: Any = None
     samples_to_converge: float | None = None
     problems: list[str] = field(default_factory=list)
+    has_power: bool = False  # the folder has power logs (power/result_N/)
+    energy_j: float | None = None  # energy to train in joules, as result_summarizer's "<benchmark>:Energy"
+    energy_problem: str = ""  # why a folder with power logs has no energy score
 
 
 def benchmark_alias(name: str) -> str:
@@ -91,6 +95,12 @@ def _whole(value: Any) -> int:
     if not number.is_integer():
         raise ValueError(f"{value!r} is not a whole number")
     return int(number)
+
+
+# The system columns ``_specs`` gives, in its order; every row has them, whichever release's CSV columns it prints.
+SPEC_COLUMNS = ("division", "private_id", "availability", "submitter", "system", "host_processor_model_name",
+                "number_of_nodes", "host_processors_count", "accelerator_model_name", "accelerators_count",
+                "framework", "notes")
 
 
 def _specs(desc: dict[str, Any], system: SystemDir, count: Any = int) -> dict[str, Any]:
@@ -139,7 +149,10 @@ def submitted_factor(folder: Path) -> tuple[float | None, str]:
 
 
 def score_benchmark(bdir: BenchmarkDir, records: dict[str, FileCheck], division: str, usage: str,
-                    ruleset: str) -> BenchmarkScore:
+                    ruleset: str, installed_release: bool = True) -> BenchmarkScore:
+    """The published score of one benchmark folder; ``installed_release``: compute the RCP factor and the
+    energy with the installed release's functions (``rcp``, ``power``); False where another release judges
+    and its own summarizer gives them (``apply_official``)."""
     name = benchmark_alias(bdir.name)
     known = name in allowed_benchmarks(ruleset, usage)
     recs = [records.get(str(f)) for f in bdir.result_files]
@@ -155,7 +168,7 @@ def score_benchmark(bdir: BenchmarkDir, records: dict[str, FileCheck], division:
                             raw_minutes=raw.minutes if known else None, submitted_factor=submitted,
                             problems=[problem] if problem else [])
     present = [r for r in recs if r is not None]
-    if known and division == "closed" and len(present) == len(recs) and present:
+    if installed_release and known and division == "closed" and len(present) == len(recs) and present:
         # the summarizer's closed-division extras: RCP label, global batch size, mean epochs
         result.rcp = rcp.check(present, usage, ruleset)
         result.computed_factor = result.rcp.written_factor
@@ -166,11 +179,49 @@ def score_benchmark(bdir: BenchmarkDir, records: dict[str, FileCheck], division:
         except ValueError as e:
             result.problems.append(str(e))
     computed = result.computed_factor
-    result.scaling_factor = submitted if submitted is not None else computed if computed is not None else 1.0
+    # As the official summarizer's second run on a fresh copy: it reads what its first run's RCP check
+    # left in scaling.json (computed), and the package's own file only where the check leaves it alone.
+    result.scaling_factor = computed if computed is not None else submitted if submitted is not None else 1.0
     if submitted is not None and computed is not None and not math.isclose(submitted, computed, rel_tol=1e-9):
         result.factor_disagrees = True
         what = "deletes it" if computed == 1.0 else f"computes {computed!r}"
-        result.problems.append(f"the package's scaling.json holds {submitted!r}; the RCP check of {ruleset} {what}")
+        result.problems.append(f"the package's scaling.json holds {submitted!r}; the RCP check of {ruleset} {what}, "
+                               f"so the official summarizer (its second run) and this audit apply {computed!r}")
     if result.raw_minutes is not None:
         result.minutes = result.raw_minutes * result.scaling_factor
+    result.has_power = known and power.has_power(bdir.path)
+    if result.has_power and installed_release:
+        _energy(result, bdir, recs, ruleset)
     return result
+
+
+def _energy(result: BenchmarkScore, bdir: BenchmarkDir, recs: list[FileCheck | None], ruleset: str) -> None:
+    """The folder's energy score: the runs the summarizer scores, each with its power logs."""
+    scored = [(f, r) for f, r in zip(bdir.result_files, recs, strict=True)
+              if r is not None and r.scored_minutes is not None and r.run_start_ms is not None
+              and r.run_stop_ms is not None]
+    energies = [power.run_energy(bdir.path, f, r.run_stop_ms - r.run_start_ms, ruleset, bdir.path)  # type: ignore[operator]
+                for f, r in scored]
+    result.energy_j, result.energy_problem = power.folder_energy(
+        [r.scored_minutes for _, r in scored], energies, len(recs) - len(scored),  # type: ignore[misc]
+        max_dropped(result.benchmark), result.scaling_factor)
+
+
+def apply_official(score: BenchmarkScore, official: Any, system: str, judged_by: str) -> None:
+    """Replace ``score``'s figures by the judging release's own summarizer (``official.SummarizerScores``):
+    the second run's score is the published one, the first run's the raw one, their ratio the factor."""
+    if official.crash:
+        score.minutes = score.raw_minutes = None
+        score.reason = f"the official result_summarizer of mlperf-logging {judged_by} crashes: {official.crash}"
+        return
+    published = official.published.get(system, {}).get(score.benchmark)
+    raw = official.raw.get(system, {}).get(score.benchmark)
+    score.energy_j = official.energy.get(system, {}).get(score.benchmark)
+    score.energy_problem = "" if score.energy_j is not None or not score.has_power else (
+        f"the official result_summarizer of mlperf-logging {judged_by} gives no energy")
+    score.minutes, score.raw_minutes = published, raw
+    if published is not None:
+        score.reason = ""
+    score.scaling_factor = published / raw if published is not None and raw else 1.0
+    if published is None and score.known and not score.reason:
+        score.reason = f"the official result_summarizer of mlperf-logging {judged_by} gives no score"

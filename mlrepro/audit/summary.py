@@ -7,6 +7,7 @@ the raw score, both factors, the verdict of the chosen ruleset and the audit's s
 from __future__ import annotations
 
 import csv
+import inspect
 import io
 import math
 from typing import Any
@@ -14,17 +15,21 @@ from typing import Any
 from mlperf_logging.result_summarizer import result_summarizer as rs
 
 from mlrepro.audit.package import errors_of
+from mlrepro.audit.scoring import SPEC_COLUMNS
 from mlrepro.core import atomic
 from mlrepro.core.rulesets import allowed_benchmarks, table_order
 
 # After the official columns: where the row comes from and what the audit found.
 # result_id: the published ID where a table was supplied, else the one derived by ``result_ids``'s rule
-# (result_id_source says which; none: no system JSON, so no row of the published table).
-VERDICT_COLUMNS = ("result_id", "result_id_source", "derived_result_id", "result_id_notes", "availability_category",
-                   "org", "system_folder", "system_desc", "package_checker", "files", "files_compliant",
-                   "sanity_warnings", "verdict_messages")
+# (result_id_source says which; none: no system JSON, so no row of the published table);
+# judged_by: the mlperf-logging release whose checks gave the verdicts (versions.label).
+VERDICT_COLUMNS = ("judged_by", "result_id", "result_id_source", "derived_result_id", "result_id_notes",
+                   "availability_category", "org", "system_folder", "system_desc", "package_checker", "files",
+                   "files_compliant", "sanity_warnings", "verdict_messages")
+# energy: joules to train as result_summarizer's "<benchmark>:Energy" (folders with power logs);
+# energy_verdict: "scored", or why a folder with power logs has none (e.g. a zero-length window)
 PER_BENCHMARK = ("compliance", "rcp", "rcp_norm_factor", "raw_score", "submitted_factor", "computed_factor",
-                 "factor_check", "verdict", "sanity")
+                 "factor_check", "verdict", "sanity", "energy", "energy_verdict")
 
 # The official results table's availability categories, in its order, and the values seen for each.
 CATEGORIES = ("Available cloud", "Available on-premise", "Preview", "Research, Development, or Internal (RDI)")
@@ -76,24 +81,35 @@ def _verdict(b: dict[str, Any], errors: list[str]) -> tuple[str, bool]:
     return "scored", True
 
 
+def _details_url(folder: str, desc: dict[str, Any], usage: str, ruleset: str) -> str:
+    """The summarizer's details_url; its arguments differ by release (the system file's name from 2.0 on)."""
+    arity = len(inspect.signature(rs._details_url).parameters)
+    return str(rs._details_url(*(folder, desc, usage, ruleset)[4 - arity:]) if arity > 2
+               else rs._details_url(desc, ruleset))
+
+
 def row(org: dict[str, Any], system: dict[str, Any], usage: str, ruleset: str,
-        result_id: dict[str, Any] | None) -> dict[str, Any]:
+        result_id: dict[str, Any] | None, judged_by: str = "") -> dict[str, Any]:
     """One system's row; the official columns hold what the summarizer publishes (scaled scores);
-    ``result_id``: the system JSON's entry of ``result_ids.IdTable`` (None: the system has no JSON)."""
+    ``result_id``: the system JSON's entry of ``result_ids.IdTable`` (None: the system has no JSON);
+    ``judged_by``: the mlperf-logging release whose rules gave the verdicts."""
     specs = system["specs"] or {}
     desc = system["desc"] or {}
+    # the judging release's columns first; the system columns an older release lacks (number_of_nodes
+    # before 2.0) stay in the row for the tables, outside the CSV
     out: dict[str, Any] = {c: specs.get(c) for c in official_columns(usage, ruleset)}
+    out.update({k: specs.get(k) for k in SPEC_COLUMNS if k not in out})
     for b in allowed_benchmarks(ruleset, usage):
         out[b] = None
     if desc.get("submitter") is not None:
-        out["details_url"] = rs._details_url(system["folder"], desc, usage, ruleset)
+        out["details_url"] = _details_url(system["folder"], desc, usage, ruleset)
         out["code_url"] = rs._code_url(desc, usage, ruleset)
     files = [f for b in system["benchmarks"] for f in b["files"]]
     system_errors = errors_of(org["package"], system["folder"])
     rid = result_id or {"id": None, "source": "none", "derived": None,
                         "notes": [f"no systems/{system['folder']}.json: no row of the published table"]}
-    out.update(result_id=rid["id"], result_id_source=rid["source"], derived_result_id=rid["derived"],
-               result_id_notes=" | ".join(rid["notes"]),
+    out.update(judged_by=judged_by, result_id=rid["id"], result_id_source=rid["source"],
+               derived_result_id=rid["derived"], result_id_notes=" | ".join(rid["notes"]),
                availability_category=category(specs.get("availability", desc.get("status"))),
                org=org["name"], system_folder=system["folder"], system_desc=system["desc_problem"] or "ok",
                package_checker="fail" if system_errors else "pass", files=len(files),
@@ -120,6 +136,10 @@ def row(org: dict[str, Any], system: dict[str, Any], usage: str, ruleset: str,
         out[f"{name}:verdict"] = verdict
         if ok:
             ranked.append(name)
+        if b["has_power"]:
+            out[f"{name}:energy"] = b["energy_j"]
+            out[f"{name}:energy_verdict"] = ("scored" if b["energy_j"] is not None
+                                             else f"no energy: {b['energy_problem']}")
         out[f"{name}:sanity"] = " | ".join(f"{f['name']}: {w}" for f in b["files"] for w in f.get("sanity", []))
         messages.extend(f"{b['folder']}: {p}" for p in b["problems"])
     out["ranked"] = ranked  # the benchmarks whose score passes every check (for the tables, not the CSV)
@@ -169,36 +189,64 @@ def _entry(r: dict[str, Any] | None, b: str, prefix: str = "") -> dict[str, Any]
     return {prefix + k: v for k, v in zip(keys, values, strict=True)}
 
 
+def _fastest(rows: list[dict[str, Any]], usage: str, ruleset: str) -> list[dict[str, Any]]:
+    """Per benchmark: the fastest time at scale and the fastest per accelerator among ``rows``."""
+    entries = []
+    for b in table_order(ruleset, usage):
+        scored = [r for r in rows if r.get(b) is not None]
+        if not scored:
+            continue
+        ok = [r for r in scored if b in r.get("ranked", ())]
+        best = min(ok, key=lambda r: r[b], default=None)
+        faster_failing = [r for r in scored if r not in ok and (best is None or r[b] < best[b])]
+        failing = min(faster_failing, key=lambda r: r[b], default=None)
+        single = [r for r in ok if _per_accelerator(r, b) is not None]
+        best_single = min(single, key=lambda r: _per_accelerator(r, b), default=None)  # type: ignore[arg-type,return-value]
+        single_failing = [r for r in scored if r not in ok and _per_accelerator(r, b) is not None
+                          and (best_single is None or _per_accelerator(r, b) < _per_accelerator(best_single, b))]  # type: ignore[operator]
+        worst = min(single_failing, key=lambda r: _per_accelerator(r, b), default=None)  # type: ignore[arg-type,return-value]
+        entries.append({
+            "benchmark": b, **_entry(best, b), **_entry(failing, b, "failing_"),
+            "per_accelerator": None if best_single is None else _per_accelerator(best_single, b),
+            **_entry(best_single, b, "single_"),
+            "single_failing_per_accelerator": None if worst is None else _per_accelerator(worst, b),
+            **_entry(worst, b, "single_failing_"),
+        })
+    return entries
+
+
+def _divisions(rows: list[dict[str, Any]]) -> list[str]:
+    """closed, then open, as the published tables; any other value after them."""
+    found = {r["division"] for r in rows if r.get("division")}
+    return [d for d in ("closed", "open") if d in found] + sorted(found - {"closed", "open"})
+
+
 def seed_tables(rows: list[dict[str, Any]], usage: str, ruleset: str) -> dict[str, list[dict[str, Any]]]:
-    """Per division, per benchmark: the fastest time at scale and the fastest per accelerator.
+    """Per division, per benchmark: the fastest time at scale and the fastest per accelerator,
+    over every availability category (the seed documents' view; ``category_tables`` keeps them apart).
 
     Only results that pass every check of the ruleset are ranked; a failing result that would
     have been faster is listed beside the winner (``*_failing``), never in its place. The
     per-accelerator figure is the seed documents' "single accelerator" column: a single-node
     system's time to train multiplied by its accelerators.
     """
-    tables: dict[str, list[dict[str, Any]]] = {}
-    for division in sorted({r["division"] for r in rows if r.get("division")}):
-        entries = []
-        for b in table_order(ruleset, usage):
-            scored = [r for r in rows if r.get("division") == division and r.get(b) is not None]
-            if not scored:
-                continue
-            ok = [r for r in scored if b in r.get("ranked", ())]
-            best = min(ok, key=lambda r: r[b], default=None)
-            faster_failing = [r for r in scored if r not in ok and (best is None or r[b] < best[b])]
-            failing = min(faster_failing, key=lambda r: r[b], default=None)
-            single = [r for r in ok if _per_accelerator(r, b) is not None]
-            best_single = min(single, key=lambda r: _per_accelerator(r, b), default=None)  # type: ignore[arg-type,return-value]
-            single_failing = [r for r in scored if r not in ok and _per_accelerator(r, b) is not None
-                              and (best_single is None or _per_accelerator(r, b) < _per_accelerator(best_single, b))]  # type: ignore[operator]
-            worst = min(single_failing, key=lambda r: _per_accelerator(r, b), default=None)  # type: ignore[arg-type,return-value]
-            entries.append({
-                "benchmark": b, **_entry(best, b), **_entry(failing, b, "failing_"),
-                "per_accelerator": None if best_single is None else _per_accelerator(best_single, b),
-                **_entry(best_single, b, "single_"),
-                "single_failing_per_accelerator": None if worst is None else _per_accelerator(worst, b),
-                **_entry(worst, b, "single_failing_"),
-            })
-        tables[division] = entries
+    return {d: _fastest([r for r in rows if r.get("division") == d], usage, ruleset) for d in _divisions(rows)}
+
+
+# The published tables' availability groups: both "Available" categories form one table.
+GROUPS = {CATEGORIES[0]: "Available", CATEGORIES[1]: "Available", CATEGORIES[2]: "Preview",
+          CATEGORIES[3]: "Research, Development, or Internal"}
+UNKNOWN_GROUP = "Unknown availability"
+
+
+def category_tables(rows: list[dict[str, Any]], usage: str, ruleset: str) -> dict[str, dict[str, list[dict[str, Any]]]]:
+    """As the published tables read: closed, then open; within each, available, preview and research
+    systems each ranked on their own (a system whose ``status`` names no known category apart)."""
+    tables: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    order = [*dict.fromkeys(GROUPS.values()), UNKNOWN_GROUP]
+    for d in _divisions(rows):
+        in_division = [r for r in rows if r.get("division") == d]
+        groups = {g: [r for r in in_division if GROUPS.get(r.get("availability_category") or "", UNKNOWN_GROUP) == g]
+                  for g in order}
+        tables[d] = {g: _fastest(members, usage, ruleset) for g, members in groups.items() if members}
     return tables
