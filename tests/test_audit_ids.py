@@ -24,6 +24,7 @@ import pytest
 
 from mlrepro.audit import discover, pipeline, result_ids
 from mlrepro.audit import report as audit_report
+from tests.conftest import require
 
 REPO = Path(__file__).resolve().parents[1]
 ARCHIVE = REPO.parent / "shared" / "data" / "mlperf_training_results_v1.1.tar.xz"
@@ -107,8 +108,7 @@ def test_open_division_follows_closed_and_the_round_names_the_prefix(tmp_path: P
 
 @pytest.fixture(scope="module")
 def v11(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    if not ARCHIVE.is_file():
-        pytest.skip(f"{ARCHIVE} is absent")
+    require(ARCHIVE.is_file(), f"{ARCHIVE} is absent")
     root = tmp_path_factory.mktemp("v11")
     with tarfile.open(ARCHIVE) as tar:
         tar.extractall(root, filter="data")

@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 
 from mlrepro.audit import versions
+from tests.conftest import require
 
 # ../shared/data beside the repository; MLREPRO_SHARED_DATA names it where the checkout lies elsewhere
 DATA = Path(os.environ.get("MLREPRO_SHARED_DATA") or Path(__file__).resolve().parents[1].parent / "shared" / "data")
@@ -33,8 +34,6 @@ RELEASES = DATA / "mlperf_logging_by_round.tar.xz"
 ROUND = DATA / "mlperf_training_results_v1.1.tar.xz"
 FIXTURES = Path(__file__).parent / "fixtures" / "audit" / "round"
 RULESET = "1.1.0"
-
-pytestmark = pytest.mark.skipif(not RELEASES.is_file(), reason=f"{RELEASES} is absent")
 
 # Runs with PYTHONPATH = the tag's folder only: the release's own tools, nothing of the project. As the
 # review runs them: the package checker's CLI on a fresh copy, then the summarizer RUNS times on it.
@@ -81,6 +80,7 @@ shutil.rmtree(scratch)
 
 @pytest.fixture(scope="module")
 def releases(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    require(RELEASES.is_file(), f"{RELEASES} is absent")
     folder = tmp_path_factory.mktemp("releases")
     with tarfile.open(RELEASES) as tar:
         tar.extractall(folder, filter="data")
@@ -203,9 +203,9 @@ def test_a_later_release_scales_as_its_package_checker_and_summarizer_do(release
     assert (files, failing, folders, scores, scaled) == (30, 6, 4, 3, 1)
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(not ROUND.is_file(), reason=f"{ROUND} is absent")
+@pytest.mark.integration
 def test_the_v1_1_round_judged_by_its_tag_equals_that_tags_official_tools(releases: Path, tmp_path: Path) -> None:
+    require(ROUND.is_file(), f"{ROUND} is absent")
     with tarfile.open(ROUND) as tar:
         tar.extractall(tmp_path / "round", filter="data")
     root = tmp_path / "round"
@@ -218,7 +218,7 @@ def test_the_v1_1_round_judged_by_its_tag_equals_that_tags_official_tools(releas
     shutil.rmtree(root)
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_snakemake_judges_by_the_configured_release_and_hostile_packages_stop_no_one(releases: Path,
                                                                                      tmp_path: Path) -> None:
     package = tmp_path / "pkg"

@@ -20,7 +20,7 @@ from mlrepro.reproduce import locate
 from mlrepro.reproduce import plan as reproduce
 from mlrepro.reproduce.errors import ReproduceError
 from mlrepro.reproduce.results import read_log
-from tests.conftest import REPO, snakemake
+from tests.conftest import REPO, require, snakemake
 
 pytestmark = pytest.mark.integration
 
@@ -117,8 +117,7 @@ def nvidia_package(nvidia_benchmarks: Path, tmp_path: Path) -> Path:
     """NVIDIA's v1.1 organisation folder for ResNet on DGX A100: its systems/ and results/ from the round,
     around the benchmarks/ of the shared fixture (NVIDIA's own implementation folders)."""
     results = SHARED / "mlperf_training_results_v1.1.tar.xz"
-    if not results.is_file():
-        pytest.skip(f"{results} is absent")
+    require(results.is_file(), f"{results} is absent")
     subprocess.run(["tar", "-xJf", str(results), "-C", str(tmp_path), f"./NVIDIA/results/{NVIDIA_SYSTEM}/resnet",
                     f"./NVIDIA/systems/{NVIDIA_SYSTEM}.json"], check=True)
     org = tmp_path / "NVIDIA"

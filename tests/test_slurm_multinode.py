@@ -19,7 +19,7 @@ import yaml
 
 from mlrepro.slurm.jobs import parse_sacct
 from tests import test_slurm
-from tests.conftest import REPO, mini_launch
+from tests.conftest import REPO, mini_launch, require
 from tests.test_slurm import sacct_until, snakemake_slurm, write_config
 
 pytestmark = [pytest.mark.slurm, pytest.mark.integration]
@@ -36,12 +36,8 @@ def two_nodes() -> list[str]:
     except FileNotFoundError:
         out = ""
     nodes = sorted({line.split()[0] for line in out.splitlines() if line.split()[1:] in UP})
-    if len(nodes) < 2:
-        message = (f"needs a Slurm cluster of 2 nodes that are up (found {nodes or 'none'}): "
-                   "`SLURM_NODES=2 .ci/slurm.sh start`")
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
+    require(len(nodes) >= 2, f"needs a Slurm cluster of 2 nodes that are up (found {nodes or 'none'}): "
+            "`SLURM_NODES=2 .ci/slurm.sh start`")
     return nodes
 
 
