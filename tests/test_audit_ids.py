@@ -317,6 +317,7 @@ def test_v11_summary_and_report_carry_every_rows_id(v11: Path, tmp_path: Path) -
     assert (out / "summary.csv").read_bytes() == before  # the earlier summary is kept
 
 
+@pytest.mark.integration
 def test_snakemake_passes_the_published_table(tmp_path: Path) -> None:
     package = tmp_path / "pkg"
     shutil.copytree(ROUND_FIXTURE, package)

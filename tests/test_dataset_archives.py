@@ -316,6 +316,7 @@ def test_recipe_fields_that_become_paths_are_judged(tmp_path: Path, change: dict
         recipe.load("minigo", path)
 
 
+@pytest.mark.integration
 def test_planning_stops_on_a_recipe_whose_into_leaves_the_folder(tmp_path: Path) -> None:
     """Issue 23's recipe: {recipe: FILE} extracting into ../../../ESC stops planning, naming file, key and value."""
     work = tmp_path / "a" / "b" / "c" / "work"
