@@ -3,7 +3,6 @@
 #   audit_check: every result file through the official compliance engine (process pool, cache)
 #   audit_summarize: package verdicts, RCPs and scores per organisation -> summary.csv/.json and
 #                    the HTML report (seed-document tables, scores, verdicts, a page per system)
-import sys
 from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
@@ -32,13 +31,12 @@ AUDIT_RESULT_FILES = [f for f in discover.result_files(discover.find_orgs(AUDIT_
                       if discover.entry_problem(Path(f), AUDIT_ROOT, AUDIT_MAX_BYTES) is None]
 AUDIT_ALL_FILES = discover.input_files(AUDIT_ROOT)
 AUDIT_REJECTED = discover.rejected_entries(AUDIT_ROOT, AUDIT_MAX_BYTES)
-PY = _smk.python_command()  # the interpreter that runs Snakemake (the project's environment)
 
 
-def audit_args(step):
-    """The audit step's arguments after the interpreter, as a list the rules quote ({params.args:q})."""
-    return ["-m", "mlrepro.audit", step, "--root", str(AUDIT_ROOT), "--out", str(AUDIT_OUT), "--usage", AUDIT_USAGE,
-            "--ruleset", AUDIT_RULESET, "--max-file-mb", repr(AUDIT_MAX_BYTES / (1 << 20))]
+# Each audit step's arguments after the interpreter, as a list the rules quote ({params.args:q}).
+AUDIT_ARGS = {step: ["-m", "mlrepro.audit", step, "--root", str(AUDIT_ROOT), "--out", str(AUDIT_OUT),
+                     "--usage", AUDIT_USAGE, "--ruleset", AUDIT_RULESET,
+                     "--max-file-mb", repr(AUDIT_MAX_BYTES / (1 << 20))] for step in ("check", "summarize")}
 
 
 rule audit_all:
@@ -54,12 +52,15 @@ rule audit_check:
     output:
         AUDIT_OUT / "checks.json",
     params:
-        args=audit_args("check"),
+        args=AUDIT_ARGS["check"],
         # in params: an entry that turns into (or stops being) a symlink, FIFO, ... re-runs the check
         rejected=AUDIT_REJECTED,
+        python=_smk.python_command(),  # the interpreter that runs Snakemake (the project's environment)
     threads: workflow.cores
+    log:
+        AUDIT_OUT / "logs" / "audit_check.log",
     shell:
-        "{PY} {params.args:q} --jobs {threads}"
+        "{params.python} {params.args:q} --jobs {threads} 2>&1 | tee {log:q}"
 
 
 rule audit_summarize:
@@ -72,8 +73,11 @@ rule audit_summarize:
         AUDIT_OUT / "audit.json",
         directory(AUDIT_OUT / "report"),
     params:
-        args=audit_args("summarize"),
+        args=AUDIT_ARGS["summarize"],
         # the provenance manifest's hash as the package's report published it (optional)
         manifest=["--manifest-sha256", str(config["manifest_sha256"])] if config.get("manifest_sha256") else [],
+        python=_smk.python_command(),
+    log:
+        AUDIT_OUT / "logs" / "audit_summarize.log",
     shell:
-        "{PY} {params.args:q} {params.manifest:q}"
+        "{params.python} {params.args:q} {params.manifest:q} 2>&1 | tee {log:q}"
