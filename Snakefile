@@ -69,7 +69,6 @@ else:
     localrules:
         all,
         spec,
-        launch,
         compliance,
         package,
         score,

@@ -126,4 +126,6 @@ rule verify_data:
         PLAN.out.log("verify_data"),
     threads: workflow.cores
     shell:
-        "{params.python} -m mlrepro.datasets verify-data {params.receipts:q} --jobs {threads} 2>&1 | tee {log:q}"
+        # the verdict on the terminal too: on stdout when every file matches, on stderr when one does not
+        "{params.python} -m mlrepro.datasets verify-data {params.receipts:q} --jobs {threads} > {log:q} 2>&1 "
+        "&& cat {log:q} || (cat {log:q} >&2; exit 1)"

@@ -3,20 +3,6 @@
 from mlrepro.slurm.resources import run_resources
 
 
-# How every run of a benchmark is launched, pipeline keys included (mlrepro/runs/launch_spec.py). Its text is
-# in params: a changed launch rewrites the file. The runs read it as an `ancient` input: a moved folder or
-# other mounts rewrite it without making finished runs stale; what a run computes from is in its params.
-rule launch:
-    output:
-        PLAN.out.launch("{benchmark}"),
-    params:
-        spec=lambda w: PLAN.launch_spec(w.benchmark).to_json(),
-    log:
-        PLAN.out.log("launch_{benchmark}"),
-    run:
-        planning.jobs.write_launch(output[0], params.spec, log[0])
-
-
 rule run:
     input:
         unpack(planning.inputs.run_inputs(PLAN, PREPARE)),
@@ -24,7 +10,7 @@ rule run:
         result=PLAN.out.result("{benchmark}", "{run}"),
         summary=PLAN.out.summary("{benchmark}", "{run}"),
     params:
-        # In params, so that they re-run a run when they change; the pipeline keys stay out (launch).
+        # In params, so that they re-run a run when they change; the pipeline keys stay out (the launch file).
         computes=lambda w: PLAN.launch_digest(w.benchmark),
         seed=lambda w: PLAN.run_seed(w.benchmark, int(w.run)),
         device=PLAN.config["device"],
@@ -34,6 +20,8 @@ rule run:
         run_dir=lambda w: PLAN.out.run_dir(w.benchmark, w.run),
         engine=lambda w, input: PLAN.engine_options(input.image),
         locks=PLAN.out.gpu_locks,
+        # written by PREPARE before any job (mlrepro/planning/prepare.py), pipeline keys included
+        launch=lambda w: PLAN.out.launch(w.benchmark),
         # the interpreter running Snakemake runs every stage too (a venv need not be activated)
         python=PLAN.python,
         machine_gpus=PLAN.machine_gpus,
@@ -48,6 +36,6 @@ rule run:
     benchmark:
         PLAN.out.bench("run_{benchmark}_{run}")
     shell:
-        "{params.python} -m mlrepro.runs.driver --launch {input.launch:q} --seed {params.seed:q} "
+        "{params.python} -m mlrepro.runs.driver --launch {params.launch:q} --seed {params.seed:q} "
         "--run-dir {params.run_dir:q} {params.engine:q} --gpu-locks {params.locks:q} "
         "--machine-gpus {params.machine_gpus} --telemetry-hz {params.hz:q} > {log:q} 2>&1"

@@ -7,18 +7,11 @@ from typing import Any
 
 from mlrepro.core import atomic
 from mlrepro.planning.plan import Plan
-from mlrepro.runs.launch_spec import LaunchSpec
 
 
 def write_spec(out: str | Path, text: str, log: str | Path) -> None:
     atomic.write_text(out, text)
     Path(log).write_text(f"{out}: written ({len(text)} characters)\n", encoding="utf-8")
-
-
-def write_launch(out: str | Path, text: str, log: str | Path) -> None:
-    """Through LaunchSpec: a launch that the driver could not read is refused here, before any run."""
-    LaunchSpec.from_json(text, str(out)).write(Path(out))
-    Path(log).write_text(f"{out}: written\n", encoding="utf-8")
 
 
 def build_image(plan: Plan, image: str, record: str | Path, log: str | Path, params: Any) -> None:

@@ -7,7 +7,8 @@ is built, and from ``onstart``; it checks in every invocation that builds a DAG 
 only when Snakemake executes jobs for real (mlrepro.core.smk.executes_jobs), in the process that schedules
 them (a job's own Snakemake process on a cluster node only names itself the warm-start owner):
 
-1. this output folder's lock (mlrepro/core/outdir_lock.py), before anything is changed;
+1. this output folder's lock (mlrepro/core/outdir_lock.py), before anything is changed; then each
+   benchmark's launch spec (mlrepro/runs/launch_spec.py), rewritten where it changed;
 2. finished results against the sha256 their runs recorded: a mismatch stops the pipeline;
 3. files a killed job or a user removed: the report (the final output) is removed, so that the DAG goes
    through them again (Snakemake does not re-make a missing intermediate file whose consumers are up to date);
@@ -68,6 +69,7 @@ class Preparation:
                 outdir_lock.acquire(self.plan.out.root)
             except outdir_lock.OutdirLocked as e:
                 raise PlanningError(str(e)) from None
+            self._write_launches()
         self._check_results(acts)
         self._check_package(acts)
         self._check_datasets(acts)
@@ -80,6 +82,12 @@ class Preparation:
             os.environ[warm.OWNER_ENV] = warm.owner_here()
         else:
             os.environ.pop(warm.OWNER_ENV, None)
+
+    def _write_launches(self) -> None:
+        # How every run of a benchmark is launched, pipeline keys included; read by each run (its params name
+        # the file). Not a job's output: see mlrepro/planning/inputs.py. Unchanged files keep their time stamp.
+        for b in self.plan.ordered_benchmarks:
+            self.plan.launch_spec(b).write(self.plan.out.launch(b))
 
     def _check_results(self, acts: bool) -> None:
         out = self.plan.out
