@@ -24,7 +24,7 @@ rule run:
         launch=lambda w: PLAN.out.launch(w.benchmark),
         # the interpreter running Snakemake runs every stage too (a venv need not be activated)
         python=PLAN.python,
-        machine_gpus=PLAN.machine_gpus,
+        machine_gpus=lambda w: PLAN.machine_gpus,  # NVML is asked once a run is planned, not at parse time
     threads: PLAN.config["threads_per_run"]
     resources:
         # GPUs this machine shares out (the default profile passes its count as --resources gpus=N)
