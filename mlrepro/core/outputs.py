@@ -41,6 +41,10 @@ class Outputs:
     def generated_data(self, benchmark: str) -> Path:
         return self.root / "data" / benchmark
 
+    def generated_receipt(self, benchmark: str) -> Path:
+        """Each generated file's stamp (size, mtime_ns, inode) when it was hashed."""
+        return self.generated_data(benchmark) / ".receipt.json"
+
     @property
     def receipts(self) -> Path:
         return self.root / "data_receipts"

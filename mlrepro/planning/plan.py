@@ -29,8 +29,6 @@ from mlrepro.runs.launch_spec import LaunchSpec
 from mlrepro.slurm.resources import JobShape, shape_for, shape_from_config_sh
 from mlrepro.training.workload import workflow_dir
 
-# The receipt beside a generated dataset: each file's stamp (size, mtime_ns, inode) when it was hashed.
-GENERATED_RECEIPT = ".receipt.json"
 RECIPE_STEPS = ("verify", "extract", "prepare", "path")
 T = TypeVar("T")
 
@@ -184,7 +182,7 @@ class Plan:
 
     def dataset_receipts(self, benchmark: str) -> list[Path]:
         if self.data_choice(benchmark).kind == "generated":
-            return [self.out.generated_data(benchmark) / GENERATED_RECEIPT]
+            return [self.out.generated_receipt(benchmark)]
         return [self.out.receipt(benchmark, step) for step in RECIPE_STEPS]
 
     # --- runs
