@@ -5,19 +5,14 @@
 # `--config reproduce=ORG_DIR system=S only=[bm] runs=K` re-runs a package's results and compares.
 from pathlib import Path
 
-from snakemake.exceptions import WorkflowError
-
-from mlrepro.core import config as mlconfig
-from mlrepro.datasets import recipe as dataset_recipe
+from mlrepro import planning
 
 configfile: Path(workflow.basedir) / "config" / "config.yaml"
 
-try:
-    # benchmarks.<bm>.data: generated (the generator's block), recipe, {recipe: FILE} or {path: DIR}
-    config, DATA_CHOICES = dataset_recipe.split_choices(config)
-    config, BENCHMARKS = mlconfig.load(config, source="config/config.yaml and --config", base_dir=Path.cwd())
-except (mlconfig.ConfigError, dataset_recipe.RecipeError) as error:
-    raise WorkflowError(str(error)) from None
+# The one planning step: the validated config with its defaults, every output path, every spec (PLAN, read by
+# each rules file); PREPARE checks results and datasets, and acts only in a real run (mlrepro/planning/).
+PLAN, PREPARE = planning.start(workflow, config)
+config = PLAN.config
 
 
 if config.get("audit") and config["usage"] == "inference":
@@ -51,13 +46,13 @@ elif config.get("reproduce"):
 else:
 
     include: "rules/common.smk"
-    include: "rules/integrity.smk"
 
     rule all:
         input:
-            REPORT,
-            lambda w: INFERENCE_TARGETS,  # rules/inference.smk; empty when inference.benchmarks is
-
+            PREPARE,  # checks (and in a real run repairs) before the DAG looks at any file
+            PLAN.out.report,
+            PLAN.inference_targets,  # empty unless inference.benchmarks names one
+        default_target: True
 
     include: "rules/containers.smk"
     include: "rules/environment.smk"
@@ -73,6 +68,7 @@ else:
     # build through the host's engine socket; runs and data generation are cluster jobs.
     localrules:
         all,
+        spec,
         compliance,
         package,
         score,

@@ -28,6 +28,7 @@ from mlrepro import PROJECT_ROOT
 from mlrepro.datasets import generated
 from mlrepro.runs.driver import launch_env
 from mlrepro.runs.implementation import capture
+from mlrepro.runs.launch_spec import LaunchSpec
 
 
 def main() -> None:
@@ -42,13 +43,12 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         generated.generate("resnet", tmp / "data", params, seed=1)
-        launch = {"benchmark": "resnet", "run": 0, "seed": 7, "kind": "mini", "name": "mlrepro-pytorch",
-                  "folder": str(folder), "config_file": "config_CPU.sh", "script_in_container": "",
-                  "env": capture(folder / "config_CPU.sh"), "params": params, "data_dir": str(tmp / "data"),
-                  "data_mount": "/data", "log_mount": "/results", "gpus": 0, "threads": 1, "device": "cpu",
-                  "drop_caches": False,
-                  "submission": {"org": "x", "platform": "y", "division": "open", "status": "research"}}
-        (tmp / "launch.json").write_text(json.dumps(launch))
+        spec = LaunchSpec(benchmark="resnet", kind="mini", name="mlrepro-pytorch", folder=str(folder),
+                          config_file="config_CPU.sh", env=capture(folder / "config_CPU.sh"), params=params,
+                          data_dir=str(tmp / "data"), gpus=0, threads=1, device="cpu", drop_caches=False,
+                          submission={"org": "x", "platform": "y", "division": "open", "status": "research"})
+        spec.write(tmp / "launch.json")
+        launch = {**spec.to_dict(), "seed": 7}  # as the driver reads it, with its run's seed
         direct = [sys.executable, "-m", "mlrepro.train", "--benchmark", "resnet", "--data-dir", str(tmp / "data"),
                   "--params", json.dumps(params), "--seed", "7", "--result", str(tmp / "direct.txt"),
                   "--device", "cpu", "--submission", json.dumps(launch["submission"])]

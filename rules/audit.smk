@@ -6,7 +6,6 @@
 #                    audit_result_ids=CSV (org,system,id): the round's published result IDs
 #   audit_logging=DIR: judge by the round's own mlperf-logging (a checkout or pip --target folder per tag);
 #   audit_logging_compare=DIR|installed: by a second release too (rules_changed.json/.csv/.html)
-import sys
 from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
@@ -35,7 +34,6 @@ AUDIT_RESULT_FILES = [f for f in discover.result_files(discover.find_orgs(AUDIT_
                       if discover.entry_problem(Path(f), AUDIT_ROOT, AUDIT_MAX_BYTES) is None]
 AUDIT_ALL_FILES = discover.input_files(AUDIT_ROOT)
 AUDIT_REJECTED = discover.rejected_entries(AUDIT_ROOT, AUDIT_MAX_BYTES)
-PY = _smk.python_command()  # the interpreter that runs Snakemake (the project's environment)
 
 
 # audit_logging=DIR: the mlperf-logging release that judges (one version's folder, or a folder of them
@@ -46,13 +44,11 @@ AUDIT_LOGGING = ["--logging", str(Path(config["audit_logging"]).resolve())] if c
 AUDIT_COMPARE = config.get("audit_logging_compare")
 AUDIT_COMPARE_ARGS = [] if not AUDIT_COMPARE else [
     "--compare-logging", AUDIT_COMPARE if AUDIT_COMPARE == "installed" else str(Path(AUDIT_COMPARE).resolve())]
-
-
-def audit_args(step):
-    """The audit step's arguments after the interpreter, as a list the rules quote ({params.args:q})."""
-    return ["-m", "mlrepro.audit", step, "--root", str(AUDIT_ROOT), "--out", str(AUDIT_OUT), "--usage", AUDIT_USAGE,
-            "--ruleset", AUDIT_RULESET, "--max-file-mb", repr(AUDIT_MAX_BYTES / (1 << 20)), *AUDIT_LOGGING,
-            *(AUDIT_COMPARE_ARGS if step == "summarize" else [])]
+# Each audit step's arguments after the interpreter, as a list the rules quote ({params.args:q}).
+AUDIT_ARGS = {step: ["-m", "mlrepro.audit", step, "--root", str(AUDIT_ROOT), "--out", str(AUDIT_OUT),
+                     "--usage", AUDIT_USAGE, "--ruleset", AUDIT_RULESET,
+                     "--max-file-mb", repr(AUDIT_MAX_BYTES / (1 << 20)), *AUDIT_LOGGING,
+                     *(AUDIT_COMPARE_ARGS if step == "summarize" else [])] for step in ("check", "summarize")}
 
 
 rule audit_all:
@@ -68,12 +64,15 @@ rule audit_check:
     output:
         AUDIT_OUT / "checks.json",
     params:
-        args=audit_args("check"),
+        args=AUDIT_ARGS["check"],
         # in params: an entry that turns into (or stops being) a symlink, FIFO, ... re-runs the check
         rejected=AUDIT_REJECTED,
+        python=_smk.python_command(),  # the interpreter that runs Snakemake (the project's environment)
     threads: workflow.cores
+    log:
+        AUDIT_OUT / "logs" / "audit_check.log",
     shell:
-        "{PY} {params.args:q} --jobs {threads}"
+        "{params.python} {params.args:q} --jobs {threads} 2>&1 | tee {log:q}"
 
 
 rule audit_summarize:
@@ -87,9 +86,12 @@ rule audit_summarize:
         AUDIT_OUT / "audit.json",
         directory(AUDIT_OUT / "report"),
     params:
-        args=audit_args("summarize"),
+        args=AUDIT_ARGS["summarize"],
         # the provenance manifest's hash as the package's report published it (optional)
         manifest=["--manifest-sha256", str(config["manifest_sha256"])] if config.get("manifest_sha256") else [],
         result_ids=lambda wildcards, input: ["--result-ids", input.result_ids] if input.result_ids else [],
+        python=_smk.python_command(),
+    log:
+        AUDIT_OUT / "logs" / "audit_summarize.log",
     shell:
-        "{PY} {params.args:q} {params.manifest:q} {params.result_ids:q}"
+        "{params.python} {params.args:q} {params.manifest:q} {params.result_ids:q} 2>&1 | tee {log:q}"

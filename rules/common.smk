@@ -1,64 +1,36 @@
-# Paths and helpers every stage shares.
-import json
+# What every stage shares: the spec files, the wildcards, the hooks. Paths and specs come from PLAN
+# (mlrepro/planning/plan.py), which the Snakefile builds once; nothing here is shared by include order.
 import sys
-from pathlib import Path
-
-from mlrepro.core import rulesets
-from mlrepro.core.config import config_hash, run_seed, submittable, system_name
-from mlrepro.runs.implementation import describe as describe_implementation
-from mlrepro.core import smk as _smk
-# The interpreter running snakemake runs every stage too (a venv need not be activated).
-PY = _smk.python_command()
-OUT = Path(config["outdir"])
-INFO = OUT / "pipeline_info"
-REPORT = OUT / "report.html"
-SYSTEM = system_name(config["system"])
-SUBMITTABLE = submittable(BENCHMARKS)
-CONFIG_HASH = config_hash(config)
-
-
-def run_indices(benchmark):
-    return range(BENCHMARKS[benchmark].runs)
-
-
-def all_runs(pattern):
-    """``pattern`` formatted for every (benchmark, run) of the config, in seed-document order."""
-    return [str(pattern).format(benchmark=b, run=i) for b in ordered_benchmarks() for i in run_indices(b)]
-
-
-def ordered_benchmarks():
-    order = {b: i for i, b in enumerate(rulesets.SEED_ORDER)}
-    return sorted(BENCHMARKS, key=lambda b: order.get(b, len(order)))
-
-
-def engine_options(image_records):
-    """The options that point a stage at its engine: for container engines the image's build record,
-    which names the image, the engine and its socket (one source: the record the image was built for)."""
-    if not image_records:
-        return ["--engine", "native"]
-    options = ["--image-record", str(image_records[0])]
-    if config["images"] == "locked":
-        options.append("--locked")
-    return options  # an argument list: the rules quote each element ({params.engine:q})
-
-
-def submission_json():
-    return json.dumps({"org": config["org"], "platform": SYSTEM, "division": config["division"],
-                       "status": config["status"]})
 
 
 wildcard_constraints:
-    benchmark="|".join(BENCHMARKS) or "none",
+    benchmark="|".join(PLAN.benchmarks) or "none",
     run=r"\d+",
+    spec=PLAN.spec_pattern,
+
+
+# Each stage's spec (the JSON its job acts on) as a declared input file: the text is in params, so that a
+# changed spec (params) re-runs this job, whose new file re-runs what reads it; an unchanged one is not rewritten.
+rule spec:
+    output:
+        PLAN.out.spec("{spec}"),
+    params:
+        text=lambda w: PLAN.specs[w.spec],
+    log:
+        PLAN.out.log("spec_{spec}"),
+    run:
+        planning.jobs.write_spec(output[0], params.text, log[0])
 
 
 onstart:
+    # the lock and the repairs, where the DAG did not already run them (a target outside `all`)
+    PREPARE.prepare()
     # profiles/slurm: one line on what would stop the cluster's jobs, before the first is submitted
     if workflow.executor_plugin is not None and workflow.executor_plugin.name.endswith("slurm"):
         from mlrepro.slurm.checks import PreflightError, preflight
 
         try:
-            preflight(config, BENCHMARKS)
+            preflight(PLAN.config, PLAN.benchmarks)
         except PreflightError as error:
             sys.exit(f"error: {error}")
 
@@ -68,6 +40,6 @@ onerror:
     if workflow.executor_plugin is not None and workflow.executor_plugin.name.endswith("slurm"):
         from mlrepro.slurm.jobs import describe, run_states
 
-        unfinished = [r for r in run_states(OUT) if not r["finished"]]
+        unfinished = [r for r in run_states(PLAN.out.root) if not r["finished"]]
         if unfinished:
-            print("Runs that did not finish, with Slurm's state (sacct):\n" + describe(unfinished), file=sys.stderr)
+            print(f"Runs that did not finish, with Slurm's state (sacct):\n{describe(unfinished)}", file=sys.stderr)

@@ -1,15 +1,17 @@
 # Stage 4 (a hard gate): every result file through the official compliance checker.
 rule compliance:
     input:
-        result=OUT / "runs" / "{benchmark}" / "{run}" / "result.txt",
-        summary=OUT / "runs" / "{benchmark}" / "{run}" / "run.json",
+        result=rules.run.output.result,
+        summary=rules.run.output.summary,
     output:
-        OUT / "compliance" / "{benchmark}" / "{run}.json",
+        PLAN.out.verdict("{benchmark}", "{run}"),
     params:
-        usage=config["usage"],
-        ruleset=config["ruleset"],
+        usage=PLAN.config["usage"],
+        ruleset=PLAN.config["ruleset"],
+        # the interpreter running Snakemake runs every stage too (a venv need not be activated)
+        python=PLAN.python,
     log:
-        INFO / "logs" / "compliance_{benchmark}_{run}.log",
+        PLAN.out.log("compliance_{benchmark}_{run}"),
     shell:
-        "{PY} -m mlrepro.gate.compliance {input.result:q} --run-json {input.summary:q} --usage {params.usage:q} "
-        "--ruleset {params.ruleset:q} --out {output:q} 2> {log:q} || (cat {log:q} >&2; exit 1)"
+        "{params.python} -m mlrepro.gate.compliance {input.result:q} --run-json {input.summary:q} "
+        "--usage {params.usage:q} --ruleset {params.ruleset:q} --out {output:q} 2> {log:q} || (cat {log:q} >&2; exit 1)"

@@ -2,17 +2,16 @@
 # and the system description the submission carries.
 rule environment:
     input:
-        image=lambda w: [] if config["engine"] == "native" else
-        [OUT / "containers" / f"{image}.json" for image in sorted({b.image for b in BENCHMARKS.values()})],
+        spec=PLAN.out.spec("environment"),
+        image=PLAN.image_records,
     output:
-        INFO / "environment.json",
+        PLAN.out.environment,
     params:
-        engine=lambda w, input: engine_options(input.image),
-        submission=json.dumps({"org": config["org"], "system": config["system"], "division": config["division"],
-                               "status": config["status"], "threads": config["threads_per_run"],
-                               "device": config["device"]}),
+        engine=lambda w, input: PLAN.engine_options(input.image),
+        # the interpreter running Snakemake runs every stage too (a venv need not be activated)
+        python=PLAN.python,
     log:
-        INFO / "logs" / "environment.log",
+        PLAN.out.log("environment"),
     shell:
-        "{PY} -m mlrepro.environment.record {params.engine:q} --submission {params.submission:q} "
+        "{params.python} -m mlrepro.environment.record {params.engine:q} --spec {input.spec:q} "
         "--out {output:q} 2> {log:q}"

@@ -4,100 +4,112 @@
 #   inference_package: the inference submission layout with LoadGen's own files
 #   inference_check:   the rules' checks on it (a hard gate; the official checker is not on PyPI)
 #   inference_report:  the seed-style inference table and latency plots
-INF = OUT / "inference"
-INF_CONF = config["inference"]
-# served: our own models only (a vendor implementation's checkpoint is not ours to load)
-INF_BENCHMARKS = [b for b in INF_CONF["benchmarks"] if b in BENCHMARKS and BENCHMARKS[b].mini]
-INF_SCENARIOS = INF_CONF["scenarios"]
 INF_MODES = ["performance", "accuracy"]
-INFERENCE_TARGETS = [INF / "report.html"] if INF_BENCHMARKS else []
 
 
 wildcard_constraints:
-    ibench="|".join(INF_BENCHMARKS) or "none",
+    ibench="|".join(PLAN.inference_benchmarks) or "none",
     scenario="SingleStream|MultiStream|Server|Offline",
     mode="performance|accuracy",
 
 
-def inference_runs(wildcards):
-    return [OUT / "runs" / wildcards.ibench / str(i) / "run.json" for i in run_indices(wildcards.ibench)]
-
-
 rule inference_conf:
     input:
-        [INF_CONF["user_conf"]] if INF_CONF.get("user_conf") else [],
+        [PLAN.config["inference"]["user_conf"]] if PLAN.config["inference"].get("user_conf") else [],
     output:
-        INF / "conf" / "{ibench}.user.conf",
+        PLAN.out.user_conf("{ibench}"),
     params:
-        samples=lambda w: BENCHMARKS[w.ibench].params["data"]["eval_samples"],
-        shortened=["--shortened"] if INF_CONF["shortened"] else [],
+        samples=lambda w: PLAN.benchmarks[w.ibench].params["data"]["eval_samples"],
+        shortened=["--shortened"] if PLAN.config["inference"]["shortened"] else [],
         source=lambda w, input: ["--from", str(input[0])] if input else [],
+        # the interpreter running Snakemake runs every stage too (a venv need not be activated)
+        python=PLAN.python,
+    log:
+        PLAN.out.log("inference_conf_{ibench}"),
     shell:
-        "{PY} -m mlrepro.inference.settings --benchmark {wildcards.ibench:q} --samples {params.samples:q} "
-        "{params.shortened:q} {params.source:q} --out {output:q}"
+        "{params.python} -m mlrepro.inference.settings --benchmark {wildcards.ibench:q} --samples {params.samples:q} "
+        "{params.shortened:q} {params.source:q} --out {output:q} 2> {log:q}"
 
 
 rule inference_run:
     input:
-        runs=inference_runs,
-        manifest=OUT / "data" / "{ibench}" / _data.MANIFEST,
-        conf=INF / "conf" / "{ibench}.user.conf",
+        runs=lambda w: [PLAN.out.summary(w.ibench, i) for i in PLAN.run_indices(w.ibench)],
+        manifest=PLAN.generated_manifest("{ibench}"),
+        conf=rules.inference_conf.output[0],
+        spec=PLAN.out.spec("inference-{ibench}"),
     output:
-        directory(INF / "runs" / "{ibench}" / "{scenario}" / "{mode}"),
+        directory(PLAN.out.inference_run("{ibench}", "{scenario}", "{mode}")),
     params:
-        data=lambda w: OUT / "data" / w.ibench,
-        spec=lambda w: json.dumps(BENCHMARKS[w.ibench].params, sort_keys=True),
-        shortened=["--shortened"] if INF_CONF["shortened"] else [],
-        device=config["device"],
-        hz=config["telemetry"]["hz"] if config["telemetry"]["enabled"] else 0,
-    threads: config["threads_per_run"]
+        data=lambda w: PLAN.out.generated_data(w.ibench),
+        shortened=["--shortened"] if PLAN.config["inference"]["shortened"] else [],
+        device=PLAN.config["device"],
+        hz=PLAN.telemetry_hz,
+        # the interpreter running Snakemake runs every stage too (a venv need not be activated)
+        python=PLAN.python,
+    threads: PLAN.config["threads_per_run"]
     log:
-        INFO / "logs" / "inference_{ibench}_{scenario}_{mode}.log",
+        PLAN.out.log("inference_{ibench}_{scenario}_{mode}"),
     benchmark:
-        INFO / "benchmarks" / "inference_{ibench}_{scenario}_{mode}.tsv"
+        PLAN.out.bench("inference_{ibench}_{scenario}_{mode}")
     shell:
-        "{PY} -m mlrepro.inference.run --benchmark {wildcards.ibench:q} --scenario {wildcards.scenario:q} "
-        "--mode {wildcards.mode:q} --runs {input.runs:q} --data-dir {params.data:q} --params {params.spec:q} "
+        "{params.python} -m mlrepro.inference.run --benchmark {wildcards.ibench:q} --scenario {wildcards.scenario:q} "
+        "--mode {wildcards.mode:q} --runs {input.runs:q} --data-dir {params.data:q} --params-file {input.spec:q} "
         "--user-conf {input.conf:q} {params.shortened:q} --out {output:q} --device {params.device:q} "
         "--threads {threads} --telemetry-hz {params.hz:q} > {log:q} 2>&1"
 
 
 rule inference_package:
     input:
-        runs=expand(INF / "runs" / "{ibench}" / "{scenario}" / "{mode}", ibench=INF_BENCHMARKS,
-                    scenario=INF_SCENARIOS, mode=INF_MODES),
-        confs=expand(INF / "conf" / "{ibench}.user.conf", ibench=INF_BENCHMARKS),
+        runs=[PLAN.out.inference_run(b, s, m) for b in PLAN.inference_benchmarks
+              for s in PLAN.config["inference"]["scenarios"] for m in INF_MODES],
+        confs=[PLAN.out.user_conf(b) for b in PLAN.inference_benchmarks],
     output:
-        directory(INF / "package"),
+        directory(PLAN.out.inference / "package"),
     params:
-        runs_dir=INF / "runs",
-        confs=[f"{b}={INF / 'conf' / f'{b}.user.conf'}" for b in INF_BENCHMARKS],
-        status=config["status"],
-        device=config["device"],
+        runs_dir=PLAN.out.inference / "runs",
+        confs=[f"{b}={PLAN.out.user_conf(b)}" for b in PLAN.inference_benchmarks],
+        org=PLAN.config["org"],
+        division=PLAN.config["division"],
+        status=PLAN.config["status"],
+        system=PLAN.system,
+        device=PLAN.config["device"],
+        threads=PLAN.config["threads_per_run"],
+        # the interpreter running Snakemake runs every stage too (a venv need not be activated)
+        python=PLAN.python,
+    log:
+        PLAN.out.log("inference_package"),
     shell:
-        "{PY} -m mlrepro.inference.package --runs-dir {params.runs_dir:q} --user-conf {params.confs:q} "
-        "--out {output:q} --org {config[org]:q} --division {config[division]:q} --status {params.status:q} "
-        "--system {SYSTEM:q} --device {params.device:q} --threads {config[threads_per_run]}"
+        "{params.python} -m mlrepro.inference.package --runs-dir {params.runs_dir:q} --user-conf {params.confs:q} "
+        "--out {output:q} --org {params.org:q} --division {params.division:q} --status {params.status:q} "
+        "--system {params.system:q} --device {params.device:q} --threads {params.threads:q} 2> {log:q}"
 
 
 rule inference_check:
     input:
-        INF / "package",
+        rules.inference_package.output[0],
     output:
-        INF / "check.json",
+        PLAN.out.inference / "check.json",
+    params:
+        python=PLAN.python,
+    log:
+        PLAN.out.log("inference_check"),
     shell:
-        "{PY} -m mlrepro.inference.check --package {input:q} --out {output:q}"
+        "{params.python} -m mlrepro.inference.check --package {input:q} --out {output:q} 2> {log:q}"
 
 
 rule inference_report:
     input:
-        check=INF / "check.json",
+        check=rules.inference_check.output[0],
         runs=rules.inference_package.input.runs,
     output:
-        html=INF / "report.html",
-        table=INF / "table.csv",
+        html=PLAN.out.inference / "report.html",
+        table=PLAN.out.inference / "table.csv",
     params:
-        runs_dir=INF / "runs",
+        runs_dir=PLAN.out.inference / "runs",
+        # the interpreter running Snakemake runs every stage too (a venv need not be activated)
+        python=PLAN.python,
+    log:
+        PLAN.out.log("inference_report"),
     shell:
-        "{PY} -m mlrepro.inference.report --check {input.check:q} --runs-dir {params.runs_dir:q} "
-        "--out {output.html:q} --csv {output.table:q}"
+        "{params.python} -m mlrepro.inference.report --check {input.check:q} --runs-dir {params.runs_dir:q} "
+        "--out {output.html:q} --csv {output.table:q} 2> {log:q}"

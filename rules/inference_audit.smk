@@ -3,14 +3,11 @@
 # One job reads every LoadGen summary and system description (a whole round takes seconds) and writes
 # DIR/inference_results.{csv,json}, DIR/inference_table.csv (per system), the seed-style
 # DIR/inference_seed_table.csv (benchmark x accelerator) and DIR/inference_report.html.
-import shlex
-import sys
 from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
 
 from mlrepro.core import smk as _smk
-PY = _smk.python_command()  # the steps run with the interpreter that runs Snakemake
 INF_AUDIT_ROOT = Path(config["audit"]).resolve()
 INF_AUDIT_OUT = Path(config.get("audit_out") or "audit")
 
@@ -43,5 +40,8 @@ rule inference_audit:
     params:
         root=INF_AUDIT_ROOT,
         out=INF_AUDIT_OUT,
+        python=_smk.python_command(),  # the steps run with the interpreter that runs Snakemake
+    log:
+        INF_AUDIT_OUT / "logs" / "inference_audit.log",
     shell:
-        "{PY} -m mlrepro.inference.audit --root {params.root:q} --out {params.out:q}"
+        "{params.python} -m mlrepro.inference.audit --root {params.root:q} --out {params.out:q} 2>&1 | tee {log:q}"

@@ -1,17 +1,19 @@
 # Stage 6: the olympic mean per benchmark, as MLPerf scores it.
 rule score:
     input:
-        results=all_runs(OUT / "runs" / "{benchmark}" / "{run}" / "result.txt"),
-        verdicts=all_runs(OUT / "compliance" / "{benchmark}" / "{run}.json"),
-        summaries=all_runs(OUT / "runs" / "{benchmark}" / "{run}" / "run.json"),
+        results=PLAN.all_runs(PLAN.out.result),
+        verdicts=PLAN.all_runs(PLAN.out.verdict),
+        summaries=PLAN.all_runs(PLAN.out.summary),
     output:
-        OUT / "scores.json",
+        PLAN.out.scores,
     params:
-        results=all_runs("{benchmark}=" + str(OUT / "runs" / "{benchmark}" / "{run}" / "result.txt")),
-        ruleset=config["ruleset"],
-        division=config["division"],
+        results=PLAN.all_runs(lambda b, i: f"{b}={PLAN.out.result(b, i)}"),
+        ruleset=PLAN.config["ruleset"],
+        division=PLAN.config["division"],
+        # the interpreter running Snakemake runs every stage too (a venv need not be activated)
+        python=PLAN.python,
     log:
-        INFO / "logs" / "score.log",
+        PLAN.out.log("score"),
     shell:
-        "{PY} -m mlrepro.score --verify-hashes --results {params.results:q} --out {output:q} "
+        "{params.python} -m mlrepro.score --verify-hashes --results {params.results:q} --out {output:q} "
         "--ruleset {params.ruleset:q} --division {params.division:q} 2> {log:q}"

@@ -20,6 +20,8 @@ from typing import Any
 
 import pytest
 
+from mlrepro.runs.launch_spec import LaunchSpec
+
 REPO = Path(__file__).resolve().parent.parent
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
 TEST_CONFIG = REPO / "config" / "test.yaml"
@@ -158,11 +160,10 @@ def mini_launch(benchmark: str, params: dict[str, Any], data_dir: Path, tmp: Pat
                 tasks_per_node: int = 1, nodes: int = 1, drop_caches: bool = False) -> list[str]:
     """The run driver's arguments for one of our mini implementations, with the launch file the run rule
     (rules/runs.smk) would write: the folder workflows/<benchmark>/ run through its run_and_time.sh."""
-    launch = {"benchmark": benchmark, "kind": "mini", "name": "mini", "folder": str(REPO / "workflows" / benchmark),
-              "config_file": "config_CPU.sh", "env": {"DGXSYSTEM": "CPU", "DGXNNODES": "1", "DGXNGPU": "0"},
-              "params": params, "data_dir": str(data_dir), "gpus": 0, "threads": 1, "device": "cpu",
-              "nodes": nodes, "tasks_per_node": tasks_per_node, "drop_caches": drop_caches,
-              "submission": {"org": "t", "platform": "p", "division": "open", "status": "research"}}
     path = tmp / f"launch_{benchmark}_{nodes}x{tasks_per_node}.json"
-    path.write_text(json.dumps(launch))
+    LaunchSpec(benchmark=benchmark, kind="mini", name="mini", folder=str(REPO / "workflows" / benchmark),
+               config_file="config_CPU.sh", env={"DGXSYSTEM": "CPU", "DGXNNODES": "1", "DGXNGPU": "0"},
+               params=params, data_dir=str(data_dir), gpus=0, threads=1, device="cpu", nodes=nodes,
+               tasks_per_node=tasks_per_node, drop_caches=drop_caches,
+               submission={"org": "t", "platform": "p", "division": "open", "status": "research"}).write(path)
     return ["-m", "mlrepro.runs.driver", "--launch", str(path), "--gpu-locks", str(tmp / "gpu_locks")]

@@ -70,11 +70,13 @@ def test_loadgen_every_scenario_package_check_and_report(trained: dict[str, Path
     conf = tmp_path / "resnet.user.conf"
     conf.write_text(settings.user_conf("resnet", TINY["data"]["eval_samples"], shortened=True))
     runs_dir = tmp_path / "runs"
+    params_file = tmp_path / "params.json"
+    params_file.write_text(json.dumps(TINY))
 
     def argv(scenario: str, mode: str) -> list[str]:
         return [sys.executable, "-m", "mlrepro.inference.run", "--benchmark", "resnet", "--scenario", scenario,
                 "--mode", mode, "--runs", str(trained["run_json"]), "--data-dir", str(trained["data"]),
-                "--params", json.dumps(TINY), "--user-conf", str(conf), "--shortened",
+                "--params-file", str(params_file), "--user-conf", str(conf), "--shortened",
                 "--out", str(runs_dir / "resnet" / scenario / mode)]
 
     # accuracy runs do not time anything: all four at once, beside each other; performance runs alone
@@ -216,9 +218,11 @@ def test_dlrm_served_offline_auc_from_the_accuracy_log(tmp_path: Path) -> None:
     _py(*mini_launch("dlrm", params, tmp_path / "data", tmp_path), "--seed", "3", "--run-dir", str(run_dir))
     conf = tmp_path / "dlrm.user.conf"
     conf.write_text(settings.user_conf("dlrm", 512, shortened=True))
+    (tmp_path / "params.json").write_text(json.dumps(params))
     for mode in settings.MODES:
         _py("-m", "mlrepro.inference.run", "--benchmark", "dlrm", "--scenario", "Offline", "--mode", mode,
-            "--runs", str(run_dir / "run.json"), "--data-dir", str(tmp_path / "data"), "--params", json.dumps(params),
+            "--runs", str(run_dir / "run.json"), "--data-dir", str(tmp_path / "data"),
+            "--params-file", str(tmp_path / "params.json"),
             "--user-conf", str(conf), "--shortened", "--out", str(tmp_path / "inf" / mode))
     perf = json.loads((tmp_path / "inf" / "performance" / "result.json").read_text())
     assert perf["loadgen_model"] == "dlrm-v2" and perf["summary"]["valid"] is True, perf["summary"]

@@ -146,7 +146,7 @@ def test_launch_file_sources_the_staged_config_and_checks_its_shape(tmp_path: Pa
     b2 = _plan(org2).benchmarks["resnet"]
     stage.stage(Path(b2.implementation), tmp_path / "staged_b")
     spec = launch_spec(b2, tmp_path / "staged_b", tmp_path / "data", threads=1, device="cpu")
-    assert spec["env"]["LR"] == "0.5" and spec["folder"] == str(tmp_path / "staged_b") and spec["gpus"] == 0
+    assert spec.env["LR"] == "0.5" and spec.folder == str(tmp_path / "staged_b") and spec.gpus == 0
     assert plan.from_json(json.loads(json.dumps(plan.to_json(_plan(org2))))) == _plan(org2)
 
 

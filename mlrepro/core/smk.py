@@ -18,3 +18,20 @@ def python_command() -> str:
     activated). ``-P``: the working folder is not put first on sys.path, so that a folder there named like
     a package (an audited organisation called ``mlrepro``) never shadows the installed one."""
     return shlex.join([sys.executable, "-P"])
+
+
+def executes_jobs(workflow: Any) -> bool:
+    """True once Snakemake executes the DAG for real: in the process that schedules jobs, or in a job's own
+    Snakemake process on a cluster node (``workflow.is_main_process`` tells them apart).
+
+    While the Snakefile is parsed, a run, ``-n``, ``--summary``, ``--dag``, ``--list-rules`` and ``--lint``
+    look the same: Snakemake parses first and learns what it was asked to do afterwards (its DAG settings
+    and executor are set after the parse). ``Workflow.execute`` alone sets the executor plugin, before it
+    builds the DAG: asked from an input function (while the DAG is built), this tells a real run apart."""
+    return workflow.executor_plugin is not None and not dry_run(workflow) and not workflow.touch
+
+
+def targets(workflow: Any) -> list[str]:
+    """The targets of this invocation (rule names or files); known once the DAG is built, empty before."""
+    settings = getattr(workflow, "dag_settings", None)
+    return [str(t) for t in (getattr(settings, "targets", None) or [])]

@@ -42,11 +42,15 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m mlrepro.datasets.generated", description=__doc__)
     p.add_argument("--benchmark", required=True)
     p.add_argument("--out", type=Path, required=True)
-    p.add_argument("--params", required=True, help="JSON with the benchmark's 'data' block")
+    given = p.add_mutually_exclusive_group(required=True)
+    # the pipeline's data rule passes its spec file; published packages' reproduce rules pass the JSON itself
+    given.add_argument("--params-file", type=Path, help="JSON file with the benchmark's 'data' block")
+    given.add_argument("--params", help="the same JSON, as text")
     p.add_argument("--seed", type=int, required=True)
     p.add_argument("--receipt", type=Path, help="where to record the files' stamps (size, mtime, inode)")
     args = p.parse_args(argv)
-    manifest = generate(args.benchmark, args.out, json.loads(args.params), args.seed)
+    params = json.loads(args.params_file.read_text(encoding="utf-8") if args.params_file else args.params)
+    manifest = generate(args.benchmark, args.out, params, args.seed)
     if args.receipt:
         from mlrepro.datasets.stamps import write_receipt
 

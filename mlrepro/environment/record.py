@@ -18,10 +18,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--engine", default="native", help="without an image record: native")
     p.add_argument("--image-record", type=Path, default=None, help="the image's build record (container engines)")
     p.add_argument("--locked", action="store_true")
-    p.add_argument("--submission", required=True, help="JSON: org, system, division, status, threads, device")
+    p.add_argument("--spec", type=Path, required=True,
+                   help="JSON file: org, system, division, status, threads, device (the pipeline's environment spec)")
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args(argv)
-    sub = json.loads(args.submission)
+    sub = json.loads(args.spec.read_text(encoding="utf-8"))
     software = engine_for(args.engine, args.image_record).describe(
         image_ref(args.image_record, locked=args.locked) if args.image_record else None)
     record = {

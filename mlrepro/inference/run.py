@@ -2,7 +2,7 @@
 settings once per process: a second FromConfig is logged as an invalid config).
 
     python -m mlrepro.inference.run --benchmark resnet --scenario Offline --mode performance \
-        --runs RUN_JSON... --data-dir D --params JSON --user-conf user.conf --out DIR
+        --runs RUN_JSON... --data-dir D --params-file JSON_FILE --user-conf user.conf --out DIR
 
 The served weights are the checkpoint of the first converged run among ``--runs``, verified against
 the sha256 its run.json records. DIR receives LoadGen's own files and ``result.json``.
@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--mode", required=True, choices=settings.MODES)
     p.add_argument("--runs", type=Path, nargs="+", required=True, help="the benchmark's run.json files, in order")
     p.add_argument("--data-dir", type=Path, required=True)
-    p.add_argument("--params", required=True, help="the benchmark's config as JSON")
+    p.add_argument("--params-file", type=Path, required=True, help="the benchmark's config, a JSON file")
     p.add_argument("--user-conf", type=Path, required=True)
     p.add_argument("--shortened", action="store_true", help="the user.conf lowers the official minimums")
     p.add_argument("--out", type=Path, required=True)
@@ -163,7 +163,8 @@ def main(argv: list[str] | None = None) -> None:
     checkpoint = pick_checkpoint(args.runs)
     device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
                           ("cpu" if args.device == "auto" else args.device))
-    served = serve.load(args.benchmark, args.data_dir, json.loads(args.params), Path(checkpoint["path"]), device)
+    params = json.loads(args.params_file.read_text())
+    served = serve.load(args.benchmark, args.data_dir, params, Path(checkpoint["path"]), device)
     model = settings.MODEL_NAMES[args.benchmark]
     with atomic.atomic_dir(args.out) as tmp:
         sampler = _telemetry_start(tmp, args.telemetry_hz) if args.mode == "performance" else None

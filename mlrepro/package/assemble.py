@@ -100,20 +100,23 @@ def check(org_dir: Path, usage: str, ruleset: str, log: Path) -> PackageVerdict:
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m mlrepro.package.assemble", description=__doc__)
     p.add_argument("--spec", type=Path, required=True, help="JSON: org, system, usage, ruleset, submittable, "
-                   "system_desc, runs {benchmark: [result files]}, implementations {benchmark: {kind, name, folder, "
-                   "config_file, image, image_record}}")
+                   "runs {benchmark: [result files]}, implementations {benchmark: {kind, name, folder, "
+                   "config_file, image, image_record}}, provenance")
+    p.add_argument("--environment", type=Path, required=True,
+                   help="the environment record (mlrepro.environment.record): its system_desc is the system's JSON")
     p.add_argument("--out", type=Path, required=True, help="the submission folder to write")
     p.add_argument("--verdict", type=Path, required=True)
     p.add_argument("--log", type=Path, required=True)
     args = p.parse_args(argv)
     spec = json.loads(args.spec.read_text())
+    system_desc = json.loads(args.environment.read_text())["system_desc"]
     runs = {b: [Path(f) for f in files] for b, files in spec["runs"].items()}
     try:  # only results that match the hashes their runs recorded are packaged
         integrity.verify_results(f for files in runs.values() for f in files)
     except integrity.Tampered as e:
         sys.exit(f"error: {e}")
     with atomic.atomic_dir(args.out) as tmp:
-        org_dir = assemble(tmp, spec["org"], spec["system"], spec["system_desc"], runs, spec["implementations"],
+        org_dir = assemble(tmp, spec["org"], spec["system"], system_desc, runs, spec["implementations"],
                            spec["ruleset"])
         if spec.get("provenance"):  # written before the check, so that the checker judges the package with it
             provenance.write_for_package(org_dir, spec, spec["provenance"])

@@ -14,6 +14,7 @@ from markupsafe import Markup
 
 from mlrepro import PROJECT_ROOT
 from mlrepro.core import integrity, rulesets
+from mlrepro.core.outputs import Outputs
 from mlrepro.datasets import manifest
 from mlrepro.report import svg
 from mlrepro.report.render import render
@@ -62,21 +63,23 @@ def _timings(info: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def build_context(outdir: Path, system: str, config: dict[str, Any], config_hash: str,
-                  benchmarks: dict[str, Any], submittable: bool) -> dict[str, Any]:
-    scores = json.loads((outdir / "scores.json").read_text())
-    package = json.loads((outdir / "package_check.json").read_text())
-    env = json.loads((outdir / "pipeline_info" / "environment.json").read_text())
+def build_context(out: Outputs, spec: dict[str, Any]) -> dict[str, Any]:
+    """``spec``: the pipeline's report spec (system, config, config_hash, submittable, benchmarks)."""
+    system, config, config_hash = spec["system"], spec["config"], spec["config_hash"]
+    benchmarks, submittable = spec["benchmarks"], bool(spec["submittable"])
+    scores = json.loads(out.scores.read_text())
+    package = json.loads(out.package_verdict.read_text())
+    env = json.loads(out.environment.read_text())
     desc = env["system_desc"]
     accelerators = int(desc["number_of_nodes"]) * int(desc["accelerators_per_node"])
     sections, summary = [], []
     for name in sorted(benchmarks, key=lambda b: rulesets.SEED_ORDER.index(b) if b in rulesets.SEED_ORDER else 99):
-        spec = benchmarks[name]
+        bench = benchmarks[name]
         runs = []
-        for i in range(spec["runs"]):
-            run_dir = outdir / "runs" / name / str(i)
-            run = json.loads((run_dir / "run.json").read_text())
-            verdict = json.loads((outdir / "compliance" / name / f"{i}.json").read_text())
+        for i in range(bench["runs"]):
+            run_dir = out.run_dir(name, i)
+            run = json.loads(out.summary(name, i).read_text())
+            verdict = json.loads(out.verdict(name, i).read_text())
             runs.append({**run, "index": i, "compliance": verdict, "telemetry_charts": telemetry_charts(run_dir, run),
                          "telemetry_warnings": warnings(run.get("telemetry")),
                          "energy_j": (run.get("telemetry") or {}).get("accelerator_energy_j")})
@@ -90,14 +93,14 @@ def build_context(outdir: Path, system: str, config: dict[str, Any], config_hash
             "accelerators": accelerators,
             "accelerator_minutes": minutes * accelerators if minutes is not None and accelerators else None,
             "status": status, "valid": minutes is not None and submittable,
-            "runs": spec["runs"], "required_runs": spec["required_runs"],
+            "runs": bench["runs"], "required_runs": bench["required_runs"],
         })
         on_slurm = [r for r in runs if r.get("slurm")]
         if on_slurm:  # Slurm's own word on each run's job
             from mlrepro.slurm.jobs import slurm_states
 
             slurm_states(r["slurm"] for r in on_slurm)
-        manifest_file = outdir / "data" / name / manifest.MANIFEST
+        manifest_file = out.generated_data(name) / manifest.MANIFEST
         scored = [r["energy_j"] for r in runs if r["status"] == "success"]
         warned: dict[str, list[int]] = {}
         for r in runs:
@@ -107,9 +110,9 @@ def build_context(outdir: Path, system: str, config: dict[str, Any], config_hash
             "telemetry_warnings": warned, "slurm": bool(on_slurm),
             "energy_per_run_j": sum(scored) / len(scored) if scored and None not in scored else None,
             "name": name, "title": rulesets.TITLES.get(name, name), "score": score, "runs": runs,
-            "target": spec["params"].get("target"), "params": spec["params"],
-            "implementation": spec.get("implementation"),
-            "charts": convergence_charts(name, runs, spec["params"].get("target")),
+            "target": bench["params"].get("target"), "params": bench["params"],
+            "implementation": bench.get("implementation"),
+            "charts": convergence_charts(name, runs, bench["params"].get("target")),
             "manifest": manifest.read_manifest(manifest_file.parent) if manifest_file.exists() else {},
         })
     return {
@@ -117,32 +120,29 @@ def build_context(outdir: Path, system: str, config: dict[str, Any], config_hash
         "usage": config["usage"], "engine": config["engine"], "submittable": submittable,
         "summary": summary, "sections": sections, "package": package, "environment": env,
         "system_desc": desc, "config": config, "config_hash": config_hash, "commit": git_commit(),
-        "timings": _timings(outdir / "pipeline_info"), "cpu_only": accelerators == 0,
+        "timings": _timings(out.info), "cpu_only": accelerators == 0,
     }
 
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m mlrepro.report.submission", description=__doc__)
     p.add_argument("--outdir", type=Path, required=True)
-    p.add_argument("--system", required=True)
-    p.add_argument("--config", required=True)
-    p.add_argument("--config-hash", required=True)
-    p.add_argument("--benchmarks", required=True)
-    p.add_argument("--not-submittable", action="store_true")
+    p.add_argument("--spec", type=Path, required=True,
+                   help="JSON file: system, config, config_hash, submittable, benchmarks (the pipeline's report spec)")
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args(argv)
-    outdir: Path = args.outdir
+    out = Outputs(args.outdir)
+    spec = json.loads(args.spec.read_text(encoding="utf-8"))
     # The report shows what run.json and the package say: only when they still match their files.
-    problems = [p for name, spec in json.loads(args.benchmarks).items() for i in range(spec["runs"])
-                if (p := integrity.result_problem(outdir / "runs" / name / str(i) / "result.txt"))]
-    recorded = json.loads((outdir / "package_check.json").read_text()).get("files")
+    problems = [p for name, bench in spec["benchmarks"].items() for i in range(bench["runs"])
+                if (p := integrity.result_problem(out.result(name, i)))]
+    recorded = json.loads(out.package_verdict.read_text()).get("files")
     if recorded is not None:
-        problems += integrity.tree_problems(outdir / "submission", recorded)
+        problems += integrity.tree_problems(out.submission, recorded)
     if problems:
         sys.exit("error: the report's inputs changed after they were written:\n"
                  + "\n".join(f"  {p}" for p in problems) + "\nRun the pipeline again: it names what to do.")
-    context = build_context(args.outdir, args.system, json.loads(args.config), args.config_hash,
-                            json.loads(args.benchmarks), not args.not_submittable)
+    context = build_context(out, spec)
     render("submission.html.j2", args.out, **context)
 
 

@@ -8,12 +8,11 @@ Written by a job, from the staged copy: its config file is sourced there by bash
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
-from mlrepro.core import atomic
 from mlrepro.reproduce.errors import ReproduceError
 from mlrepro.reproduce.plan import BenchmarkPlan
 from mlrepro.runs.implementation import DATA_MOUNTS, LOG_MOUNT, MINI, RUN_SCRIPT, ImplementationError, capture
+from mlrepro.runs.launch_spec import LaunchSpec
 
 
 def staged_run_folder(b: BenchmarkPlan, staged: Path) -> Path:
@@ -37,18 +36,18 @@ def _checked_env(b: BenchmarkPlan, config: Path) -> dict[str, str]:
     return env
 
 
-def launch_spec(b: BenchmarkPlan, staged: Path, data_dir: Path, *, threads: int, device: str) -> dict[str, Any]:
+def launch_spec(b: BenchmarkPlan, staged: Path, data_dir: Path, *, threads: int, device: str) -> LaunchSpec:
     """The launch file mlrepro.runs.driver reads, for the staged copy of the package's implementation."""
     run_folder = staged_run_folder(b, staged)
     env = _checked_env(b, run_folder / b.config_file)
     if b.kind == MINI:  # its training code is the package's: the staged copy comes first on the path
         env["PYTHONPATH"] = str(staged)
-    return {"benchmark": b.name, "kind": b.kind, "name": Path(b.implementation).name, "folder": str(run_folder),
-            "config_file": b.config_file, "script_in_container": f"./{RUN_SCRIPT}", "env": env, "params": b.params,
-            "data_dir": str(data_dir), "data_mount": DATA_MOUNTS.get(b.name, "/data"), "log_mount": LOG_MOUNT,
-            "gpus": b.gpus, "threads": threads, "nodes": b.nodes, "tasks_per_node": 1, "device": device,
-            "drop_caches": False, "submission": b.submission}
+    return LaunchSpec(benchmark=b.name, kind=b.kind, name=Path(b.implementation).name, folder=str(run_folder),
+                      config_file=b.config_file, script_in_container=f"./{RUN_SCRIPT}", env=env, params=b.params,
+                      data_dir=str(data_dir), data_mount=DATA_MOUNTS.get(b.name, "/data"), log_mount=LOG_MOUNT,
+                      gpus=b.gpus, threads=threads, nodes=b.nodes, tasks_per_node=1, device=device,
+                      drop_caches=False, submission=b.submission)
 
 
 def write_launch(b: BenchmarkPlan, staged: Path, data_dir: Path, out: Path, *, threads: int, device: str) -> None:
-    atomic.write_json(out, launch_spec(b, staged.resolve(), data_dir.resolve(), threads=threads, device=device))
+    launch_spec(b, staged.resolve(), data_dir.resolve(), threads=threads, device=device).write(out)

@@ -22,6 +22,7 @@ from mlrepro.core.mllog_reader import mllog_lines, run_summary
 from mlrepro.engines import Engine, Mount, engine_for, get_engine
 from mlrepro.runs import ledger
 from mlrepro.runs.accelerators import claim
+from mlrepro.runs.launch_spec import LaunchSpec, LaunchSpecError
 from mlrepro.slurm import containers
 from mlrepro.slurm import launch as launcher
 from mlrepro.slurm.jobs import SLURM_RECORD, this_job
@@ -144,7 +145,7 @@ def collect(launch: dict[str, Any], run_dir: Path, log: Path, code: int) -> dict
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m mlrepro.runs.driver", description=__doc__)
-    p.add_argument("--launch", type=Path, required=True, help="JSON written by the run rule (rules/runs.smk)")
+    p.add_argument("--launch", type=Path, required=True, help="a LaunchSpec (mlrepro/runs/launch_spec.py)")
     p.add_argument("--seed", type=int, required=True)
     p.add_argument("--run-dir", type=Path, required=True)
     p.add_argument("--engine", default="native", help="without an image record: native")
@@ -156,7 +157,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--telemetry-hz", type=float, default=0.0, help="0 disables the sampler")
     args = p.parse_args(argv)
 
-    launch = {**json.loads(args.launch.read_text()), "seed": args.seed}
+    try:  # typed: a misspelt or missing key is named before anything starts
+        launch = {**LaunchSpec.read(args.launch).to_dict(), "seed": args.seed}
+    except (OSError, LaunchSpecError) as e:
+        sys.exit(f"error: launch file {args.launch}: {e}")
     run_dir: Path = args.run_dir.resolve()
     with ledger.recorded(run_dir, benchmark=launch["benchmark"], seed=args.seed):  # every launch, on record
         _drive(args, launch, run_dir)

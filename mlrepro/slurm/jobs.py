@@ -16,6 +16,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from mlrepro.core.outputs import Outputs
+
 SLURM_RECORD = "slurm_job.json"  # in a run's folder: the Slurm job of its latest attempt
 
 
@@ -128,7 +130,7 @@ def run_states(outdir: Path, workdir: Path | None = None) -> list[dict[str, Any]
                 runs[key] = {"job_id": job_id, "node_list": ""}
     except (OSError, subprocess.TimeoutExpired):
         pass  # no sacct: the runs' own records
-    records = [{"benchmark": b, "run": i, **job, "finished": (outdir / "runs" / b / i / "run.json").is_file()}
+    records = [{"benchmark": b, "run": i, **job, "finished": Outputs(outdir).summary(b, i).is_file()}
                for (b, i), job in sorted(runs.items())]
     slurm_states(records)
     return records

@@ -1,0 +1,126 @@
+"""Every path the training pipeline writes under its output folder, spelled once.
+
+The rules (through mlrepro/planning.py) and the Python stages that read another stage's files take their
+paths from here. A benchmark or run given as ``"{benchmark}"``/``"{run}"`` yields the rule's pattern.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+Index = int | str  # a run's index, or the "{run}" wildcard
+
+
+@dataclass(frozen=True)
+class Outputs:
+    root: Path
+
+    # --- pipeline records
+    @property
+    def info(self) -> Path:
+        return self.root / "pipeline_info"
+
+    def log(self, name: str) -> Path:
+        """A job's log (its stdout and stderr)."""
+        return self.info / "logs" / f"{name}.log"
+
+    def bench(self, name: str) -> Path:
+        """A job's Snakemake benchmark file (wall time, max RSS)."""
+        return self.info / "benchmarks" / f"{name}.tsv"
+
+    def spec(self, name: str) -> Path:
+        """A stage's spec: what a job is asked to do, as a declared input file (rules/common.smk ``spec``)."""
+        return self.info / "specs" / f"{name}.json"
+
+    @property
+    def environment(self) -> Path:
+        return self.info / "environment.json"
+
+    # --- data
+    def generated_data(self, benchmark: str) -> Path:
+        return self.root / "data" / benchmark
+
+    def generated_receipt(self, benchmark: str) -> Path:
+        """Each generated file's stamp (size, mtime_ns, inode) when it was hashed."""
+        return self.generated_data(benchmark) / ".receipt.json"
+
+    @property
+    def receipts(self) -> Path:
+        return self.root / "data_receipts"
+
+    def receipt(self, benchmark: str, step: str) -> Path:
+        """A recipe step's (or an adopted folder's) receipt: ``download``, ``verify``, ..., ``path``."""
+        return self.receipts / benchmark / f"{step}.json"
+
+    @property
+    def default_data_root(self) -> Path:
+        return self.root / "datasets"
+
+    # --- runs
+    def launch(self, benchmark: str) -> Path:
+        return self.root / "runs" / benchmark / "launch.json"
+
+    def run_dir(self, benchmark: str, run: Index) -> Path:
+        return self.root / "runs" / benchmark / str(run)
+
+    def result(self, benchmark: str, run: Index) -> Path:
+        return self.run_dir(benchmark, run) / "result.txt"
+
+    def summary(self, benchmark: str, run: Index) -> Path:
+        return self.run_dir(benchmark, run) / "run.json"
+
+    @property
+    def gpu_locks(self) -> Path:
+        return self.root / ".gpu_locks"
+
+    # --- gate, package, score, report
+    def verdict(self, benchmark: str, run: Index) -> Path:
+        """The compliance checker's verdict on one result."""
+        return self.root / "compliance" / benchmark / f"{run}.json"
+
+    @property
+    def submission(self) -> Path:
+        return self.root / "submission"
+
+    @property
+    def package_verdict(self) -> Path:
+        return self.root / "package_check.json"
+
+    @property
+    def scores(self) -> Path:
+        return self.root / "scores.json"
+
+    @property
+    def report(self) -> Path:
+        return self.root / "report.html"
+
+    # --- containers
+    def image_record(self, image: str) -> Path:
+        return self.root / "containers" / f"{image}.json"
+
+    def image_log(self, image: str) -> Path:
+        return self.root / "containers" / f"{image}.build.log"
+
+    @property
+    def default_images_lock(self) -> Path:
+        return self.root / "containers" / "images.lock.json"
+
+    @property
+    def image_bundle(self) -> Path:
+        return self.root / "images" / "bundle.json"
+
+    # --- inference
+    @property
+    def inference(self) -> Path:
+        return self.root / "inference"
+
+    def user_conf(self, benchmark: str) -> Path:
+        return self.inference / "conf" / f"{benchmark}.user.conf"
+
+    def inference_run(self, benchmark: str, scenario: str, mode: str) -> Path:
+        return self.inference / "runs" / benchmark / scenario / mode
+
+    @property
+    def inference_report(self) -> Path:
+        return self.inference / "report.html"

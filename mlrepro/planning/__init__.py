@@ -1,0 +1,32 @@
+"""The training pipeline's one planning step (called once, from the Snakefile).
+
+``start`` reads the config into a :class:`~mlrepro.planning.plan.Plan` (paths, specs, launch specs: nothing is
+read but the config and the implementation folders) and returns the :class:`Preparation` that the entry rules
+run while the DAG is built (mlrepro/planning/prepare.py: checks always, acts only in a real run).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from mlrepro.core import config as mlconfig
+from mlrepro.core import smk
+from mlrepro.datasets import recipe as data_recipe
+from mlrepro.planning import inputs, jobs
+from mlrepro.planning.plan import Plan
+from mlrepro.planning.prepare import PlanningError, Preparation
+
+__all__ = ["Plan", "PlanningError", "Preparation", "inputs", "jobs", "start"]
+
+
+def start(workflow: Any, config: dict[str, Any]) -> tuple[Plan, Preparation]:
+    """The plan of this config, and its preparation; a bad config raises PlanningError naming the key."""
+    try:
+        # benchmarks.<bm>.data: generated (the generator's block), recipe, {recipe: FILE} or {path: DIR}
+        raw, choices = data_recipe.split_choices(config)
+        full, benchmarks = mlconfig.load(raw, source="config/config.yaml and --config", base_dir=Path.cwd())
+    except (mlconfig.ConfigError, data_recipe.RecipeError) as error:
+        raise PlanningError(str(error)) from None
+    plan = Plan(full, benchmarks, choices, Path(workflow.basedir), smk.python_command())
+    return plan, Preparation(plan, workflow)

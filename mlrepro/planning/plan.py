@@ -1,0 +1,304 @@
+"""The training pipeline's plan: what the rule files ask of the config, built once and read-only.
+
+The Snakefile builds one :class:`Plan` (``mlrepro.planning.start``) and every rule file reads it as ``PLAN``:
+output paths (``PLAN.out``, mlrepro/core/outputs.py), the benchmarks in seed-document order, each dataset's
+folder, each stage's spec (the JSON a job is asked to act on, written to a declared file by the ``spec``
+rule) and each benchmark's launch spec. Building it reads the config and the implementation folders only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any, TypeVar
+
+from mlrepro.containers.context import context_digest, context_files, folder_files
+from mlrepro.core import rulesets
+from mlrepro.core.config import Benchmark, config_hash, run_seed, submittable, system_name
+from mlrepro.core.outputs import Outputs
+from mlrepro.datasets import recipe as data_recipe
+from mlrepro.datasets.manifest import MANIFEST
+from mlrepro.runs.accelerators import machine_gpus
+from mlrepro.runs.implementation import describe as describe_implementation
+from mlrepro.runs.launch_spec import LaunchSpec
+from mlrepro.slurm.resources import JobShape, shape_for, shape_from_config_sh
+from mlrepro.training.workload import workflow_dir
+
+RECIPE_STEPS = ("verify", "extract", "prepare", "path")
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Plan:
+    config: dict[str, Any]
+    benchmarks: dict[str, Benchmark]
+    data_choices: dict[str, data_recipe.Choice]
+    repo: Path  # the workflow's folder (the Snakefile's)
+    python: str  # the interpreter command the rules' shell commands start (mlrepro.core.smk.python_command)
+    out: Outputs = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "out", Outputs(Path(self.config["outdir"])))
+
+    # --- the config, as the stages name it
+    @cached_property
+    def system(self) -> str:
+        return system_name(self.config["system"])
+
+    @cached_property
+    def submittable(self) -> bool:
+        return submittable(self.benchmarks)
+
+    @cached_property
+    def config_hash(self) -> str:
+        return config_hash(self.config)
+
+    @cached_property
+    def ordered_benchmarks(self) -> list[str]:
+        """The benchmarks in the seed document's order."""
+        order = {b: i for i, b in enumerate(rulesets.SEED_ORDER)}
+        return sorted(self.benchmarks, key=lambda b: order.get(b, len(order)))
+
+    @cached_property
+    def mini_benchmarks(self) -> list[str]:
+        return [b for b in self.ordered_benchmarks if self.benchmarks[b].mini]
+
+    def run_indices(self, benchmark: str) -> range:
+        return range(self.benchmarks[benchmark].runs)
+
+    def all_runs(self, path: Callable[[str, int], T]) -> list[T]:
+        """``path(benchmark, run)`` (a path, or any value) for every run of the config, in seed-document order."""
+        return [path(b, i) for b in self.ordered_benchmarks for i in self.run_indices(b)]
+
+    @cached_property
+    def images(self) -> list[str]:
+        return sorted({b.image for b in self.benchmarks.values()})
+
+    @property
+    def native(self) -> bool:
+        return self.config["engine"] == "native"
+
+    @cached_property
+    def image_records(self) -> list[Path]:
+        """Every image's build record; none for native runs."""
+        return [] if self.native else [self.out.image_record(i) for i in self.images]
+
+    def image_record(self, benchmark: str) -> list[Path]:
+        """The build record of the image a benchmark runs in; none for native runs."""
+        return [] if self.native else [self.out.image_record(self.benchmarks[benchmark].image)]
+
+    @cached_property
+    def images_lock(self) -> Path:
+        # the lock sits with the outputs unless the config names one (e.g. a committed images.lock.json)
+        return Path(self.config.get("images_lock") or self.out.default_images_lock)
+
+    def image_folder(self, image: str) -> Path | None:
+        """An implementation folder's image is built from its own Dockerfile with the folder as context;
+        ours (None) from containers/<image>/ with this repository as context."""
+        return next((b.implementation.folder for b in self.benchmarks.values() if not b.mini and b.image == image),
+                    None)
+
+    def container_inputs(self, image: str) -> list[Path]:
+        """Build mode: the files the image is built from (a changed Dockerfile or source rebuilds it).
+        Locked mode: the lock file only (nothing is built)."""
+        if self.config["images"] == "locked":
+            return [self.images_lock]
+        if folder := self.image_folder(image):
+            return [folder / p for p in folder_files(folder)]
+        return [self.repo / p for p in context_files(image, self.repo)]
+
+    def build_context_digest(self, image: str) -> str:
+        """The content of the build context, so that an edit rebuilds even where time stamps do not tell."""
+        if self.config["images"] == "locked":
+            return ""
+        if folder := self.image_folder(image):
+            return context_digest(image, folder, folder_files(folder))
+        return context_digest(image, self.repo)
+
+    @cached_property
+    def engine_socket(self) -> str | None:
+        return self.config.get("engine_socket") or None
+
+    def engine_options(self, image_records: list[Any]) -> list[str]:
+        """The options that point a stage at its engine: for container engines the image's build record,
+        which names the image, the engine and its socket (one source: the record the image was built for).
+        An argument list: the rules quote each element ({params.engine:q})."""
+        if not image_records:
+            return ["--engine", "native"]
+        options = ["--image-record", str(image_records[0])]
+        if self.config["images"] == "locked":
+            options.append("--locked")
+        return options
+
+    @cached_property
+    def telemetry_hz(self) -> float:
+        telemetry = self.config["telemetry"]
+        return telemetry["hz"] if telemetry["enabled"] else 0
+
+    # --- datasets
+    def data_choice(self, benchmark: str) -> data_recipe.Choice:
+        return self.data_choices.get(benchmark, data_recipe.Choice("generated"))
+
+    @cached_property
+    def data_root(self) -> Path:
+        return Path(self.config["data_root"]) if self.config["data_root"] else self.out.default_data_root
+
+    def recipe_file(self, benchmark: str) -> Path:
+        choice = self.data_choice(benchmark)
+        return choice.path if choice.path else workflow_dir(benchmark) / data_recipe.RECIPE
+
+    def dataset_dir(self, benchmark: str) -> Path:
+        """The folder the benchmark's runs read (mounted read-only into containers)."""
+        choice = self.data_choice(benchmark)
+        if choice.kind == "recipe":
+            return self.data_root / benchmark / "prepared"
+        if choice.kind == "path" and choice.path is not None:
+            return choice.path
+        return self.out.generated_data(benchmark)
+
+    def generated_manifest(self, benchmark: str) -> Path:
+        return self.out.generated_data(benchmark) / MANIFEST
+
+    def dataset_ready(self, benchmark: str) -> Path:
+        """The file that exists once the benchmark's dataset is ready (the runs' input)."""
+        kind = self.data_choice(benchmark).kind
+        if kind == "recipe":
+            return self.out.receipt(benchmark, "prepare")
+        if kind == "path":
+            return self.out.receipt(benchmark, "path")
+        return self.generated_manifest(benchmark)
+
+    def prepare_image(self, benchmark: str) -> list[Path]:
+        """With a container engine, a recipe whose implementation brings prepare scripts runs them in its image."""
+        recipe = data_recipe.load(benchmark, self.recipe_file(benchmark))
+        if self.native or not recipe.prepare.get("image"):
+            return []
+        return self.image_record(benchmark)
+
+    def dataset_receipts(self, benchmark: str) -> list[Path]:
+        if self.data_choice(benchmark).kind == "generated":
+            return [self.out.generated_receipt(benchmark)]
+        return [self.out.receipt(benchmark, step) for step in RECIPE_STEPS]
+
+    # --- runs
+    @cached_property
+    def machine_gpus(self) -> int:
+        """The GPUs runs share out; the default profile passes the same count as --resources gpus."""
+        return machine_gpus() if self.config["gpus"] == "auto" else int(self.config["gpus"])
+
+    @cached_property
+    def run_device(self) -> str:
+        device = self.config["device"]
+        if device == "auto":
+            return "cuda" if self.machine_gpus else "cpu"
+        return "cuda" if device.startswith("cuda") else "cpu"
+
+    def run_gpus(self, benchmark: str) -> int:
+        """Accelerators a run holds: nodes x GPUs per node of its config; ours one when it trains on a GPU."""
+        b = self.benchmarks[benchmark]
+        if b.implementation.gpus == 0 and b.mini and self.run_device == "cuda":
+            return 1
+        return b.implementation.gpus
+
+    def run_shape(self, benchmark: str) -> JobShape:
+        """Nodes, processes per node, GPUs and walltime of a run: job_shapes.<benchmark> in the config, else
+        the implementation's config file (DGXNNODES, DGXNGPU, WALLTIME)."""
+        if benchmark in self.config["job_shapes"]:
+            return shape_for(self.config, benchmark)
+        return shape_from_config_sh(self.benchmarks[benchmark].implementation.env)
+
+    def run_seed(self, benchmark: str, run: int) -> int:
+        return run_seed(self.config["seed"], benchmark, run)
+
+    def launch_digest(self, benchmark: str) -> str:
+        """What a run computes from: captured config, hyperparameters, every file it executes
+        (Implementation.digest, mlrepro/runs/executed_code.py). Not runs, image name, implementation path
+        or mounts (pipeline keys: changing them keeps finished runs)."""
+        b = self.benchmarks[benchmark]
+        spec = {"env": b.implementation.env, "params": b.params, "files": b.implementation.digest()}
+        return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
+
+    @cached_property
+    def submission(self) -> dict[str, Any]:
+        return {"org": self.config["org"], "platform": self.system, "division": self.config["division"],
+                "status": self.config["status"]}
+
+    def launch_spec(self, benchmark: str) -> LaunchSpec:
+        """How every run of a benchmark is launched, pipeline keys included (the launch rule writes it)."""
+        b = self.benchmarks[benchmark]
+        impl = b.implementation
+        data_dir = Path(self.dataset_dir(benchmark)).resolve() if b.mini else b.data_dir
+        shaped = benchmark in self.config["job_shapes"]
+        return LaunchSpec(
+            benchmark=benchmark, kind=impl.kind, name=impl.name, folder=str(impl.folder),
+            config_file=impl.config_file.name, script_in_container=impl.script_in_container(), env=impl.env,
+            params=b.params, data_dir=str(data_dir), data_mount=impl.data_mount, log_mount=impl.log_mount,
+            gpus=self.run_gpus(benchmark), threads=self.config["threads_per_run"],
+            # processes the driver starts per node (srun/torchrun): those of job_shapes; a config file's
+            # run_and_time.sh starts its own per GPU, as run_with_docker.sh runs it once per node
+            nodes=self.run_shape(benchmark).nodes,
+            tasks_per_node=self.run_shape(benchmark).tasks_per_node if shaped else 1,
+            device=self.config["device"], drop_caches=self.config["drop_caches"], submission=self.submission)
+
+    # --- inference (opt-in: inference.benchmarks)
+    @cached_property
+    def inference_benchmarks(self) -> list[str]:
+        """Served: our own models only (a vendor implementation's checkpoint is not ours to load)."""
+        return [b for b in self.config["inference"]["benchmarks"] if b in self.benchmarks and self.benchmarks[b].mini]
+
+    @cached_property
+    def inference_targets(self) -> list[Path]:
+        return [self.out.inference_report] if self.inference_benchmarks else []
+
+    # --- specs: what each job acts on, as a file it declares (the ``spec`` rule writes them)
+    @cached_property
+    def specs(self) -> dict[str, str]:
+        """Each spec's JSON text by name; a changed text rewrites its file, which re-runs its consumers."""
+        specs: dict[str, Any] = {"environment": self._environment_spec(), "package": self._package_spec(),
+                                 "report": self._report_spec()}
+        for b in self.mini_benchmarks:
+            specs[f"data-{b}"] = self.benchmarks[b].data_params
+        for b in self.inference_benchmarks:
+            specs[f"inference-{b}"] = self.benchmarks[b].params
+        return {name: json.dumps(spec, sort_keys=True, indent=1, default=str) + "\n" for name, spec in specs.items()}
+
+    @property
+    def spec_pattern(self) -> str:
+        """The ``spec`` wildcard's constraint: exactly the plan's spec names."""
+        return "|".join(re.escape(name) for name in sorted(self.specs)) or "none"
+
+    def _environment_spec(self) -> dict[str, Any]:
+        c = self.config
+        return {"org": c["org"], "system": c["system"], "division": c["division"], "status": c["status"],
+                "threads": c["threads_per_run"], "device": c["device"]}
+
+    def _package_spec(self) -> dict[str, Any]:
+        c = self.config
+        return {
+            "org": c["org"], "system": self.system, "usage": c["usage"], "ruleset": c["ruleset"],
+            "submittable": self.submittable,
+            "runs": {b: [str(self.out.result(b, i)) for i in self.run_indices(b)] for b in self.ordered_benchmarks},
+            "implementations": {b: {
+                "kind": spec.implementation.kind, "name": spec.implementation.name,
+                "folder": str(spec.implementation.folder), "image": spec.image,
+                "config_file": spec.implementation.config_file.name,
+                "image_record": None if self.native else str(self.out.image_record(spec.image)),
+            } for b, spec in self.benchmarks.items()},
+            "provenance": {"outdir": str(self.out.root), "config": c, "config_hash": self.config_hash,
+                           "data_manifests": {b: str(self.dataset_dir(b) / MANIFEST) for b in self.benchmarks
+                                              if self.benchmarks[b].mini}},
+        }
+
+    def _report_spec(self) -> dict[str, Any]:
+        return {"system": self.system, "config": self.config, "config_hash": self.config_hash,
+                "submittable": self.submittable,
+                "benchmarks": {b: {"params": self.benchmarks[b].params, "runs": self.benchmarks[b].runs,
+                                   "required_runs": self.benchmarks[b].required_runs,
+                                   "implementation": describe_implementation(self.benchmarks[b].implementation)}
+                               for b in self.ordered_benchmarks}}
+

@@ -1,0 +1,80 @@
+"""How every run of a benchmark is launched: the file ``mlrepro.runs.driver --launch`` reads.
+
+One type for its three writers (the pipeline's ``launch`` rule, the reproduce stage, the tests), so that a
+field cannot be spelled differently in one of them. What a run computes from (config, hyperparameters,
+implementation files) is also in the run rule's ``computes`` digest; the other fields are pipeline keys
+(folders, mounts, threads) that may change without making a finished run stale.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mlrepro.core import atomic
+
+
+class LaunchSpecError(ValueError):
+    """A launch file that is not a launch spec (names the file and the key)."""
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    benchmark: str
+    kind: str  # "mini" (ours) or a vendor implementation's kind
+    name: str
+    folder: str  # the folder whose run_and_time.sh runs
+    config_file: str
+    env: dict[str, str]
+    params: dict[str, Any]
+    data_dir: str
+    submission: dict[str, Any]
+    gpus: int = 0
+    threads: int = 1
+    nodes: int = 1
+    tasks_per_node: int = 1
+    device: str = "cpu"
+    drop_caches: bool = False
+    # container engines only: where the run script, the data and the logs are inside the image
+    script_in_container: str | None = None
+    data_mount: str | None = None
+    log_mount: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True, indent=1) + "\n"
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], source: str = "launch spec") -> LaunchSpec:
+        if not isinstance(data, dict):
+            raise LaunchSpecError(f"{source}: not a JSON object")
+        known = {f.name for f in dataclasses.fields(cls)}
+        if unknown := sorted(data.keys() - known):
+            raise LaunchSpecError(f"{source}: unknown keys {', '.join(unknown)} (known: {', '.join(sorted(known))})")
+        required = {f.name for f in dataclasses.fields(cls) if f.default is dataclasses.MISSING}
+        if missing := sorted(required - data.keys()):
+            raise LaunchSpecError(f"{source}: missing keys {', '.join(missing)}")
+        return cls(**data)
+
+    @classmethod
+    def from_json(cls, text: str, source: str = "launch spec") -> LaunchSpec:
+        try:
+            data = json.loads(text)
+        except ValueError as e:
+            raise LaunchSpecError(f"{source}: not JSON ({e})") from None
+        return cls.from_dict(data, source)
+
+    def write(self, path: Path) -> None:
+        """Write atomically; an unchanged file keeps its bytes and time stamp."""
+        text = self.to_json()
+        if not (path.is_file() and path.read_text(encoding="utf-8") == text):
+            atomic.write_text(path, text)
+
+    @classmethod
+    def read(cls, path: Path) -> LaunchSpec:
+        return cls.from_json(Path(path).read_text(encoding="utf-8"), str(path))
