@@ -241,7 +241,7 @@ def test_a_stated_value_wins_and_a_run_still_invalid_fails_with_one_line(trained
     assert proc.returncode != 0 and not (tmp_path / "invalid").exists()
     line = proc.stderr.strip().splitlines()[-1]
     assert line.startswith("error: resnet50 Offline: LoadGen says INVALID (not satisfied: Min duration)"), line
-    assert "set a resnet50.Offline.target_qps above 1 queries/s" in line and "inference.user_conf" in line
+    assert "state a resnet50.Offline.target_qps above 1 queries/s" in line and "inference.user_conf" in line
 
 
 def test_summary_metric_is_the_leading_line() -> None:
