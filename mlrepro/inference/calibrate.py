@@ -41,7 +41,7 @@ SAMPLE_RANGE = (2 * BATCH, 20_000)  # samples per throughput measurement
 SIM_QUERIES = 4000  # Poisson arrivals per simulated Server rate
 SERVER_TRY_S = 1.0  # about this long per Server try, with at least 50 queries (its p99 is about its highest)
 SERVER_QUERIES = (50, 5000)
-SERVER_TRIES = 6  # halvings: down to 1/32 of the simulated rate
+SERVER_TRIES = 10  # halvings: down to 1/512 of the simulated rate (the simulation knows no per-query cost)
 # The user.conf key a scenario's statement has (LoadGen reads target_latency in ms, target_qps in queries/s).
 KEYS = {"SingleStream": "target_latency", "MultiStream": "target_latency", "Server": "target_qps",
         "Offline": "target_qps"}
@@ -208,11 +208,14 @@ def _server(predict: Predict, count: int, model: str, ts: Any, work_dir: Path) -
         d = _loadgen(predict, count, "Server", queries, work_dir / f"Server_{i}", server_qps=rate)
         latency = float(d[key]) / 1e9
         tries.append({"rate": rate, "queries": queries, "latency_ms": latency * 1e3})
+        print(f"{model} Server calibration: {rate:.4g} queries/s -> p{percentile * 100:g} {latency * 1e3:.3f} ms "
+              f"over {queries} queries (bound {bound * 1e3:g} ms)", flush=True)  # the run's log keeps every try
         if latency <= bound:
             measured["highest_rate_within_bound"] = rate
             return measured
         rate /= 2
-    tried = ", ".join(f"{t['rate']:.4g}" for t in tries) or "none, the simulated queue allows none"
+    tried = (", ".join(f"{t['rate']:.4g}/s: {t['latency_ms']:.1f} ms" for t in tries)
+             or "none, the simulated queue allows none")
     raise CalibrationError(
         f"{model} Server: no rate keeps the {percentile:.0%} latency within the bound of {bound * 1e3:g} ms (one "
         f"query alone: {one['p99_latency_ms']:.3f} ms at p99; rates tried: {tried}); state {model}.Server.target_qps "
