@@ -294,6 +294,25 @@ def test_report_shows_nvml_energy_per_sample_where_a_gpu_was_sampled(tmp_path: P
                                 "energy_j": 250.0}]
 
 
+def test_report_shows_the_settings_each_run_stated_and_what_was_measured(tmp_path: Path) -> None:
+    measured = {"Server": {"highest_rate_within_bound": 812.5, "percentile": 0.99, "bound_ms": 15.0,
+                           "simulated_rate": 1625.0, "tries": [{"rate": 1625.0}, {"rate": 812.5}]},
+                "Offline": {}}
+    for scenario, key, value, source in (("Server", "target_qps", 406.25, "calibrated"),
+                                         ("Offline", "target_qps", 5000.0, "my.user.conf")):
+        perf = tmp_path / "runs" / "resnet" / scenario / "performance"
+        perf.mkdir(parents=True)
+        (perf / "result.json").write_text(json.dumps({"benchmark": "resnet", "scenario": scenario, "calibration": {
+            "scenario": scenario, "key": key, "value": value, "unit": "queries/s", "source": source,
+            "measured": measured[scenario], "headroom": 2.0 if source == "calibrated" else 1.0, "seconds": 1.5}}))
+    table = report.build({"results": [], "package": str(tmp_path / "none")}, tmp_path / "runs")
+    assert [(c["scenario"], c["value"], c["source"]) for c in table["stated"]] == [
+        ("Server", 406.25, "calibrated"), ("Offline", 5000.0, "my.user.conf")]
+    assert table["stated"][0]["measured"] == ("812.5 queries/s keep p99 within 15 ms "
+                                              "(2 LoadGen tries from a simulated 1,625.0)")
+    assert table["stated"][1]["measured"] == "— (stated in the user.conf)"
+
+
 @pytest.mark.slow
 def test_dlrm_served_offline_auc_from_the_accuracy_log(tmp_path: Path) -> None:
     """The second served model: float32 click scores logged by LoadGen, ROC AUC read back from its log."""

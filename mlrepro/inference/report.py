@@ -83,6 +83,7 @@ def build(check: dict[str, Any], runs_dir: Path) -> dict[str, Any]:
             energy.append({"benchmark": rec["benchmark"], "scenario": rec["scenario"],
                            "joules_per_sample": rec["energy_per_sample_j"],
                            "energy_j": rec["telemetry"]["accelerator_energy_j"]})
+    stated.sort(key=lambda c: (c["benchmark"], SCENARIOS.index(c["scenario"])))
     return {"rows": rows, "plots": plots, "energy": energy, "stated": stated, "accelerators": n_acc}
 
 
