@@ -1,7 +1,8 @@
 """The inference report: the seed documents' table (benchmark x scenario: samples per second for
 Offline and Server, the early-stopping latency percentile for SingleStream and MultiStream, per
-accelerator where the system has accelerators), LoadGen's latency percentiles as plots, and NVML
-energy per sample where a GPU was sampled.
+accelerator where the system has accelerators), the LoadGen settings each performance run stated (measured
+on the machine, or from the user's user.conf), LoadGen's latency percentiles as plots, and NVML energy per
+sample where a GPU was sampled.
 """
 
 from __future__ import annotations
@@ -46,9 +47,23 @@ def latency_plot(stats: dict[str, str], title: str) -> Any:
     return line_chart({"latency": points}, title=title, x_label="percentile", y_label="latency (ms)")
 
 
+def measured_text(measured: dict[str, Any]) -> str:
+    """What a calibration measured, in a line (mlrepro/inference/calibrate.py names the fields)."""
+    if "highest_rate_within_bound" in measured:
+        return (f"{measured['highest_rate_within_bound']:,.1f} queries/s keep p{measured['percentile'] * 100:g} within "
+                f"{measured['bound_ms']:g} ms ({len(measured.get('tries', []))} LoadGen tries from a simulated "
+                f"{measured['simulated_rate']:,.1f})")
+    if "samples_per_second" in measured:
+        return f"{measured['samples_per_second']:,.1f} samples/s over {measured['samples']} samples"
+    if "mean_latency_ms" in measured:
+        return (f"mean {measured['mean_latency_ms']:.3f} ms, p90 {measured['p90_latency_ms']:.3f} ms over "
+                f"{measured['queries']} queries")
+    return "— (stated in the user.conf)"
+
+
 def build(check: dict[str, Any], runs_dir: Path) -> dict[str, Any]:
     rows: dict[str, dict[str, Any]] = {}
-    plots, energy = [], []
+    plots, energy, stated = [], [], []
     n_acc = 0
     for r in check["results"]:
         pkg_sys = Path(check.get("package", "")) / r["division"] / r["org"] / "systems" / f"{r['system']}.json"
@@ -59,11 +74,17 @@ def build(check: dict[str, Any], runs_dir: Path) -> dict[str, Any]:
         plots.append(latency_plot(r.get("stats", {}), f"{r['benchmark']} {r['scenario']}: LoadGen latency percentiles"))
     for perf in sorted(runs_dir.glob("*/*/performance/result.json")):
         rec = json.loads(perf.read_text())
+        if (cal := rec.get("calibration")) is not None:
+            stated.append({"benchmark": rec["benchmark"], "scenario": rec["scenario"], "key": cal["key"],
+                           "value": cal["value"], "unit": cal["unit"], "source": cal["source"],
+                           "headroom": cal["headroom"], "measured": measured_text(cal["measured"]),
+                           "seconds": cal["seconds"]})
         if rec.get("energy_per_sample_j") is not None:
             energy.append({"benchmark": rec["benchmark"], "scenario": rec["scenario"],
                            "joules_per_sample": rec["energy_per_sample_j"],
                            "energy_j": rec["telemetry"]["accelerator_energy_j"]})
-    return {"rows": rows, "plots": plots, "energy": energy, "accelerators": n_acc}
+    stated.sort(key=lambda c: (c["benchmark"], SCENARIOS.index(c["scenario"])))
+    return {"rows": rows, "plots": plots, "energy": energy, "stated": stated, "accelerators": n_acc}
 
 
 def table_csv(table: dict[str, Any]) -> str:

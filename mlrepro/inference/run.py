@@ -5,7 +5,9 @@ settings once per process: a second FromConfig is logged as an invalid config).
         --runs RUN_JSON... --data-dir D --params-file JSON_FILE --user-conf user.conf --out DIR
 
 The served weights are the checkpoint of the first converged run among ``--runs``, verified against
-the sha256 its run.json records. DIR receives LoadGen's own files and ``result.json``.
+the sha256 its run.json records. DIR receives LoadGen's own files and ``result.json``. A performance run
+first states the SUT's latency or QPS as measured here (mlrepro/inference/calibrate.py; its LoadGen logs
+in DIR/calibration/) and fails with one line when LoadGen still judges it INVALID.
 """
 
 from __future__ import annotations
@@ -13,19 +15,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import queue
+import shutil
 import sys
-import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from mlrepro.core import atomic
 from mlrepro.core.hashing import sha256_file
-from mlrepro.inference import settings, summary
+from mlrepro.inference import calibrate, settings, summary
+from mlrepro.inference.sut import start_test
 
 RESULT = "result.json"
 
@@ -53,53 +52,8 @@ def pick_checkpoint(run_records: list[Path]) -> dict[str, Any]:
                           + "; inference serves only converged runs")
 
 
-class QueueSUT:
-    """A long-lived worker answers queries from a queue (LoadGen's issue callback must not block, and a
-    thread per call crashes Offline runs, mlcommons/inference#1337). Offline's one huge query is cut into
-    batches of ``batch`` samples."""
-
-    def __init__(self, predict: Callable[[np.ndarray], np.ndarray], batch: int) -> None:
-        import mlperf_loadgen as lg
-
-        self.lg, self.predict, self.batch = lg, predict, batch
-        self.queue: queue.Queue[list[Any] | None] = queue.Queue()
-        self.worker = threading.Thread(target=self._work, daemon=True)
-        self.worker.start()
-        self.handle = lg.ConstructSUT(self.issue, self.flush)
-
-    def issue(self, samples: list[Any]) -> None:
-        for i in range(0, len(samples), self.batch):
-            self.queue.put(samples[i : i + self.batch])
-
-    def flush(self) -> None:
-        pass
-
-    def _work(self) -> None:
-        while (samples := self.queue.get()) is not None:
-            while len(samples) < self.batch:  # queries that queued up meanwhile go in the same batch (Server)
-                try:
-                    more = self.queue.get_nowait()
-                except queue.Empty:
-                    break
-                if more is None:
-                    self.queue.put(None)
-                    break
-                samples = samples + more
-            out = np.ascontiguousarray(self.predict(np.array([s.index for s in samples], dtype=np.int64)))
-            row = out.strides[0]
-            responses = [self.lg.QuerySampleResponse(s.id, out.ctypes.data + i * row, row)
-                         for i, s in enumerate(samples)]
-            self.lg.QuerySamplesComplete(responses)  # copies what it logs before returning
-
-    def close(self) -> None:
-        self.queue.put(None)
-        self.worker.join()
-        self.lg.DestroySUT(self.handle)
-
-
-def run_loadgen(predict: Callable[[np.ndarray], np.ndarray], count: int, model: str, scenario: str, mode: str,
-                user_conf: Path, out_dir: Path, batch: int = 64) -> None:
-    """LoadGen over a QSL of ``count`` in-memory samples; its logs land in ``out_dir`` (which must exist)."""
+def test_settings(user_conf: Path, model: str, scenario: str, mode: str) -> Any:
+    """LoadGen's settings for the timed run: its built-in mlperf.conf, then ``user_conf`` (once per process)."""
     import mlperf_loadgen as lg
 
     ts = lg.TestSettings()
@@ -108,17 +62,36 @@ def run_loadgen(predict: Callable[[np.ndarray], np.ndarray], count: int, model: 
         raise InferenceFailed(f"{user_conf}: LoadGen could not read it for {model}.{scenario} (code {code})")
     ts.scenario = getattr(lg.TestScenario, scenario)
     ts.mode = lg.TestMode.AccuracyOnly if mode == "accuracy" else lg.TestMode.PerformanceOnly
-    log = lg.LogSettings()
-    log.log_output.outdir = str(out_dir)
-    log.log_output.copy_summary_to_stdout = False
-    log.enable_trace = False
-    sut = QueueSUT(predict, batch)
-    qsl = lg.ConstructQSL(count, count, lambda idx: None, lambda idx: None)  # the samples live in memory
-    try:
-        lg.StartTestWithLogSettings(sut.handle, qsl, ts, log)
-    finally:
-        lg.DestroyQSL(qsl)
-        sut.close()
+    return ts
+
+
+def invalid_message(model: str, scenario: str, verdict: summary.Summary, detail: dict[str, Any],
+                    stated: calibrate.Calibration) -> str:
+    """One line for a performance run LoadGen judged INVALID: model, scenario, LoadGen's reason, what to set."""
+    unmet = [k for k, ok in verdict.constraints.items() if not ok]
+    reason = "; ".join(([f"not satisfied: {', '.join(k.removesuffix(' satisfied') for k in unmet)}"] if unmet else [])
+                       + detail["__errors__"]) or "Result is : INVALID"
+    key, value = f"{model}.{scenario}.{stated.key}", f"{stated.value:.6g} {stated.unit}"
+    ran_out = any("Ran out of generated queries" in e for e in detail["__errors__"])
+    if "Performance constraints satisfied" in unmet:
+        todo = f"a {key} below {value}"
+    elif ran_out or "Min duration satisfied" in unmet:
+        todo = f"a {key} {'above' if stated.key == 'target_qps' else 'below'} {value}"
+    else:  # too few queries for early stopping or the minimum count
+        todo = (f"a {model}.{scenario}.min_query_count above {detail.get('effective_min_query_count')}"
+                + (f" or a {key} below {value}" if scenario == "Server" else ""))
+    source = "calibrated" if stated.source == "calibrated" else f"from {stated.source}"
+    return (f"{model} {scenario}: LoadGen says INVALID ({reason[:300]}) with {stated.key} {value} ({source}); "
+            f"state {todo} in a user.conf given as inference.user_conf")
+
+
+def _latency_missed(summary_file: Path, percentile: float) -> tuple[bool, float | None]:
+    """Whether a Server run missed its latency bound (LoadGen's performance constraint), and the latency at the
+    bound's percentile (ms)."""
+    verdict = summary.read(summary_file)
+    missed = verdict.constraints.get("Performance constraints satisfied") is False
+    ns = verdict.stats.get(f"{percentile * 100:.2f} percentile latency (ns)")
+    return missed, (summary.number(ns) / 1e6 if ns else None)
 
 
 def accuracy_responses(path: Path) -> dict[int, bytes]:
@@ -166,23 +139,42 @@ def main(argv: list[str] | None = None) -> None:
     params = json.loads(args.params_file.read_text())
     served = serve.load(args.benchmark, args.data_dir, params, Path(checkpoint["path"]), device)
     model = settings.MODEL_NAMES[args.benchmark]
+    ts = test_settings(args.user_conf, model, args.scenario, args.mode)
     with atomic.atomic_dir(args.out) as tmp:
-        sampler = _telemetry_start(tmp, args.telemetry_hz) if args.mode == "performance" else None
-        start_ms = int(time.time() * 1000)
-        try:
-            run_loadgen(served.predict, served.count, model, args.scenario, args.mode, args.user_conf, tmp)
-        finally:
-            if sampler is not None:
-                sampler.stop()
-        stop_ms = int(time.time() * 1000)
+        stated = None
+        if args.mode == "performance":  # accuracy runs issue every sample once: nothing to state
+            stated = calibrate.calibrate(served.predict, served.count, model, args.scenario, args.user_conf, ts,
+                                         tmp / "calibration")
+            print(f"{model} {args.scenario}: {stated.key} = {stated.value:.6g} {stated.unit} ({stated.source}; "
+                  f"measured {json.dumps(stated.measured)})", flush=True)
+        while True:
+            shutil.rmtree(tmp / "telemetry", ignore_errors=True)  # a rerun's telemetry is its own
+            sampler = _telemetry_start(tmp, args.telemetry_hz) if args.mode == "performance" else None
+            start_ms = int(time.time() * 1000)
+            try:
+                start_test(served.predict, served.count, ts, tmp)
+            finally:
+                if sampler is not None:
+                    sampler.stop()
+            stop_ms = int(time.time() * 1000)
+            if stated is None or not stated.retry_server(
+                    *_latency_missed(tmp / "mlperf_log_summary.txt", ts.server_target_latency_percentile), ts):
+                break
+            print(f"{model} Server: the bound was missed at {stated.value * 2:.6g} queries/s over the timed run; "
+                  f"running it again at {stated.value:.6g}", flush=True)
         record: dict[str, Any] = {
             "benchmark": args.benchmark, "loadgen_model": model, "scenario": args.scenario, "mode": args.mode,
             "checkpoint": checkpoint, "shortened": args.shortened, "device": str(device),
             "wall_ms": stop_ms - start_ms, "samples": served.count,
         }
-        if args.mode == "performance":
-            record["summary"] = summary.read(tmp / "mlperf_log_summary.txt").as_dict()
         detail = summary.detail(tmp / "mlperf_log_detail.txt")
+        if stated is not None:
+            verdict = summary.read(tmp / "mlperf_log_summary.txt")
+            record["summary"] = verdict.as_dict()
+            record["calibration"] = stated.as_dict()
+            if not verdict.valid or detail["__errors__"]:
+                print((tmp / "mlperf_log_summary.txt").read_text(errors="replace"), flush=True)
+                raise InferenceFailed(invalid_message(model, args.scenario, verdict, detail, stated))
         record["detail_errors"] = detail["__errors__"]
         record["samples_issued"] = (int(detail.get("generated_query_count") or 0)
                                     * int(detail.get("generated_samples_per_query") or 0))
@@ -210,5 +202,5 @@ if __name__ == "__main__":
     warm.hand_over(warm.INFERENCE)  # exits there where this invocation's warm parent runs LoadGen
     try:
         main()
-    except (InferenceFailed, summary.SummaryError, ValueError) as e:
+    except (InferenceFailed, calibrate.CalibrationError, summary.SummaryError, ValueError) as e:
         sys.exit(f"error: {e}")

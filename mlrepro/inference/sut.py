@@ -1,0 +1,78 @@
+"""The system under test as LoadGen sees it: a long-lived worker answering queries from a queue, and one
+LoadGen test over an in-memory QSL. The timed run and its calibration runs (mlrepro/inference/calibrate.py)
+both go through here, so calibration measures the path the timed run takes."""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+Predict = Callable[[np.ndarray], np.ndarray]
+BATCH = 64  # samples per model call: Offline's one query is cut into batches, Server's queued queries joined
+
+
+class QueueSUT:
+    """A long-lived worker answers queries from a queue (LoadGen's issue callback must not block, and a
+    thread per call crashes Offline runs, mlcommons/inference#1337). Offline's one huge query is cut into
+    batches of ``batch`` samples."""
+
+    def __init__(self, predict: Predict, batch: int) -> None:
+        import mlperf_loadgen as lg
+
+        self.lg, self.predict, self.batch = lg, predict, batch
+        self.queue: queue.Queue[list[Any] | None] = queue.Queue()
+        self.worker = threading.Thread(target=self._work, daemon=True)
+        self.worker.start()
+        self.handle = lg.ConstructSUT(self.issue, self.flush)
+
+    def issue(self, samples: list[Any]) -> None:
+        for i in range(0, len(samples), self.batch):
+            self.queue.put(samples[i : i + self.batch])
+
+    def flush(self) -> None:
+        pass
+
+    def _work(self) -> None:
+        while (samples := self.queue.get()) is not None:
+            while len(samples) < self.batch:  # queries that queued up meanwhile go in the same batch (Server)
+                try:
+                    more = self.queue.get_nowait()
+                except queue.Empty:
+                    break
+                if more is None:
+                    self.queue.put(None)
+                    break
+                samples = samples + more
+            out = np.ascontiguousarray(self.predict(np.array([s.index for s in samples], dtype=np.int64)))
+            row = out.strides[0]
+            responses = [self.lg.QuerySampleResponse(s.id, out.ctypes.data + i * row, row)
+                         for i, s in enumerate(samples)]
+            self.lg.QuerySamplesComplete(responses)  # copies what it logs before returning
+
+    def close(self) -> None:
+        self.queue.put(None)
+        self.worker.join()
+        self.lg.DestroySUT(self.handle)
+
+
+def start_test(predict: Predict, count: int, test_settings: Any, out_dir: Path, batch: int = BATCH) -> None:
+    """One LoadGen test over a QSL of ``count`` in-memory samples; its logs land in ``out_dir`` (which must
+    exist). LoadGen may run several tests in one process; only FromConfig must be called once."""
+    import mlperf_loadgen as lg
+
+    log = lg.LogSettings()
+    log.log_output.outdir = str(out_dir)
+    log.log_output.copy_summary_to_stdout = False
+    log.enable_trace = False
+    sut = QueueSUT(predict, batch)
+    qsl = lg.ConstructQSL(count, count, lambda idx: None, lambda idx: None)  # the samples live in memory
+    try:
+        lg.StartTestWithLogSettings(sut.handle, qsl, test_settings, log)
+    finally:
+        lg.DestroyQSL(qsl)
+        sut.close()
