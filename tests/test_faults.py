@@ -50,6 +50,9 @@ def pipeline(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     while time.time() < deadline and not ((run0 / "run.json").exists() and run1.is_dir()):
         assert first.poll() is None, "the pipeline ended before the kill"
         time.sleep(0.3)
+    # Stopped, Snakemake and run 1's driver still hold the output folder's lock but cannot finish run 1 while
+    # the second invocation starts (seconds): without the stop, a fast machine finished run 1 before the kill.
+    os.killpg(first.pid, signal.SIGSTOP)
     second = snakemake(other, *args[2:], check=False, timeout=300)
     finished = _files(run0)
     os.killpg(first.pid, signal.SIGKILL)  # Snakemake and the run it is running
