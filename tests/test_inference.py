@@ -177,10 +177,12 @@ def _performance_ran(proc: subprocess.CompletedProcess[str], scenario: str) -> N
 
 def _changed_run(trained: dict[str, Path], kind: str, scenario: str, conf: Path, out: Path,
                  ) -> subprocess.CompletedProcess[str]:
+    params = out.with_name(f"{out.name}.params.json")
+    params.write_text(json.dumps(TINY))
     return subprocess.run(
         [sys.executable, "-c", CHANGED_SUT, kind, "--benchmark", "resnet", "--scenario", scenario,
          "--mode", "performance", "--runs", str(trained["run_json"]), "--data-dir", str(trained["data"]),
-         "--params", json.dumps(TINY), "--user-conf", str(conf), "--shortened", "--out", str(out)],
+         "--params-file", str(params), "--user-conf", str(conf), "--shortened", "--out", str(out)],
         cwd=REPO, env=ENV, capture_output=True, text=True, timeout=600)
 
 

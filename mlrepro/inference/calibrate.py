@@ -86,11 +86,11 @@ class Calibration:
     def retry_server(self, latency_missed: bool, percentile_ms: float | None, ts: Any) -> bool:
         """After a calibrated Server run that missed its latency bound: halve the rate (applied to ``ts``,
         recorded in ``measured``) and say whether to run again."""
-        reruns = self.measured.setdefault("timed_reruns", [])
+        reruns = self.measured.get("timed_reruns", [])
         if not (self.scenario == "Server" and self.source == "calibrated" and latency_missed
                 and len(reruns) < SERVER_TIMED_RETRIES):
             return False
-        reruns.append({"rate": self.value, "latency_ms": percentile_ms})
+        self.measured["timed_reruns"] = [*reruns, {"rate": self.value, "latency_ms": percentile_ms}]
         self.value /= 2
         self.apply(ts)
         return True
