@@ -72,7 +72,7 @@ rule audit_check:
     log:
         AUDIT_OUT / "logs" / "audit_check.log",
     shell:
-        "{params.python} {params.args:q} --jobs {threads} 2>&1 | tee {log:q}"
+        "{params.python:q} {params.args:q} --jobs {threads:q} 2>&1 | tee {log:q}"
 
 
 rule audit_summarize:
@@ -94,4 +94,4 @@ rule audit_summarize:
     log:
         AUDIT_OUT / "logs" / "audit_summarize.log",
     shell:
-        "{params.python} {params.args:q} {params.manifest:q} {params.result_ids:q} 2>&1 | tee {log:q}"
+        "{params.python:q} {params.args:q} {params.manifest:q} {params.result_ids:q} 2>&1 | tee {log:q}"

@@ -13,5 +13,5 @@ rule compliance:
     log:
         PLAN.out.log("compliance_{benchmark}_{run}"),
     shell:
-        "{params.python} -m mlrepro.gate.compliance {input.result:q} --run-json {input.summary:q} "
+        "{params.python:q} -m mlrepro.gate.compliance {input.result:q} --run-json {input.summary:q} "
         "--usage {params.usage:q} --ruleset {params.ruleset:q} --out {output:q} 2> {log:q} || (cat {log:q} >&2; exit 1)"

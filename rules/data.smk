@@ -22,7 +22,7 @@ rule data:
     benchmark:
         PLAN.out.bench("data_{benchmark}")
     shell:
-        "{params.python} -m mlrepro.datasets.generated --benchmark {wildcards.benchmark:q} --out {params.folder:q} "
+        "{params.python:q} -m mlrepro.datasets.generated --benchmark {wildcards.benchmark:q} --out {params.folder:q} "
         "--params-file {input.spec:q} --seed {params.seed:q} --receipt {params.receipt:q} > {log:q} 2>&1"
 
 
@@ -38,7 +38,7 @@ rule data_download:
     log:
         PLAN.out.log("data_download_{benchmark}"),
     shell:
-        "{params.python} -m mlrepro.datasets download --benchmark {wildcards.benchmark:q} --recipe {input.recipe:q} "
+        "{params.python:q} -m mlrepro.datasets download --benchmark {wildcards.benchmark:q} --recipe {input.recipe:q} "
         "--root {params.root:q} --receipt {output:q} > {log:q} 2>&1"
 
 
@@ -55,7 +55,7 @@ rule data_verify:
     log:
         PLAN.out.log("data_verify_{benchmark}"),
     shell:
-        "{params.python} -m mlrepro.datasets verify --benchmark {wildcards.benchmark:q} --recipe {input.recipe:q} "
+        "{params.python:q} -m mlrepro.datasets verify --benchmark {wildcards.benchmark:q} --recipe {input.recipe:q} "
         "--root {params.root:q} --receipt {output:q} > {log:q} 2>&1"
 
 
@@ -72,7 +72,7 @@ rule data_extract:
     log:
         PLAN.out.log("data_extract_{benchmark}"),
     shell:
-        "{params.python} -m mlrepro.datasets extract --benchmark {wildcards.benchmark:q} --recipe {input.recipe:q} "
+        "{params.python:q} -m mlrepro.datasets extract --benchmark {wildcards.benchmark:q} --recipe {input.recipe:q} "
         "--root {params.root:q} --receipt {output:q} > {log:q} 2>&1"
 
 
@@ -91,7 +91,7 @@ rule data_prepare:
     log:
         PLAN.out.log("data_prepare_{benchmark}"),
     shell:
-        "{params.python} -m mlrepro.datasets prepare --benchmark {wildcards.benchmark:q} --recipe {input.recipe:q} "
+        "{params.python:q} -m mlrepro.datasets prepare --benchmark {wildcards.benchmark:q} --recipe {input.recipe:q} "
         "--root {params.root:q} --receipt {output:q} {params.engine:q} > {log:q} 2>&1"
 
 
@@ -105,7 +105,7 @@ rule data_path:
     log:
         PLAN.out.log("data_path_{benchmark}"),
     shell:
-        "{params.python} -m mlrepro.datasets adopt --folder {params.folder:q} --receipt {output:q} > {log:q} 2>&1"
+        "{params.python:q} -m mlrepro.datasets adopt --folder {params.folder:q} --receipt {output:q} > {log:q} 2>&1"
 
 
 # Every configured dataset, ready: `snakemake datasets` prepares them without running anything else.
@@ -127,5 +127,5 @@ rule verify_data:
     threads: workflow.cores
     shell:
         # the verdict on the terminal too: on stdout when every file matches, on stderr when one does not
-        "{params.python} -m mlrepro.datasets verify-data {params.receipts:q} --jobs {threads} > {log:q} 2>&1 "
+        "{params.python:q} -m mlrepro.datasets verify-data {params.receipts:q} --jobs {threads:q} > {log:q} 2>&1 "
         "&& cat {log:q} || (cat {log:q} >&2; exit 1)"

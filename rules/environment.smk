@@ -13,5 +13,5 @@ rule environment:
     log:
         PLAN.out.log("environment"),
     shell:
-        "{params.python} -m mlrepro.environment.record {params.engine:q} --spec {input.spec:q} "
+        "{params.python:q} -m mlrepro.environment.record {params.engine:q} --spec {input.spec:q} "
         "--out {output:q} 2> {log:q}"

@@ -27,7 +27,7 @@ rule inference_conf:
     log:
         PLAN.out.log("inference_conf_{ibench}"),
     shell:
-        "{params.python} -m mlrepro.inference.settings --benchmark {wildcards.ibench:q} --samples {params.samples:q} "
+        "{params.python:q} -m mlrepro.inference.settings --benchmark {wildcards.ibench:q} --samples {params.samples:q} "
         "{params.shortened:q} {params.source:q} --out {output:q} 2> {log:q}"
 
 
@@ -52,10 +52,10 @@ rule inference_run:
     benchmark:
         PLAN.out.bench("inference_{ibench}_{scenario}_{mode}")
     shell:
-        "{params.python} -m mlrepro.inference.run --benchmark {wildcards.ibench:q} --scenario {wildcards.scenario:q} "
+        "{params.python:q} -m mlrepro.inference.run --benchmark {wildcards.ibench:q} --scenario {wildcards.scenario:q} "
         "--mode {wildcards.mode:q} --runs {input.runs:q} --data-dir {params.data:q} --params-file {input.spec:q} "
         "--user-conf {input.conf:q} {params.shortened:q} --out {output:q} --device {params.device:q} "
-        "--threads {threads} --telemetry-hz {params.hz:q} > {log:q} 2>&1"
+        "--threads {threads:q} --telemetry-hz {params.hz:q} > {log:q} 2>&1"
 
 
 rule inference_package:
@@ -79,7 +79,7 @@ rule inference_package:
     log:
         PLAN.out.log("inference_package"),
     shell:
-        "{params.python} -m mlrepro.inference.package --runs-dir {params.runs_dir:q} --user-conf {params.confs:q} "
+        "{params.python:q} -m mlrepro.inference.package --runs-dir {params.runs_dir:q} --user-conf {params.confs:q} "
         "--out {output:q} --org {params.org:q} --division {params.division:q} --status {params.status:q} "
         "--system {params.system:q} --device {params.device:q} --threads {params.threads:q} 2> {log:q}"
 
@@ -94,7 +94,7 @@ rule inference_check:
     log:
         PLAN.out.log("inference_check"),
     shell:
-        "{params.python} -m mlrepro.inference.check --package {input:q} --out {output:q} 2> {log:q}"
+        "{params.python:q} -m mlrepro.inference.check --package {input:q} --out {output:q} 2> {log:q}"
 
 
 rule inference_report:
@@ -111,5 +111,5 @@ rule inference_report:
     log:
         PLAN.out.log("inference_report"),
     shell:
-        "{params.python} -m mlrepro.inference.report --check {input.check:q} --runs-dir {params.runs_dir:q} "
+        "{params.python:q} -m mlrepro.inference.report --check {input.check:q} --runs-dir {params.runs_dir:q} "
         "--out {output.html:q} --csv {output.table:q} 2> {log:q}"

@@ -44,4 +44,4 @@ rule inference_audit:
     log:
         INF_AUDIT_OUT / "logs" / "inference_audit.log",
     shell:
-        "{params.python} -m mlrepro.inference.audit --root {params.root:q} --out {params.out:q} 2>&1 | tee {log:q}"
+        "{params.python:q} -m mlrepro.inference.audit --root {params.root:q} --out {params.out:q} 2>&1 | tee {log:q}"

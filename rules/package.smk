@@ -20,5 +20,5 @@ rule package:
     log:
         PLAN.out.log("package_checker"),
     shell:
-        "{params.python} -m mlrepro.package.assemble --spec {input.spec:q} --environment {input.environment:q} "
+        "{params.python:q} -m mlrepro.package.assemble --spec {input.spec:q} --environment {input.environment:q} "
         "--out {output.tree:q} --verdict {output.verdict:q} --log {log:q}"

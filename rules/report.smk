@@ -19,5 +19,5 @@ rule report:
     log:
         PLAN.out.log("report"),
     shell:
-        "{params.python} -m mlrepro.report.submission --outdir {params.outdir:q} --spec {input.spec:q} "
+        "{params.python:q} -m mlrepro.report.submission --outdir {params.outdir:q} --spec {input.spec:q} "
         "--out {output:q} 2> {log:q}"

@@ -134,7 +134,7 @@ rule reproduce_verify:
     log:
         RO / "logs" / "verify.log",
     shell:
-        "{PY} -m mlrepro.reproduce verify --package {params.package:q} {params.manifest:q} --out {output:q} "
+        "{PY:q} -m mlrepro.reproduce verify --package {params.package:q} {params.manifest:q} --out {output:q} "
         "2> {log:q} || (cat {log:q} >&2; exit 1)"
 
 
@@ -160,7 +160,7 @@ rule reproduce_stage:
     log:
         RO / "logs" / "stage_{benchmark}.log",
     shell:
-        "{PY} -m mlrepro.reproduce stage --plan {input.plan:q} --benchmark {wildcards.benchmark:q} --out {output:q} "
+        "{PY:q} -m mlrepro.reproduce stage --plan {input.plan:q} --benchmark {wildcards.benchmark:q} --out {output:q} "
         "2> {log:q} || (cat {log:q} >&2; exit 1)"
 
 
@@ -177,7 +177,7 @@ rule reproduce_data:
         RO / "logs" / "data_{benchmark}.log",
     shell:
         # the package's own data generator: its staged copy comes first on the path
-        "PYTHONPATH={input.stage:q} {PY} -m mlrepro.datasets.generated --benchmark {wildcards.benchmark:q} --out {params.folder:q} "
+        "PYTHONPATH={input.stage:q} {PY:q} -m mlrepro.datasets.generated --benchmark {wildcards.benchmark:q} --out {params.folder:q} "
         "--params {params.spec:q} --seed {params.seed:q} > {log:q} 2>&1"
 
 
@@ -195,7 +195,7 @@ rule reproduce_launch:
     log:
         RO / "logs" / "launch_{benchmark}.log",
     shell:
-        "{PY} -m mlrepro.reproduce launch --plan {input.plan:q} --benchmark {wildcards.benchmark:q} "
+        "{PY:q} -m mlrepro.reproduce launch --plan {input.plan:q} --benchmark {wildcards.benchmark:q} "
         "--staged {input.stage:q} --data-dir {params.data_dir:q} --threads {params.threads:q} "
         "--device {params.device:q} --out {output:q} 2> {log:q} || (cat {log:q} >&2; exit 1)"
 
@@ -220,7 +220,7 @@ rule reproduce_run:
         RO / "logs" / "run_{benchmark}_{run}.log",
     shell:
         # the pipeline's run driver, as in rules/runs.smk; the implementation is the package's staged copy
-        "{PY} -m mlrepro.runs.driver --launch {input.launch:q} --seed {params.seed:q} --run-dir {params.run_dir:q} "
+        "{PY:q} -m mlrepro.runs.driver --launch {input.launch:q} --seed {params.seed:q} --run-dir {params.run_dir:q} "
         "--engine native --gpu-locks {params.locks:q} --machine-gpus {MACHINE_GPUS} "
         "--telemetry-hz {params.hz:q} > {log:q} 2>&1"
 
@@ -236,7 +236,7 @@ rule reproduce_compliance:
     log:
         RO / "logs" / "compliance_{benchmark}_{run}.log",
     shell:
-        "{PY} -m mlrepro.gate.compliance {input:q} --usage {params.usage:q} --ruleset {params.ruleset:q} "
+        "{PY:q} -m mlrepro.gate.compliance {input:q} --usage {params.usage:q} --ruleset {params.ruleset:q} "
         "--out {output:q} 2> {log:q} || (cat {log:q} >&2; exit 1)"
 
 
@@ -257,7 +257,7 @@ rule reproduce_report:
     log:
         RO / "logs" / "report.log",
     shell:
-        "{PY} -m mlrepro.reproduce report --plan {input.plan:q} --package-check {input.check:q} "
+        "{PY:q} -m mlrepro.reproduce report --plan {input.plan:q} --package-check {input.check:q} "
         "--ruleset {params.ruleset:q} --reproduced {params.reproduced:q} "
         "--json {output.json:q} --html {output.html:q} "
         "2> {log:q}; status=$?; cat {log:q} >&2; exit $status"

@@ -36,6 +36,6 @@ rule run:
     benchmark:
         PLAN.out.bench("run_{benchmark}_{run}")
     shell:
-        "{params.python} -m mlrepro.runs.driver --launch {params.launch:q} --seed {params.seed:q} "
+        "{params.python:q} -m mlrepro.runs.driver --launch {params.launch:q} --seed {params.seed:q} "
         "--run-dir {params.run_dir:q} {params.engine:q} --gpu-locks {params.locks:q} "
         "--machine-gpus {params.machine_gpus} --telemetry-hz {params.hz:q} > {log:q} 2>&1"

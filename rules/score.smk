@@ -15,5 +15,5 @@ rule score:
     log:
         PLAN.out.log("score"),
     shell:
-        "{params.python} -m mlrepro.score --verify-hashes --results {params.results:q} --out {output:q} "
+        "{params.python:q} -m mlrepro.score --verify-hashes --results {params.results:q} --out {output:q} "
         "--ruleset {params.ruleset:q} --division {params.division:q} 2> {log:q}"

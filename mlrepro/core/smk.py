@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shlex
 import sys
 from typing import Any
 
@@ -13,11 +12,12 @@ def dry_run(workflow: Any) -> bool:
     return bool(workflow.dryrun or getattr(workflow.output_settings, "dryrun", False))
 
 
-def python_command() -> str:
+def python_command() -> list[str]:
     """The interpreter running Snakemake, as the rules' shell commands start it (a venv need not be
-    activated). ``-P``: the working folder is not put first on sys.path, so that a folder there named like
-    a package (an audited organisation called ``mlrepro``) never shadows the installed one."""
-    return shlex.join([sys.executable, "-P"])
+    activated): an argument list, quoted element by element where a rule renders it (``{x:q}``). ``-P``: the
+    working folder is not put first on sys.path, so that a folder there named like a package (an audited
+    organisation called ``mlrepro``) never shadows the installed one."""
+    return [sys.executable, "-P"]
 
 
 def executes_jobs(workflow: Any) -> bool:

@@ -39,7 +39,7 @@ class Plan:
     benchmarks: dict[str, Benchmark]
     data_choices: dict[str, data_recipe.Choice]
     repo: Path  # the workflow's folder (the Snakefile's)
-    python: str  # the interpreter command the rules' shell commands start (mlrepro.core.smk.python_command)
+    python: list[str]  # the interpreter command the rules' shell commands start (mlrepro.core.smk.python_command)
     out: Outputs = field(init=False)
 
     def __post_init__(self) -> None:
