@@ -337,14 +337,25 @@ def test_dlrm_served_offline_auc_from_the_accuracy_log(tmp_path: Path) -> None:
     assert acc["accuracy"]["value"] == pytest.approx(acc["accuracy"]["reference"], abs=1e-6)
 
 
-def test_a_calibrated_server_rate_is_halved_after_a_missed_bound_and_recorded() -> None:
-    ts = SimpleNamespace(server_target_qps=0.0)
+def test_a_calibrated_server_rerun_halves_the_rate_or_runs_the_queries_loadgen_names() -> None:
+    ts = SimpleNamespace(server_target_qps=0.0, min_query_count=662)
     stated = calibrate.Calibration("Server", "target_qps", 400.0, source="calibrated")
-    assert stated.retry_server(True, 31.5, ts) and ts.server_target_qps == 200.0
-    assert stated.measured["timed_reruns"] == [{"rate": 400.0, "latency_ms": 31.5}]
-    assert not stated.retry_server(False, 9.0, ts)  # within the bound: the run stands
-    while stated.retry_server(True, None, ts):
+    missed = {"result_perf_constraints_met": False, "early_stopping_met": False, "result_query_count": 662,
+              "result_overlatency_query_count": 40, "result_99.00_percentile_latency_ns": 31_500_000}
+    assert stated.retry_server(missed, 0.99, ts) and ts.server_target_qps == 200.0 and ts.min_query_count == 662
+    assert stated.measured["timed_reruns"] == [{"rate": 400.0, "latency_ms": 31.5, "queries": 662, "late_queries": 40,
+                                                "reason": "latency bound missed"}]
+    # within the bound, two queries late: early stopping asks for more queries, as LoadGen says
+    late = {"result_perf_constraints_met": True, "early_stopping_met": False, "result_query_count": 662,
+            "result_overlatency_query_count": 2, "early_stopping_result": (
+                " * Run unsuccessful.\n * Processed 662 queries.\n * Would need to run at least 645 more queries,")}
+    assert stated.retry_server(late, 0.99, ts) and ts.server_target_qps == 200.0 and ts.min_query_count == 1307
+    assert stated.measured["timed_reruns"][-1]["reason"] == "early stopping not met"
+    assert calibrate.more_queries({**late, "early_stopping_result": ""}) == 1324  # none named: twice the count
+    valid = {"result_perf_constraints_met": True, "early_stopping_met": True}
+    assert not stated.retry_server(valid, 0.99, ts)  # a valid run stands
+    while stated.retry_server(missed, 0.99, ts):
         pass
     assert len(stated.measured["timed_reruns"]) == calibrate.SERVER_TIMED_RETRIES
     given = calibrate.Calibration("Server", "target_qps", 400.0, source="my.user.conf")
-    assert not given.retry_server(True, 31.5, ts)  # a stated rate is the user's: never changed
+    assert not given.retry_server(missed, 0.99, ts)  # a stated rate is the user's: never changed

@@ -24,6 +24,7 @@ A value the user.conf states for the scenario (target_latency, target_qps) wins:
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -44,7 +45,10 @@ SERVER_QUERIES = (50, 5000)
 SERVER_TRIES = 10  # halvings: down to 1/512 of the simulated rate (the simulation knows no per-query cost)
 # A try lasts a second; a queue that grows slowly shows only in the longer timed run (seen on one pinned core:
 # a rate that passed its try missed the bound over the timed run). The timed run is then run again at half
-# the rate, this many times at most, each rerun recorded.
+# the rate. A run within the bound whose early-stopping estimate still fails (on a loaded machine a few of a
+# shortened run's queries come late: 662 queries allow one) is run again with the query count LoadGen names
+# ("Would need to run at least N more queries"), so that early stopping tolerates more late queries. Either
+# rerun this many times at most, each recorded.
 SERVER_TIMED_RETRIES = 3
 # The user.conf key a scenario's statement has (LoadGen reads target_latency in ms, target_qps in queries/s).
 KEYS = {"SingleStream": "target_latency", "MultiStream": "target_latency", "Server": "target_qps",
@@ -83,17 +87,37 @@ class Calibration:
     def as_dict(self) -> dict[str, Any]:
         return {**asdict(self), "unit": self.unit}
 
-    def retry_server(self, latency_missed: bool, percentile_ms: float | None, ts: Any) -> bool:
-        """After a calibrated Server run that missed its latency bound: halve the rate (applied to ``ts``,
-        recorded in ``measured``) and say whether to run again."""
+    def retry_server(self, detail: dict[str, Any], percentile: float, ts: Any) -> bool:
+        """After a calibrated Server timed run (``detail``: its detail log's records) that missed its latency
+        bound or its early-stopping estimate: change ``ts`` for a rerun (half the rate, or the query count
+        LoadGen names), record it in ``measured``, and say whether to run again."""
         reruns = self.measured.get("timed_reruns", [])
-        if not (self.scenario == "Server" and self.source == "calibrated" and latency_missed
-                and len(reruns) < SERVER_TIMED_RETRIES):
+        if self.scenario != "Server" or self.source != "calibrated" or len(reruns) >= SERVER_TIMED_RETRIES:
             return False
-        self.measured["timed_reruns"] = [*reruns, {"rate": self.value, "latency_ms": percentile_ms}]
-        self.value /= 2
-        self.apply(ts)
+        ns = detail.get(f"result_{percentile * 100:.2f}_percentile_latency_ns")
+        rerun: dict[str, Any] = {"rate": self.value, "latency_ms": float(ns) / 1e6 if ns is not None else None,
+                                 "queries": detail.get("result_query_count"),
+                                 "late_queries": detail.get("result_overlatency_query_count")}
+        if detail.get("result_perf_constraints_met") is False:
+            rerun["reason"] = "latency bound missed"
+            self.value /= 2
+            self.apply(ts)
+        elif detail.get("early_stopping_met") is False:
+            rerun["reason"] = "early stopping not met"
+            ts.min_query_count = more_queries(detail)
+            rerun["next_min_query_count"] = ts.min_query_count
+        else:
+            return False
+        self.measured["timed_reruns"] = [*reruns, rerun]
         return True
+
+
+def more_queries(detail: dict[str, Any]) -> int:
+    """The query count a Server run needs for early stopping as LoadGen's detail log names it after a run that
+    fell short ("Would need to run at least N more queries"), or twice the run's count where it names none."""
+    done = int(detail.get("result_query_count") or detail.get("effective_min_query_count") or 1)
+    said = re.search(r"at least (\d+) more queries", str(detail.get("early_stopping_result", "")))
+    return done + int(said.group(1)) if said else 2 * done
 
 
 def stated(conf_text: str, model: str, scenario: str, key: str) -> str | None:

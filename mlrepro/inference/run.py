@@ -85,15 +85,6 @@ def invalid_message(model: str, scenario: str, verdict: summary.Summary, detail:
             f"state {todo} in a user.conf given as inference.user_conf")
 
 
-def _latency_missed(summary_file: Path, percentile: float) -> tuple[bool, float | None]:
-    """Whether a Server run missed its latency bound (LoadGen's performance constraint), and the latency at the
-    bound's percentile (ms)."""
-    verdict = summary.read(summary_file)
-    missed = verdict.constraints.get("Performance constraints satisfied") is False
-    ns = verdict.stats.get(f"{percentile * 100:.2f} percentile latency (ns)")
-    return missed, (summary.number(ns) / 1e6 if ns else None)
-
-
 def accuracy_responses(path: Path) -> dict[int, bytes]:
     """LoadGen's accuracy log as qsl index -> bytes; a repeated index counts once, as the official scripts do."""
     responses: dict[int, bytes] = {}
@@ -157,11 +148,13 @@ def main(argv: list[str] | None = None) -> None:
                 if sampler is not None:
                     sampler.stop()
             stop_ms = int(time.time() * 1000)
-            if stated is None or not stated.retry_server(
-                    *_latency_missed(tmp / "mlperf_log_summary.txt", ts.server_target_latency_percentile), ts):
+            if stated is None or not stated.retry_server(summary.detail(tmp / "mlperf_log_detail.txt"),
+                                                         ts.server_target_latency_percentile, ts):
                 break
-            print(f"{model} Server: the bound was missed at {stated.value * 2:.6g} queries/s over the timed run; "
-                  f"running it again at {stated.value:.6g}", flush=True)
+            rerun = stated.measured["timed_reruns"][-1]
+            print(f"{model} Server: {rerun['reason']} at {rerun['rate']:.6g} queries/s ({rerun['late_queries']} of "
+                  f"{rerun['queries']} queries late); running it again at {stated.value:.6g} queries/s, "
+                  f"{ts.min_query_count} queries at least", flush=True)
         record: dict[str, Any] = {
             "benchmark": args.benchmark, "loadgen_model": model, "scenario": args.scenario, "mode": args.mode,
             "checkpoint": checkpoint, "shortened": args.shortened, "device": str(device),
