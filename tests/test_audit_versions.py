@@ -26,14 +26,14 @@ from typing import Any
 import pytest
 
 from mlrepro.audit import versions
+from tests import rounds
 from tests.conftest import require
 
-# ../shared/data beside the repository; MLREPRO_SHARED_DATA names it where the checkout lies elsewhere
-DATA = Path(os.environ.get("MLREPRO_SHARED_DATA") or Path(__file__).resolve().parents[1].parent / "shared" / "data")
-RELEASES = DATA / "mlperf_logging_by_round.tar.xz"
-ROUND = DATA / "mlperf_training_results_v1.1.tar.xz"
+RELEASES = rounds.DATA / "mlperf_logging_by_round.tar.xz"
 FIXTURES = Path(__file__).parent / "fixtures" / "audit" / "round"
 RULESET = "1.1.0"
+# CI's sample of the round (tests/rounds.py) as 1.1.0-rc4 judges it: (files, failing, folders, scores, scaled)
+SAMPLE_FIGURES = (175, 4, 15, 15, 0)
 
 # Runs with PYTHONPATH = the tag's folder only: the release's own tools, nothing of the project. As the
 # review runs them: the package checker's CLI on a fresh copy, then the summarizer RUNS times on it.
@@ -204,18 +204,29 @@ def test_a_later_release_scales_as_its_package_checker_and_summarizer_do(release
 
 
 @pytest.mark.integration
+def test_a_sample_of_the_v1_1_round_judged_by_its_tag_equals_that_tags_official_tools(releases: Path,
+                                                                                     tmp_path: Path) -> None:
+    assert _judged_by_its_tag(releases, tmp_path, rounds.SAMPLE) == SAMPLE_FIGURES
+
+
+@pytest.mark.round
 def test_the_v1_1_round_judged_by_its_tag_equals_that_tags_official_tools(releases: Path, tmp_path: Path) -> None:
-    require(ROUND.is_file(), f"{ROUND} is absent")
-    with tarfile.open(ROUND) as tar:
-        tar.extractall(tmp_path / "round", filter="data")
-    root = tmp_path / "round"
+    files, failing, folders, scores, scaled = _judged_by_its_tag(releases, tmp_path)
+    assert files > 1500 and 0 < failing < files and folders > 100 and scores > 50 and scaled == 0
+
+
+def _judged_by_its_tag(releases: Path, tmp_path: Path,
+                       orgs: tuple[str, ...] | None = None) -> tuple[int, int, int, int, int]:
+    """The audit of ``orgs`` of the v1.1 round (all: None) by 1.1.0-rc4 against that tag's own tools;
+    (files, failing files, folders, scores, scaled scores)."""
+    require(rounds.V11.is_file(), f"{rounds.V11} is absent")
+    root = rounds.extract(rounds.V11, tmp_path / "round", orgs)
     _audit(root, tmp_path / "out", releases)
     # one summarizer run: 1.1.0-rc4 writes no scaling.json (checked), so its first run is also its second
-    files, failing, folders, scores, scaled = _equal_to_the_official_tools(
-        root, tmp_path / "out", versions.resolve(releases, RULESET), 1)
-    print(f"\n{files} files ({failing} fail 1.1.0-rc4), {folders} folders, {scores} scores")
-    assert files > 1500 and folders > 100 and scores > 50 and scaled == 0
+    figures = _equal_to_the_official_tools(root, tmp_path / "out", versions.resolve(releases, RULESET), 1)
+    print(f"\n{figures[0]} files ({figures[1]} fail 1.1.0-rc4), {figures[2]} folders, {figures[3]} scores")
     shutil.rmtree(root)
+    return figures
 
 
 @pytest.mark.integration
