@@ -29,13 +29,13 @@ from mlrepro.reproduce.errors import ReproduceError
 from mlrepro.runs.accelerators import machine_gpus
 from mlrepro.slurm.resources import ShapeError, run_resources, shape_from_config_sh
 
-PY = _smk.python_command()
+# Every step runs with the interpreter that runs Snakemake (a venv need not be activated): each rule's
+# params.python, rendered {params.python:q}.
 RO = Path(config.get("reproduce_out") or "reproduction")
 _DEFAULT_OUTDIR = yaml.safe_load((Path(workflow.basedir) / "config" / "config.yaml").read_text())["outdir"]
 if config["outdir"] != _DEFAULT_OUTDIR:
     raise WorkflowError(f"outdir={config['outdir']}: reproduce mode writes everything under reproduce_out "
                         f"(now {RO}), not outdir; give reproduce_out={config['outdir']} instead.")
-MACHINE_GPUS = machine_gpus() if config["gpus"] == "auto" else int(config["gpus"])
 # Where a benchmark runs (not what it computes): kept out of the parameter overrides.
 _WHERE = ("data_dir", "system_config")
 _BLOCKS = {b: dict(o or {}) for b, o in (config.get("benchmarks") or {}).items()}
@@ -131,10 +131,11 @@ rule reproduce_verify:
     params:
         package=REPRO.package,
         manifest=["--manifest-sha256", str(config["manifest_sha256"])] if config.get("manifest_sha256") else [],
+        python=_smk.python_command(),
     log:
         RO / "logs" / "verify.log",
     shell:
-        "{PY:q} -m mlrepro.reproduce verify --package {params.package:q} {params.manifest:q} --out {output:q} "
+        "{params.python:q} -m mlrepro.reproduce verify --package {params.package:q} {params.manifest:q} --out {output:q} "
         "2> {log:q} || (cat {log:q} >&2; exit 1)"
 
 
@@ -157,11 +158,13 @@ rule reproduce_stage:
         check=RO / "package_check.json",
     output:
         directory(RO / "implementation" / "{benchmark}"),
+    params:
+        python=_smk.python_command(),
     log:
         RO / "logs" / "stage_{benchmark}.log",
     shell:
-        "{PY:q} -m mlrepro.reproduce stage --plan {input.plan:q} --benchmark {wildcards.benchmark:q} --out {output:q} "
-        "2> {log:q} || (cat {log:q} >&2; exit 1)"
+        "{params.python:q} -m mlrepro.reproduce stage --plan {input.plan:q} --benchmark {wildcards.benchmark:q} "
+        "--out {output:q} 2> {log:q} || (cat {log:q} >&2; exit 1)"
 
 
 rule reproduce_data:
@@ -173,12 +176,14 @@ rule reproduce_data:
         folder=lambda w: RO / "data" / w.benchmark,
         spec=lambda w: json.dumps({"data": REPRO.benchmarks[w.benchmark].params["data"]}, sort_keys=True),
         seed=lambda w: REPRO.benchmarks[w.benchmark].data_seed,
+        python=_smk.python_command(),
     log:
         RO / "logs" / "data_{benchmark}.log",
     shell:
         # the package's own data generator: its staged copy comes first on the path
-        "PYTHONPATH={input.stage:q} {PY:q} -m mlrepro.datasets.generated --benchmark {wildcards.benchmark:q} --out {params.folder:q} "
-        "--params {params.spec:q} --seed {params.seed:q} > {log:q} 2>&1"
+        "PYTHONPATH={input.stage:q} {params.python:q} -m mlrepro.datasets.generated "
+        "--benchmark {wildcards.benchmark:q} --out {params.folder:q} --params {params.spec:q} --seed {params.seed:q} "
+        "> {log:q} 2>&1"
 
 
 rule reproduce_launch:
@@ -192,10 +197,11 @@ rule reproduce_launch:
         data_dir=lambda w: _data_dir(w.benchmark),
         threads=config["threads_per_run"],
         device=config["device"],
+        python=_smk.python_command(),
     log:
         RO / "logs" / "launch_{benchmark}.log",
     shell:
-        "{PY:q} -m mlrepro.reproduce launch --plan {input.plan:q} --benchmark {wildcards.benchmark:q} "
+        "{params.python:q} -m mlrepro.reproduce launch --plan {input.plan:q} --benchmark {wildcards.benchmark:q} "
         "--staged {input.stage:q} --data-dir {params.data_dir:q} --threads {params.threads:q} "
         "--device {params.device:q} --out {output:q} 2> {log:q} || (cat {log:q} >&2; exit 1)"
 
@@ -211,6 +217,9 @@ rule reproduce_run:
         seed=lambda w: REPRO.benchmarks[w.benchmark].seeds[int(w.run)],
         locks=RO / ".gpu_locks",
         hz=config["telemetry"]["hz"] if config["telemetry"]["enabled"] else 0,
+        # NVML is asked once a run is planned, not while this file is parsed
+        machine_gpus=lambda w: machine_gpus() if config["gpus"] == "auto" else int(config["gpus"]),
+        python=_smk.python_command(),
     threads: config["threads_per_run"]
     resources:
         gpus=lambda w: REPRO.benchmarks[w.benchmark].gpus,
@@ -220,8 +229,9 @@ rule reproduce_run:
         RO / "logs" / "run_{benchmark}_{run}.log",
     shell:
         # the pipeline's run driver, as in rules/runs.smk; the implementation is the package's staged copy
-        "{PY:q} -m mlrepro.runs.driver --launch {input.launch:q} --seed {params.seed:q} --run-dir {params.run_dir:q} "
-        "--engine native --gpu-locks {params.locks:q} --machine-gpus {MACHINE_GPUS} "
+        "{params.python:q} -m mlrepro.runs.driver --launch {input.launch:q} --seed {params.seed:q} "
+        "--run-dir {params.run_dir:q} --engine native --gpu-locks {params.locks:q} "
+        "--machine-gpus {params.machine_gpus:q} "
         "--telemetry-hz {params.hz:q} > {log:q} 2>&1"
 
 
@@ -233,10 +243,11 @@ rule reproduce_compliance:
     params:
         usage=config["usage"],
         ruleset=config["ruleset"],
+        python=_smk.python_command(),
     log:
         RO / "logs" / "compliance_{benchmark}_{run}.log",
     shell:
-        "{PY:q} -m mlrepro.gate.compliance {input:q} --usage {params.usage:q} --ruleset {params.ruleset:q} "
+        "{params.python:q} -m mlrepro.gate.compliance {input:q} --usage {params.usage:q} --ruleset {params.ruleset:q} "
         "--out {output:q} 2> {log:q} || (cat {log:q} >&2; exit 1)"
 
 
@@ -254,10 +265,11 @@ rule reproduce_report:
     params:
         ruleset=config["ruleset"],
         reproduced=RO,
+        python=_smk.python_command(),
     log:
         RO / "logs" / "report.log",
     shell:
-        "{PY:q} -m mlrepro.reproduce report --plan {input.plan:q} --package-check {input.check:q} "
+        "{params.python:q} -m mlrepro.reproduce report --plan {input.plan:q} --package-check {input.check:q} "
         "--ruleset {params.ruleset:q} --reproduced {params.reproduced:q} "
         "--json {output.json:q} --html {output.html:q} "
         "2> {log:q}; status=$?; cat {log:q} >&2; exit $status"
