@@ -74,11 +74,13 @@ def pipeline(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     # Snakemake and that run are stopped at once, so that the run cannot finish while the second invocation
     # starts (seconds); stopped, the first invocation still holds the lock.
     os.killpg(first.pid, signal.SIGSTOP)
-    finished_run, killed_run = done[0], training[0]
-    finished = _files(runs[finished_run])
-    second = snakemake(other, *args[2:], check=False, timeout=300)
-    os.killpg(first.pid, signal.SIGKILL)  # Snakemake and the run it is running
-    first.wait()
+    try:
+        finished_run, killed_run = done[0], training[0]
+        finished = _files(runs[finished_run])
+        second = snakemake(other, *args[2:], check=False, timeout=300)
+    finally:
+        os.killpg(first.pid, signal.SIGKILL)  # Snakemake and the run it is running
+        first.wait()
     half = sorted(p.name for p in runs[killed_run].iterdir())
     snakemake(work, *args[2:], "--unlock")  # Snakemake's own lock survives a SIGKILL (ours does not)
     started = time.monotonic()
