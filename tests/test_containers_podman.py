@@ -181,7 +181,8 @@ def test_default_dag_with_podman_builds_locks_runs_and_reports(base: str, socket
     from tests.conftest import snakemake
 
     settings = {"engine": "podman", "engine_socket": socket, "build_args": {"BASE_IMAGE": base},
-                "image_tag_prefix": "localhost/mlrepro-dag-", "only": ["resnet"]}
+                "image_tag_prefix": "localhost/mlrepro-dag-", "only": ["resnet"],
+                "inference": {"benchmarks": []}}  # LoadGen is tests/test_inference.py's
     config = tmp_path / "podman.yaml"
     config.write_text(yaml.safe_dump(settings))
     snakemake(tmp_path, "--configfile", str(config))

@@ -86,6 +86,7 @@ def test_pipeline_through_slurm(plugin: Path, tmp_path: Path) -> None:
     each job; the 2-process run ends on the metric of a 1-process run with the same seed and global batch."""
     write_config(tmp_path, {
         "only": ["resnet", "dlrm"], "allow_fewer_runs": True, "telemetry": {"enabled": False},
+        "inference": {"benchmarks": []},  # LoadGen is tests/test_inference.py's
         "slurm": {"account": "root", "exclusive": False},
         "benchmarks": {"resnet": {"runs": 2},
                        "dlrm": {"runs": 1, "max_epochs": 3, "data": {"train_samples": 4096, "eval_samples": 1024}}},
@@ -147,6 +148,7 @@ def test_cancelled_and_timed_out_runs(plugin: Path, tmp_path: Path) -> None:
     kept, and the next invocation schedules only the two that did not finish."""
     write_config(tmp_path, {
         "only": ["resnet", "dlrm"], "allow_fewer_runs": True, "telemetry": {"enabled": False},
+        "inference": {"benchmarks": []},  # LoadGen is tests/test_inference.py's
         "slurm": {"account": "root", "exclusive": False},
         "benchmarks": {"resnet": {"runs": 2}, "dlrm": {"runs": 1, "target": 0.999, "max_epochs": 100000}},
         "job_shapes": {"dlrm": {"walltime": "00:01:00"}},
