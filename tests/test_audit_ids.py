@@ -16,7 +16,6 @@ import re
 import shutil
 import subprocess
 import sys
-import tarfile
 from pathlib import Path
 from typing import Any
 
@@ -24,10 +23,10 @@ import pytest
 
 from mlrepro.audit import discover, pipeline, result_ids
 from mlrepro.audit import report as audit_report
+from tests import rounds
 from tests.conftest import require
 
 REPO = Path(__file__).resolve().parents[1]
-ARCHIVE = REPO.parent / "shared" / "data" / "mlperf_training_results_v1.1.tar.xz"
 ROUND_FIXTURE = Path(__file__).parent / "fixtures" / "audit" / "round"
 RULESET = "1.1.0"
 
@@ -108,11 +107,8 @@ def test_open_division_follows_closed_and_the_round_names_the_prefix(tmp_path: P
 
 @pytest.fixture(scope="module")
 def v11(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    require(ARCHIVE.is_file(), f"{ARCHIVE} is absent")
-    root = tmp_path_factory.mktemp("v11")
-    with tarfile.open(ARCHIVE) as tar:
-        tar.extractall(root, filter="data")
-    return root
+    require(rounds.V11.is_file(), f"{rounds.V11} is absent")
+    return rounds.extract(rounds.V11, tmp_path_factory.mktemp("v11"))
 
 
 def _rule_key(desc: dict[str, Any]) -> tuple[Any, ...]:
