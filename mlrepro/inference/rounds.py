@@ -65,7 +65,6 @@ SEED_KEYS = ("qsl_rng_seed", "sample_index_rng_seed", "schedule_rng_seed")
 # SingleStream/MultiStream target_latency, are measured: mlrepro/inference/calibrate.py).
 BINDING_KEYS = ("performance_sample_count_override", "min_duration", "min_query_count", "target_latency_percentile",
                 "samples_per_query")
-SCENARIOS = ("SingleStream", "MultiStream", "Server", "Offline")
 
 
 class RoundError(ValueError):
