@@ -158,6 +158,14 @@ def test_loadgen_every_scenario_package_check_and_report(trained: dict[str, Path
     bad = check.check(broken)
     assert not bad["passed"] and any(f["check"] == "performance files" and not f["ok"] for f in bad["findings"])
 
+    # runs of another round (its seeds and minimums) are refused
+    other = tmp_path / "other-round"
+    shutil.copytree(runs_dir, other)
+    record = other / "resnet" / "Offline" / "performance" / "result.json"
+    record.write_text(json.dumps(json.loads(record.read_text()) | {"round": "v6.1"}))
+    with pytest.raises(ValueError, match=r"run for inference round v6\.1, the package declares v2\.0"):
+        package.build(other, {"resnet": conf}, tmp_path / "refused", "testorg", "open", "research", "sys1", "cpu", 1)
+
     (tmp_path / "check.json").write_text(json.dumps(verdict))
     _py("-m", "mlrepro.inference.report", "--check", str(tmp_path / "check.json"), "--runs-dir", str(runs_dir),
         "--out", str(tmp_path / "report.html"), "--csv", str(tmp_path / "table.csv"))

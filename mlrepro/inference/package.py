@@ -120,7 +120,7 @@ def build(runs_dir: Path, user_confs: dict[str, Path], out: Path, org: str, divi
                 scenario = scen_dir.name
                 perf, acc = scen_dir / "performance", scen_dir / "accuracy"
                 record = json.loads((perf / "result.json").read_text())
-                if record.get("round", rounds.DEFAULT) != rnd.name:
+                if record.get("round") != rnd.name:  # its seeds and minimums are another round's
                     raise ValueError(f"{perf / 'result.json'}: run for inference round {record.get('round')}, "
                                      f"the package declares {rnd.name}; run it again")
                 res = root / "results" / system / model / scenario
@@ -157,8 +157,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--round", default=rounds.DEFAULT, choices=rounds.ROUNDS, help="the declared inference round")
     args = p.parse_args(argv)
     confs = dict(item.split("=", 1) for item in args.user_conf)
-    build(args.runs_dir, {k: Path(v) for k, v in confs.items()}, args.out, args.org, args.division, args.status,
-          args.system, args.device, args.threads, args.round)
+    try:
+        build(args.runs_dir, {k: Path(v) for k, v in confs.items()}, args.out, args.org, args.division, args.status,
+              args.system, args.device, args.threads, args.round)
+    except ValueError as e:
+        raise SystemExit(f"error: {e}") from None
 
 
 if __name__ == "__main__":
