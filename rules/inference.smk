@@ -3,8 +3,10 @@
 #   inference_run:     one (benchmark, scenario, mode) per job and process, as LoadGen's rules require
 #   inference_package: the inference submission layout with LoadGen's own files
 #   inference_check:   the rules' checks on it (a hard gate; the official checker is not on PyPI)
+# all by the declared round's rules (inference.round: v2.0 or v6.1; mlrepro/inference/rounds.py)
 #   inference_report:  the seed-style inference table and latency plots
 INF_MODES = ["performance", "accuracy"]
+INF_ROUND = PLAN.config["inference"]["round"]
 
 
 wildcard_constraints:
@@ -22,13 +24,14 @@ rule inference_conf:
         samples=lambda w: PLAN.benchmarks[w.ibench].params["data"]["eval_samples"],
         shortened=["--shortened"] if PLAN.config["inference"]["shortened"] else [],
         source=lambda w, input: ["--from", str(input[0])] if input else [],
+        round=INF_ROUND,
         # the interpreter running Snakemake runs every stage too (a venv need not be activated)
         python=PLAN.python,
     log:
         PLAN.out.log("inference_conf_{ibench}"),
     shell:
         "{params.python:q} -m mlrepro.inference.settings --benchmark {wildcards.ibench:q} --samples {params.samples:q} "
-        "{params.shortened:q} {params.source:q} --out {output:q} 2> {log:q}"
+        "--round {params.round:q} {params.shortened:q} {params.source:q} --out {output:q} 2> {log:q}"
 
 
 rule inference_run:
@@ -44,6 +47,7 @@ rule inference_run:
         shortened=["--shortened"] if PLAN.config["inference"]["shortened"] else [],
         device=PLAN.config["device"],
         hz=PLAN.telemetry_hz,
+        round=INF_ROUND,
         # the interpreter running Snakemake runs every stage too (a venv need not be activated)
         python=PLAN.python,
     threads: PLAN.config["threads_per_run"]
@@ -55,7 +59,7 @@ rule inference_run:
         "{params.python:q} -m mlrepro.inference.run --benchmark {wildcards.ibench:q} --scenario {wildcards.scenario:q} "
         "--mode {wildcards.mode:q} --runs {input.runs:q} --data-dir {params.data:q} --params-file {input.spec:q} "
         "--user-conf {input.conf:q} {params.shortened:q} --out {output:q} --device {params.device:q} "
-        "--threads {threads:q} --telemetry-hz {params.hz:q} > {log:q} 2>&1"
+        "--threads {threads:q} --telemetry-hz {params.hz:q} --round {params.round:q} > {log:q} 2>&1"
 
 
 rule inference_package:
@@ -74,6 +78,7 @@ rule inference_package:
         system=PLAN.system,
         device=PLAN.config["device"],
         threads=PLAN.config["threads_per_run"],
+        round=INF_ROUND,
         # the interpreter running Snakemake runs every stage too (a venv need not be activated)
         python=PLAN.python,
     log:
@@ -81,7 +86,8 @@ rule inference_package:
     shell:
         "{params.python:q} -m mlrepro.inference.package --runs-dir {params.runs_dir:q} --user-conf {params.confs:q} "
         "--out {output:q} --org {params.org:q} --division {params.division:q} --status {params.status:q} "
-        "--system {params.system:q} --device {params.device:q} --threads {params.threads:q} 2> {log:q}"
+        "--system {params.system:q} --device {params.device:q} --threads {params.threads:q} --round {params.round:q} "
+        "2> {log:q}"
 
 
 rule inference_check:
@@ -90,11 +96,13 @@ rule inference_check:
     output:
         PLAN.out.inference / "check.json",
     params:
+        round=INF_ROUND,
         python=PLAN.python,
     log:
         PLAN.out.log("inference_check"),
     shell:
-        "{params.python:q} -m mlrepro.inference.check --package {input:q} --out {output:q} 2> {log:q}"
+        "{params.python:q} -m mlrepro.inference.check --package {input:q} --round {params.round:q} --out {output:q} "
+        "2> {log:q}"
 
 
 rule inference_report:

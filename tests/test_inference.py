@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -15,8 +16,9 @@ from typing import Any
 
 import pytest
 
-from mlrepro.inference import calibrate, check, package, report, run, settings, summary, sut
+from mlrepro.inference import calibrate, check, package, report, rounds, run, settings, summary, sut
 from tests.conftest import REPO, mini_launch, snakemake
+from tests.rounds import DATA, extract
 
 TINY = {
     "image": "pytorch", "target": 0.0, "max_epochs": 1,  # target 0: the first evaluation converges
@@ -66,37 +68,60 @@ def test_converged_run_records_its_checkpoint_and_a_changed_one_is_refused(train
         run.pick_checkpoint([copy / "run.json"])
 
 
-@pytest.mark.integration
-def test_loadgen_every_scenario_package_check_and_report(trained: dict[str, Path], tmp_path: Path) -> None:
-    conf = tmp_path / "resnet.user.conf"
-    conf.write_text(settings.user_conf("resnet", TINY["data"]["eval_samples"], shortened=True))
-    runs_dir = tmp_path / "runs"
-    params_file = tmp_path / "params.json"
+def _serve_every_scenario(trained: dict[str, Path], out: Path, round_name: str) -> tuple[Path, Path]:
+    """Every scenario in both modes through the real run module, shortened, under ``round_name``; the runs'
+    folder and the user.conf."""
+    conf = out / "resnet.user.conf"
+    conf.write_text(settings.user_conf("resnet", TINY["data"]["eval_samples"], shortened=True, round_name=round_name))
+    runs_dir = out / "runs"
+    params_file = out / "params.json"
     params_file.write_text(json.dumps(TINY))
 
     def argv(scenario: str, mode: str) -> list[str]:
         return [sys.executable, "-m", "mlrepro.inference.run", "--benchmark", "resnet", "--scenario", scenario,
                 "--mode", mode, "--runs", str(trained["run_json"]), "--data-dir", str(trained["data"]),
-                "--params-file", str(params_file), "--user-conf", str(conf), "--shortened",
+                "--params-file", str(params_file), "--user-conf", str(conf), "--shortened", "--round", round_name,
                 "--out", str(runs_dir / "resnet" / scenario / mode)]
 
     # accuracy runs do not time anything: all four at once, beside each other; performance runs alone
     accuracy = [subprocess.Popen(argv(s, "accuracy"), cwd=REPO, env=ENV, stdout=subprocess.PIPE,
                                  stderr=subprocess.STDOUT, text=True) for s in summary.SCENARIOS]
     for proc in accuracy:
-        out, _ = proc.communicate(timeout=300)
-        assert proc.returncode == 0, out[-3000:]
+        out_text, _ = proc.communicate(timeout=300)
+        assert proc.returncode == 0, out_text[-3000:]
     for scenario in summary.SCENARIOS:
         proc = subprocess.run(argv(scenario, "performance"), cwd=REPO, env=ENV, capture_output=True, text=True,
                               timeout=600)
         _performance_ran(proc, scenario)
+    return runs_dir, conf
 
+
+@pytest.fixture(scope="module")
+def served(trained: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """round -> (runs folder, user.conf) of every scenario served under that round, run once per module."""
+    done: dict[str, tuple[Path, Path]] = {}
+
+    def get(round_name: str) -> tuple[Path, Path]:
+        if round_name not in done:
+            done[round_name] = _serve_every_scenario(trained, tmp_path_factory.mktemp(f"served-{round_name}"),
+                                                     round_name)
+        return done[round_name]
+    return get
+
+
+@pytest.mark.integration
+def test_loadgen_every_scenario_package_check_and_report(trained: dict[str, Path], served: Any,
+                                                         tmp_path: Path) -> None:
+    runs_dir, conf = served("v2.0")
     for scenario in summary.SCENARIOS:
         perf = json.loads((runs_dir / "resnet" / scenario / "performance" / "result.json").read_text())
         # LoadGen's own verdict, as it printed it in its summary, with what calibration stated
         assert perf["summary"]["scenario"] == scenario and perf["detail_errors"] == []
         assert perf["summary"]["valid"] is True, perf["summary"]
         assert perf["calibration"]["source"] == "calibrated" and perf["calibration"]["value"] > 0
+        # the declared round's seeds, not those of the LoadGen build (v6.1's)
+        detail = summary.detail(runs_dir / "resnet" / scenario / "performance" / "mlperf_log_detail.txt")
+        assert {k: int(detail[f"effective_{k}"]) for k in rounds.SEED_KEYS} == rounds.get("v2.0").seeds()
         acc = json.loads((runs_dir / "resnet" / scenario / "accuracy" / "result.json").read_text())
         # accuracy from LoadGen's accuracy log equals the same weights evaluated directly
         entries = json.loads((runs_dir / "resnet" / scenario / "accuracy" / "mlperf_log_accuracy.json").read_text())
@@ -133,6 +158,14 @@ def test_loadgen_every_scenario_package_check_and_report(trained: dict[str, Path
     bad = check.check(broken)
     assert not bad["passed"] and any(f["check"] == "performance files" and not f["ok"] for f in bad["findings"])
 
+    # runs of another round (its seeds and minimums) are refused
+    other = tmp_path / "other-round"
+    shutil.copytree(runs_dir, other)
+    record = other / "resnet" / "Offline" / "performance" / "result.json"
+    record.write_text(json.dumps(json.loads(record.read_text()) | {"round": "v6.1"}))
+    with pytest.raises(ValueError, match=r"run for inference round v6\.1, the package declares v2\.0"):
+        package.build(other, {"resnet": conf}, tmp_path / "refused", "testorg", "open", "research", "sys1", "cpu", 1)
+
     (tmp_path / "check.json").write_text(json.dumps(verdict))
     _py("-m", "mlrepro.inference.report", "--check", str(tmp_path / "check.json"), "--runs-dir", str(runs_dir),
         "--out", str(tmp_path / "report.html"), "--csv", str(tmp_path / "table.csv"))
@@ -141,6 +174,90 @@ def test_loadgen_every_scenario_package_check_and_report(trained: dict[str, Path
     html = (tmp_path / "report.html").read_text()
     assert html.count("<svg") == len(summary.SCENARIOS)
     assert "calibrated" in html and "target_qps" in html and "target_latency" in html
+
+
+# The official MLPerf Inference submission checker (mlcommons/inference tools/submission) at the two rounds, from
+# ../shared/data: never copied into the project, run as it is in its own process.
+CHECKER = DATA / "mlperf_inference_submission_checker.tar.xz"
+# What a shortened run must make the official checker say, per round (every ERROR line is one of these): the
+# minimum duration, the query and sample counts below the round's, the accuracy run over part of the dataset;
+# then its per-result and summary lines.
+_DIR = r"\S+/results/sys1/(?P<model>[^/]+)/(?P<scenario>\w+)"
+SHORTENED_ERRORS = {
+    "v2.0": [
+        rf"{_DIR}/performance/run_1/mlperf_log_detail\.txt performance_sample_count, found 64, needs to be >= 1024",
+        rf"{_DIR}/performance/run_1/mlperf_log_detail\.txt Test duration lesser than 600s in user config\. "
+        r"expected=600000, found=1000",
+        rf"{_DIR}/performance/run_1/mlperf_log_detail\.txt Required minimum samples per query not met by user config, "
+        r"Expected=24576, Found=\d+",
+        rf"{_DIR}/performance/run_1 has issues",
+        rf"NoResults {_DIR}",
+        r"SUMMARY: submission has errors",
+    ],
+    "v6.1": [
+        rf"{_DIR}/performance/run_1/mlperf_log_detail\.txt performance_sample_count, found 64, needs to be >= 1024",
+        rf"{_DIR}/performance/run_1/mlperf_log_detail\.txt Test duration less than 600s in user config\. "
+        r"expected=600000, found=1000",
+        rf"{_DIR}/performance/run_1/mlperf_log_detail\.txt Required minimum samples per query not met by user config, "
+        r"Expected=24576, Found=\d+",
+        rf"{_DIR}/accuracy/mlperf_log_detail\.txt accurcy run does not cover all dataset, accuracy samples: 64, "
+        r"dataset size: 50000",
+        rf"Some (performance|accuracy) checks Checks failed for: {_DIR}/(performance/run_1|accuracy)/"
+        r"mlperf_log_detail\.txt",
+        rf"NoResults {_DIR}/performance/run_1/mlperf_log_detail\.txt",
+        r"SUMMARY: submission has errors",
+    ],
+}
+
+
+def official_check(round_name: str, submission: Path, checker_dir: Path) -> tuple[list[str], str]:
+    """The round's official checker on ``submission`` (its ERROR messages, its whole output)."""
+    if round_name == "v2.0":
+        argv = [sys.executable, "submission-checker.py", "--input", str(submission), "--version", "v2.0",
+                "--csv", str(submission.parent / "official.csv")]
+        cwd = checker_dir / "v2.0" / "tools" / "submission"
+    else:
+        argv = [sys.executable, "-m", "submission_checker.main", "--input", str(submission), "--version", "v6.1",
+                "--submitter", "testorg", "--csv", str(submission.parent / "official.csv")]
+        cwd = checker_dir / "v6.1" / "tools" / "submission"
+    proc = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=300)
+    output = proc.stdout + proc.stderr
+    errors = [m.group(1).strip() for m in re.finditer(r"^\[[^\]]* ERROR\] (.*)$", output, re.M)]
+    return errors, output
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("round_name", rounds.ROUNDS)
+def test_official_checker_finds_only_a_shortened_runs_errors_in_the_package(
+        served: Any, tmp_path: Path, round_name: str) -> None:
+    if not CHECKER.is_file():
+        pytest.skip(f"{CHECKER} is absent (the official checker is read from ../shared/data)")
+    checker_dir = extract(CHECKER, tmp_path / "checker")
+    runs_dir, conf = served(round_name)
+    pkg = tmp_path / "package"
+    package.build(runs_dir, {"resnet": conf}, pkg, "testorg", "open", "research", "sys1", "cpu", 1, round_name)
+    errors, output = official_check(round_name, pkg, checker_dir)
+    patterns = [re.compile(p) for p in SHORTENED_ERRORS[round_name]]
+    unexpected = [e for e in errors if not any(p.fullmatch(e) for p in patterns)]
+    assert errors and not unexpected, "the official checker reports more than a shortened run's errors:\n" + "\n".join(
+        unexpected) + "\n" + output[-4000:]
+    # it finds the models and scenarios served, under the round's model name, and accepts none (shortened)
+    model = rounds.get(round_name).model("resnet")
+    found = {(m["model"], m["scenario"]) for e in errors if (m := re.fullmatch(rf"NoResults {_DIR}.*", e))}
+    assert found == {(model, s) for s in summary.SCENARIOS}, output[-4000:]
+    assert re.search(r"Results=0, NoResults=4", output) or round_name != "v2.0", output[-2000:]
+    # every error kind a shortened run must have is there, for every scenario
+    for pattern in patterns[:2]:
+        hits = [pattern.fullmatch(e) for e in errors]
+        assert {(m["model"], m["scenario"]) for m in hits if m} == found, pattern.pattern
+
+    # ours agrees, verdict by verdict: valid LoadGen runs, none submittable, the same reasons named as expected
+    ours = check.check(pkg, round_name)
+    assert ours["passed"] and ours["all_valid"] and not ours["submittable"] and ours["round"] == round_name
+    assert {(r["benchmark"], r["scenario"]) for r in ours["results"] if not r["submittable"]} == found
+    expected = "\n".join(ours["expected_errors"])
+    assert expected.count("performance_sample_count 64 below the") == 4 and expected.count("min_duration 1000") == 4
+    assert expected.count("accuracy over 64 samples") == 4
 
 
 # A SUT changed under the served model, run through the real inference run module in its own process (LoadGen
@@ -331,7 +448,7 @@ def test_dlrm_served_offline_auc_from_the_accuracy_log(tmp_path: Path) -> None:
             "--params-file", str(tmp_path / "params.json"),
             "--user-conf", str(conf), "--shortened", "--out", str(tmp_path / "inf" / mode))
     perf = json.loads((tmp_path / "inf" / "performance" / "result.json").read_text())
-    assert perf["loadgen_model"] == "dlrm-v2" and perf["summary"]["valid"] is True, perf["summary"]
+    assert perf["loadgen_model"] == "dlrm" and perf["summary"]["valid"] is True, perf["summary"]  # v2.0's name
     acc = json.loads((tmp_path / "inf" / "accuracy" / "result.json").read_text())
     assert acc["accuracy"]["metric"] == "ROC AUC (%)" and 0 < acc["accuracy"]["value"] <= 100
     assert acc["accuracy"]["value"] == pytest.approx(acc["accuracy"]["reference"], abs=1e-6)
@@ -359,3 +476,34 @@ def test_a_calibrated_server_rerun_halves_the_rate_or_runs_the_queries_loadgen_n
     assert len(stated.measured["timed_reruns"]) == calibrate.SERVER_TIMED_RETRIES
     given = calibrate.Calibration("Server", "target_qps", 400.0, source="my.user.conf")
     assert not given.retry_server(missed, 0.99, ts)  # a stated rate is the user's: never changed
+
+
+def test_the_declared_round_fixes_loadgen_values_seeds_names_and_system_type() -> None:
+    """v2.0's values from its mlperf.conf (LoadGen 6.0.17 compiles in v6.1's), v6.1's from LoadGen's own."""
+    official = settings.user_conf("resnet", 2048, shortened=False)
+    for line in ("resnet50.SingleStream.performance_sample_count_override = 1024",
+                 "resnet50.SingleStream.min_query_count = 1024", "resnet50.MultiStream.min_query_count = 270336",
+                 "resnet50.Server.min_query_count = 270336", "resnet50.Server.target_latency = 15",
+                 "resnet50.Offline.min_query_count = 24576", "resnet50.Offline.min_duration = 600000"):
+        assert line in official.splitlines(), line
+    assert "target_qps" not in official and "SingleStream.target_latency " not in official  # measured, not stated
+    v61 = settings.user_conf("resnet", 2048, shortened=False, round_name="v6.1").splitlines()
+    assert "resnet50.MultiStream.min_query_count = 662" in v61 and not any("SingleStream.min_query_count" in ln
+                                                                             for ln in v61)
+    # not shortened, a held-out set below the round's performance sample count is refused, naming the key
+    with pytest.raises(settings.SettingsError, match=r"eval_samples to 1024 .* inference.shortened"):
+        settings.user_conf("resnet", 256, shortened=False)
+    assert rounds.get("v2.0").seeds() == {"qsl_rng_seed": 6655344265603136530,
+                                          "sample_index_rng_seed": 15863379492028895792,
+                                          "schedule_rng_seed": 12662793979680847247}
+    assert rounds.get("v6.1").seeds()["qsl_rng_seed"] == 2085463073848966840  # the built-in conf's
+    with pytest.raises(rounds.RoundError, match=r"v6\.1 has no model for benchmark 'dlrm'"):
+        rounds.get("v6.1").model("dlrm")
+    v20 = rounds.get("v2.0")
+    assert (v20.model("resnet"), v20.model("dlrm"), rounds.get("v6.1").model("resnet")) == ("resnet50", "dlrm-99",
+                                                                                             "resnet")
+    assert package.system_type(v20, {"resnet50": set(summary.SCENARIOS)}) == "datacenter,edge"
+    assert package.system_type(v20, {"resnet50": {"SingleStream", "MultiStream", "Offline"}}) == "edge"
+    assert package.system_type(v20, {"dlrm-99": {"Offline"}}) == "datacenter"
+    assert v20.required_scenarios("edge,datacenter", "dlrm-99") == ("Server", "Offline")
+    assert v20.required_scenarios("edge", "dlrm-99") is None

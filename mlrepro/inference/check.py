@@ -1,18 +1,23 @@
-"""The inference rules' checks on the package this pipeline produces.
+"""The inference rules' checks on the package this pipeline produces, by the declared round's rules
+(mlrepro/inference/rounds.py).
 
-The official checker (mlcommons/inference tools/submission/submission-checker.py) is not shipped by
-any package on PyPI (the mlcommons-loadgen wheel holds only the LoadGen extension; mlc-scripts fetches
-the inference repository at run time, which CI cannot reach). So this module implements the checks
-the rules define for what we produce, each reported per file:
+The official checker (mlcommons/inference tools/submission) is not shipped by any package on PyPI (the
+mlcommons-loadgen wheel holds only the LoadGen extension; mlc-scripts fetches the inference repository at run
+time, which CI cannot reach). So this module implements, named as ours, the checks the rules define for what
+we produce, each reported per file:
 
-- systems/<sys>.json: every field v2.0 requires, non-empty; submitter and division match the folders
+- systems/<sys>.json: every field the round requires, non-empty; submitter and division match the folders
 - results/.../performance/run_1: summary and detail present; scenario and mode as the folder says;
-  LoadGen's own verdict "Result is : VALID" with every "... satisfied" line Yes; no error in the detail log
+  LoadGen's own verdict "Result is : VALID" with every "... satisfied" line Yes; no error in the detail log;
+  the round's seeds. The headline result is the one the round's checker reports (early-stopping estimates
+  for SingleStream and MultiStream, Server's scheduled (v2.0) or completed (v6.1) samples per second)
 - results/.../accuracy: accuracy.txt with the metric and a hash= line (the sha256 of the full log as
   LoadGen wrote it), the accuracy log within 10 KiB, the quality target met
-- measurements/...: the JSON fields the checker requires, user.conf, mlperf.conf and README.md present
-- submittable: the official minimum duration (600 s) and Offline sample count, and every scenario an edge
-  system must submit; shortened runs are valid LoadGen runs but marked not submittable
+- measurements (measurements/... up to v5.1, the results scenario folder from v6.0): the JSON fields the
+  checker requires, user.conf and README.md (and mlperf.conf up to v5.1)
+- submittable: the round's minimum duration, query and sample counts and performance sample count, the
+  accuracy run over the round's whole dataset, every scenario the system type requires. A shortened run is a
+  valid LoadGen run but not submittable: those findings are its expected errors (``expected_errors``).
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from mlrepro.core import atomic
-from mlrepro.inference import settings, summary
+from mlrepro.inference import rounds, summary
 from mlrepro.inference.package import ACCURACY_LOG_LIMIT
 
 SYSTEM_FIELDS = (
@@ -39,11 +44,6 @@ SYSTEM_FIELDS = (
     "hw_notes", "sw_notes",
 )
 OPTIONAL_EMPTY = {"hw_notes", "sw_notes"}
-# The scenarios a system must submit per benchmark (v2.0 closed rules): edge for the vision models,
-# datacenter for DLRM (it has no edge category).
-REQUIRED_EDGE_SCENARIOS = {"resnet50": ("SingleStream", "MultiStream", "Offline"),
-                           "retinanet": ("SingleStream", "MultiStream", "Offline"),
-                           "dlrm-v2": ("Server", "Offline")}
 MEASUREMENT_FIELDS = ("input_data_types", "retraining", "starting_weights_filename", "weight_data_types",
                       "weight_transformations")
 
@@ -61,21 +61,39 @@ class Findings:
         return ok
 
 
-def _system(f: Findings, path: Path, org: str, division: str) -> None:
+def _system(f: Findings, path: Path, org: str, division: str, rnd: rounds.Round) -> dict[str, Any]:
     try:
         desc = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as e:
         f.add(path, "system description", False, f"unreadable: {e}")
-        return
-    missing = [k for k in SYSTEM_FIELDS if k not in desc or (str(desc[k]).strip() == "" and k not in OPTIONAL_EMPTY)]
+        return {}
+    missing = [k for k in (*SYSTEM_FIELDS, *rnd.system_fields)
+               if k not in desc or (str(desc[k]).strip() == "" and k not in OPTIONAL_EMPTY)]
     f.add(path, "system fields", not missing, "missing or empty: " + ", ".join(missing) if missing else "")
     f.add(path, "submitter and division match folders",
           desc.get("submitter") == org and desc.get("division") == division,
           f"submitter {desc.get('submitter')!r}, division {desc.get('division')!r}")
     f.add(path, "status", desc.get("status") in ("available", "preview", "rdi"), str(desc.get("status")))
+    f.add(path, "system type", desc.get("system_type") in ("datacenter", "edge", "datacenter,edge", "edge,datacenter"),
+          str(desc.get("system_type")))
+    return desc
 
 
-def _performance(f: Findings, scen_dir: Path, scenario: str) -> dict[str, Any]:
+# The detail-log key of each scenario's result as the round's checker reports it (Server: the round's own).
+HEADLINE = {"SingleStream": ("early_stopping_latency_ss", "ns", "early-stopping p90 latency"),
+            "MultiStream": ("early_stopping_latency_ms", "ns", "early-stopping p99 latency"),
+            "Offline": ("result_samples_per_second", "samples/s", "samples per second")}
+
+
+def headline(scenario: str, detail: dict[str, Any], rnd: rounds.Round) -> tuple[float | None, str, str]:
+    """The result the round's official checker reports: (value, units, name)."""
+    key, units, name = HEADLINE.get(scenario, (rnd.server_result, "samples/s",
+                                               rnd.server_result.removeprefix("result_").replace("_", " ")))
+    value = detail.get(key)
+    return (float(value) if value is not None else None), units, f"{name} ({key})"
+
+
+def _performance(f: Findings, scen_dir: Path, scenario: str, rnd: rounds.Round, benchmark: str) -> dict[str, Any]:
     run = scen_dir / "performance" / "run_1"
     out: dict[str, Any] = {"scenario": scenario, "valid": False, "submittable": False}
     s_path, d_path = run / "mlperf_log_summary.txt", run / "mlperf_log_detail.txt"
@@ -94,25 +112,40 @@ def _performance(f: Findings, scen_dir: Path, scenario: str) -> dict[str, Any]:
           verdict + (f"; not satisfied: {', '.join(unmet)}" if unmet else ""), severity="invalid")
     d = summary.detail(d_path)
     f.add(d_path, "no LoadGen errors", not d["__errors__"], "; ".join(d["__errors__"])[:500])
-    min_ms = int(d.get("effective_min_duration_ms") or 0)
-    # Offline is one query: its minimum is a sample count.
-    min_q = int(d.get("effective_min_sample_count" if scenario == "Offline" else "effective_min_query_count") or 0)
-    short = min_ms < settings.OFFICIAL_MIN_DURATION_MS or min_q < settings.OFFICIAL_MIN_QUERIES[scenario]
+    seeds = {k: int(d.get(f"effective_{k}") or 0) for k in rounds.SEED_KEYS}
+    wrong = [f"{k} {seeds[k]} (expected {v})" for k, v in rnd.seeds().items() if seeds[k] != v]
+    f.add(d_path, f"the {rnd.name} seeds", not wrong, "; ".join(wrong))
+    # what the round requires against what LoadGen ran with (Offline is one query: its minimum counts samples)
+    count_key = "effective_min_sample_count" if scenario == "Offline" else "effective_min_query_count"
+    ran = {"min_duration": int(d.get("effective_min_duration_ms") or 0), "min_query_count": int(d.get(count_key) or 0),
+           "performance_sample_count": int(d.get("effective_performance_sample_count") or 0)}
+    need = {"min_duration": rnd.int_value(benchmark, scenario, "min_duration"),
+            "min_query_count": rnd.int_value(benchmark, scenario, "min_query_count"),
+            "performance_sample_count": rnd.int_value(benchmark, scenario, "performance_sample_count_override")}
+    below = [f"{k} {ran[k]} below the {rnd.name} minimum {need[k]}" for k in ran if ran[k] < need[k]]
+    metric, units, name = headline(scenario, d, rnd)
     out.update(valid=bool(s.valid) and not unmet and not d["__errors__"] and s.scenario == scenario,
-               submittable=not short, min_duration_ms=min_ms, min_query_count=min_q, metric=s.metric,
-               metric_name=s.metric_name, units=s.units, stats=s.stats)
-    if short:
-        f.add(d_path, "official minimums (submittable)", False,
-              f"min_duration {min_ms} ms, min queries/samples {min_q}: shortened settings, not submittable",
+               submittable=not below and not wrong, min_duration_ms=ran["min_duration"],
+               min_query_count=ran["min_query_count"], performance_sample_count=ran["performance_sample_count"],
+               metric=metric, metric_name=name, units=units, stats=s.stats)
+    for message in below:
+        f.add(d_path, "official minimums (submittable)", False, f"{message}: shortened settings, not submittable",
               severity="not_submittable")
     return out
 
 
-def _accuracy(f: Findings, scen_dir: Path) -> dict[str, Any]:
+def _accuracy(f: Findings, scen_dir: Path, rnd: rounds.Round, model: str) -> dict[str, Any]:
     acc = scen_dir / "accuracy"
     txt, log = acc / "accuracy.txt", acc / "mlperf_log_accuracy.json"
     if not f.add(acc, "accuracy files", txt.is_file() and log.is_file(), "accuracy.txt and mlperf_log_accuracy.json"):
         return {"met": False}
+    covered = int(summary.detail(acc / "mlperf_log_detail.txt").get("qsl_reported_total_count") or 0) \
+        if (acc / "mlperf_log_detail.txt").is_file() else 0
+    size = rnd.dataset_size.get(model)
+    f.add(acc, "accuracy over the whole dataset (submittable)", size is not None and covered >= size,
+          f"accuracy over {covered} samples; the {rnd.name} dataset has "
+          + (f"{size}" if size is not None else "a size mlrepro does not know") + ": not submittable",
+          severity="not_submittable")
     text = txt.read_text(errors="replace")
     m = {k: re.search(rf"{k}=([0-9.]+)", text) for k in ("accuracy", "target")}
     h = re.search(r"^hash=([0-9a-f]{64})$", text, re.M)
@@ -133,47 +166,70 @@ def _scenarios_by_result(results: list[dict[str, Any]]) -> dict[tuple[str, str, 
     return by
 
 
-def check(package: Path) -> dict[str, Any]:
+def _measurements(f: Findings, meas: Path, mj: Path, rnd: rounds.Round) -> None:
+    try:
+        missing = [k for k in MEASUREMENT_FIELDS if k not in json.loads(mj.read_text())]
+        f.add(mj, "measurements fields", not missing, ", ".join(missing))
+    except (OSError, json.JSONDecodeError) as e:
+        f.add(mj, "measurements fields", False, f"unreadable: {e}")
+    names = ("user.conf", "README.md") + (() if rnd.results_hold_measurements else ("mlperf.conf",))
+    f.add(meas, " and ".join(names), all((meas / name).is_file() for name in names))
+
+
+def check(package: Path, round_name: str = rounds.DEFAULT) -> dict[str, Any]:
+    rnd = rounds.get(round_name)
+    benchmarks = {model: bench for bench, model in rnd.models.items()}
     f = Findings(package)
     results = []
+    system_types: dict[tuple[str, str, str], str] = {}
     for org_dir in sorted(p for p in package.glob("*/*") if p.is_dir()):
         division, org = org_dir.parent.name, org_dir.name
         for sys_json in sorted((org_dir / "systems").glob("*.json")):
-            _system(f, sys_json, org, division)
+            desc = _system(f, sys_json, org, division, rnd)
+            system_types[(division, org, sys_json.stem)] = str(desc.get("system_type", ""))
         for scen_dir in sorted(p for p in org_dir.glob("results/*/*/*") if p.is_dir()):
             system, model, scenario = scen_dir.parts[-3:]
-            perf = _performance(f, scen_dir, scenario)
-            accuracy = _accuracy(f, scen_dir)
-            meas = org_dir / "measurements" / system / model / scenario
-            mj = meas / f"{system}_{scenario}.json"
-            try:
-                missing = [k for k in MEASUREMENT_FIELDS if k not in json.loads(mj.read_text())]
-                f.add(mj, "measurements fields", not missing, ", ".join(missing))
-            except (OSError, json.JSONDecodeError) as e:
-                f.add(mj, "measurements fields", False, f"unreadable: {e}")
-            f.add(meas, "user.conf, mlperf.conf and README.md",
-                  all((meas / name).is_file() for name in ("user.conf", "mlperf.conf", "README.md")))
+            if not f.add(scen_dir, f"a {rnd.name} model", model in benchmarks,
+                         f"{model} is not a model of {rnd.name} (it has {', '.join(sorted(benchmarks))})"):
+                continue
+            perf = _performance(f, scen_dir, scenario, rnd, benchmarks[model])
+            accuracy = _accuracy(f, scen_dir, rnd, model)
+            if rnd.results_hold_measurements:
+                _measurements(f, scen_dir, scen_dir / "measurements.json", rnd)
+            else:
+                meas = org_dir / "measurements" / system / model / scenario
+                _measurements(f, meas, meas / f"{system}_{scenario}.json", rnd)
+            code = org_dir / rnd.code_dir / model
+            f.add(code, f"{rnd.code_dir}/ of the model", code.is_dir())
             results.append({"division": division, "org": org, "system": system, "benchmark": model,
                             **perf, "accuracy": accuracy,
                             "passed": perf["valid"] and accuracy["met"]})
-    shortened = any(not r["submittable"] for r in results)  # below the official minimums
     for (division, org, system, model), scenarios in _scenarios_by_result(results).items():
-        required = REQUIRED_EDGE_SCENARIOS.get(model, ("SingleStream", "Offline"))
-        missing = [s for s in required if s not in scenarios]
-        f.add(package / division / org / "results" / system / model, "required edge scenarios", not missing,
-              f"missing {', '.join(missing)}: not submittable" if missing else "", severity="not_submittable")
-        if missing:
-            for r in results:
-                if (r["division"], r["org"], r["system"], r["benchmark"]) == (division, org, system, model):
-                    r["submittable"] = False
+        kind = system_types.get((division, org, system), "")
+        required = rnd.required_scenarios(kind, model)
+        missing = [s for s in (required or ()) if s not in scenarios]
+        ok = required is not None and not missing
+        f.add(package / division / org / "results" / system / model, f"scenarios a {kind} system must submit", ok,
+              "" if ok else f"{model} has no {kind} category at {rnd.name}" if required is None
+              else f"missing {', '.join(missing)}: not submittable", severity="not_submittable")
+    not_submittable = [i for i in f.items if not i["ok"] and i["severity"] == "not_submittable"]
+    for r in results:  # a finding under a result's folder (or its model's) makes it not submittable
+        folder = f"{r['division']}/{r['org']}/results/{r['system']}/{r['benchmark']}"
+        if any(i["file"] in (folder, f"{folder}/{r['scenario']}") or i["file"].startswith(f"{folder}/{r['scenario']}/")
+               for i in not_submittable):
+            r["submittable"] = False
     errors = [i for i in f.items if not i["ok"] and i["severity"] == "error"]
     invalid = [r for r in results if not r["valid"]]
-    return {"checker": "mlrepro.inference.check (the official checker is not on PyPI)", "package": str(package),
+    shortened = any(i["check"] == "official minimums (submittable)" for i in not_submittable)
+    return {"checker": f"mlrepro.inference.check, by the {rnd.name} rules (ours: the official checker is not on PyPI)",
+            "round": rnd.name, "package": str(package),
             "intact": not errors and bool(results), "all_valid": not invalid, "shortened": shortened,
             # the gate: an intact package whose runs LoadGen judged VALID; shortened runs are judged on a
             # shared machine, so their INVALID verdicts are reported but do not stop the pipeline
             "passed": not errors and bool(results) and (not invalid or shortened),
             "submittable": not errors and bool(results) and not invalid and all(r["submittable"] for r in results),
+            # what keeps a valid package from submission: a shortened run's expected errors
+            "expected_errors": [f"{i['file']}: {i['message']}" for i in not_submittable],
             "results": results, "findings": f.items}
 
 
@@ -181,8 +237,9 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m mlrepro.inference.check", description=__doc__)
     p.add_argument("--package", type=Path, required=True)
     p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--round", default=rounds.DEFAULT, choices=rounds.ROUNDS, help="the declared inference round")
     args = p.parse_args(argv)
-    report = check(args.package)
+    report = check(args.package, args.round)
     atomic.write_json(args.out, report)
     if not report["passed"]:
         bad = [f"  {i['file']}: {i['check']}: {i['message']}" for i in report["findings"]

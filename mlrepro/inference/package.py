@@ -1,14 +1,17 @@
-"""The inference submission layout (v2.0 to v5.1) from the stage's LoadGen runs:
+"""The inference submission package in the layout of the declared round (mlrepro/inference/rounds.py):
 
+v2.0 (to v5.1):
     <division>/<org>/systems/<system>.json
-    <division>/<org>/code/<benchmark>/                        the served model's source, a README
-    <division>/<org>/measurements/<system>/<benchmark>/<scenario>/   <system>_<scenario>.json, user.conf,
-                                                                     mlperf.conf, README.md
-    <division>/<org>/results/<system>/<benchmark>/<scenario>/performance/run_1/   LoadGen's summary and detail
-    <division>/<org>/results/<system>/<benchmark>/<scenario>/accuracy/   the same, accuracy.txt, the accuracy log
+    <division>/<org>/code/<model>/                              the served model's source, a README
+    <division>/<org>/measurements/<system>/<model>/<scenario>/  <system>_<scenario>.json, user.conf, mlperf.conf,
+                                                                README.md
+    <division>/<org>/results/<system>/<model>/<scenario>/performance/run_1/   LoadGen's summary and detail
+    <division>/<org>/results/<system>/<model>/<scenario>/accuracy/   the same, accuracy.txt, the accuracy log
+v6.1 (from v6.0): code/ is src/, and measurements.json, user.conf and README.md sit in the results scenario folder.
 
-LoadGen's files are copied as written; only the accuracy log is cut to the checker's 10 KiB as the
-official truncate_accuracy_log.py does (first and last 4 KiB), its full hash kept in accuracy.txt.
+``<model>`` is the round's name of the benchmark (resnet50 at v2.0, resnet at v6.1). LoadGen's files are copied
+as written; only the accuracy log is cut to the checker's 10 KiB as the official truncate_accuracy_log.py
+does (first and last 4 KiB), its full hash kept in accuracy.txt.
 """
 
 from __future__ import annotations
@@ -21,13 +24,14 @@ from typing import Any
 
 from mlrepro.core import atomic
 from mlrepro.environment import system_desc
-from mlrepro.inference import settings
+from mlrepro.inference import rounds
 from mlrepro.training.workload import workflow_dir
 
 ACCURACY_LOG_LIMIT = 10 * 1024
 _KEEP = 4 * 1024
 PERF_FILES = ("mlperf_log_summary.txt", "mlperf_log_detail.txt")
 ACC_FILES = (*PERF_FILES, "accuracy.txt")
+STREAM_SCENARIOS = ("SingleStream", "MultiStream")
 
 
 def truncate_accuracy_log(src: Path, dst: Path) -> None:
@@ -38,7 +42,7 @@ def truncate_accuracy_log(src: Path, dst: Path) -> None:
 
 
 def measurements(benchmark: str, record: dict[str, Any]) -> dict[str, Any]:
-    """The fields the checker requires of ``<system>_<scenario>.json``."""
+    """The fields the checker requires of the measurements JSON."""
     return {
         "input_data_types": "fp32",
         "retraining": "no",
@@ -49,23 +53,65 @@ def measurements(benchmark: str, record: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def system_type(rnd: rounds.Round, served: dict[str, set[str]]) -> str:
+    """The category the served scenarios submit to: datacenter for a Server result or a model the round has
+    only there (DLRM), edge for SingleStream/MultiStream results; both when both."""
+    kinds = []
+    if any("Server" in scens or rnd.required_scenarios("edge", model) is None for model, scens in served.items()):
+        kinds.append("datacenter")
+    if any(scens & set(STREAM_SCENARIOS) for scens in served.values()) or not kinds:
+        kinds.append("edge")
+    return ",".join(kinds)
+
+
+def _network_cards() -> str:
+    """Physical network interfaces of this host (/sys/class/net less loopback and virtual ones)."""
+    net = Path("/sys/class/net")
+    cards = [p for p in net.iterdir() if (p / "device").exists()] if net.is_dir() else []
+    return str(len(cards))
+
+
+def system_json(rnd: rounds.Round, desc: dict[str, Any], served: dict[str, set[str]]) -> dict[str, Any]:
+    desc = dict(desc)
+    if desc["status"] not in ("available", "preview", "rdi"):  # training's "research" is inference's rdi
+        desc["status"] = "rdi"
+    desc["system_type"] = system_type(rnd, served)
+    added = {"host_network_card_count": _network_cards(),
+             "system_type_detail": (f"one node, {desc['accelerators_per_node']} accelerator(s) "
+                                    f"({desc['accelerator_model_name']}); mlrepro's mini models")}
+    desc.update({k: added[k] for k in rnd.system_fields})
+    return desc
+
+
+def _served(runs_dir: Path, rnd: rounds.Round) -> dict[str, set[str]]:
+    """package model -> the scenarios run, from ``runs_dir/<benchmark>/<scenario>/``."""
+    return {rnd.model(b.name): {s.name for s in b.iterdir() if s.is_dir()}
+            for b in sorted(runs_dir.iterdir()) if b.is_dir()}
+
+
+def readme(model: str, benchmark: str, scenario: str, rnd: rounds.Round, shortened: bool) -> str:
+    return (f"# {model} {scenario}\n\nMLPerf Inference {rnd.name}. Run by `snakemake` (mlrepro): "
+            f"`python -m mlrepro.inference.run --round {rnd.name} --benchmark {benchmark} --scenario {scenario} "
+            "--mode performance|accuracy`.\n"
+            + ("mlperf.conf holds the round's values LoadGen was given (through user.conf, the seeds set by hand); "
+               if rnd.conf_text is not None else "")
+            + "the detail logs record every effective setting.\n"
+            + ("\n**Shortened settings: not submittable.**\n" if shortened else ""))
+
+
 def build(runs_dir: Path, user_confs: dict[str, Path], out: Path, org: str, division: str, status: str,
-          system: str, device: str, threads: int) -> None:
+          system: str, device: str, threads: int, round_name: str = rounds.DEFAULT) -> None:
     """``runs_dir/<benchmark>/<scenario>/<mode>/`` -> the package under ``out`` (built atomically)."""
-    mlperf_conf = settings.builtin_mlperf_conf()
+    rnd = rounds.get(round_name)
+    served = _served(runs_dir, rnd)
     with atomic.atomic_dir(out) as tmp:
         root = tmp / division / org
         desc = system_desc.describe(org, division, status, system, threads, device)
-        if desc["status"] not in ("available", "preview", "rdi"):  # training's "research" is inference's rdi
-            desc["status"] = "rdi"
-        # SingleStream/MultiStream/Offline are the edge scenarios; DLRM is a datacenter-only benchmark
-        served = {p.name for p in runs_dir.iterdir() if p.is_dir()}
-        desc["system_type"] = "datacenter,edge" if "dlrm" in served else "edge"
-        atomic.write_json(root / "systems" / f"{system}.json", desc)
+        atomic.write_json(root / "systems" / f"{system}.json", system_json(rnd, desc, served))
         for bench_dir in sorted(p for p in runs_dir.iterdir() if p.is_dir()):
             benchmark = bench_dir.name
-            model = settings.MODEL_NAMES[benchmark]
-            code = root / "code" / model
+            model = rnd.model(benchmark)
+            code = root / rnd.code_dir / model
             code.mkdir(parents=True)
             shutil.copy2(workflow_dir(benchmark) / "model.py", code / "model.py")
             (code / "README.md").write_text(f"mlrepro's mini {benchmark} ({model}): workflows/{benchmark}/model.py, "
@@ -74,6 +120,9 @@ def build(runs_dir: Path, user_confs: dict[str, Path], out: Path, org: str, divi
                 scenario = scen_dir.name
                 perf, acc = scen_dir / "performance", scen_dir / "accuracy"
                 record = json.loads((perf / "result.json").read_text())
+                if record.get("round") != rnd.name:  # its seeds and minimums are another round's
+                    raise ValueError(f"{perf / 'result.json'}: run for inference round {record.get('round')}, "
+                                     f"the package declares {rnd.name}; run it again")
                 res = root / "results" / system / model / scenario
                 (res / "performance" / "run_1").mkdir(parents=True)
                 (res / "accuracy").mkdir(parents=True)
@@ -82,17 +131,16 @@ def build(runs_dir: Path, user_confs: dict[str, Path], out: Path, org: str, divi
                 for name in ACC_FILES:
                     shutil.copy2(acc / name, res / "accuracy" / name)
                 truncate_accuracy_log(acc / "mlperf_log_accuracy.json", res / "accuracy" / "mlperf_log_accuracy.json")
-                meas = root / "measurements" / system / model / scenario
-                meas.mkdir(parents=True)
-                atomic.write_json(meas / f"{system}_{scenario}.json", measurements(benchmark, record))
+                if rnd.results_hold_measurements:
+                    meas, meas_json = res, res / "measurements.json"
+                else:
+                    meas = root / "measurements" / system / model / scenario
+                    meas_json = meas / f"{system}_{scenario}.json"
+                    meas.mkdir(parents=True)
+                    (meas / "mlperf.conf").write_text(rnd.conf())
+                atomic.write_json(meas_json, measurements(benchmark, record))
                 shutil.copy2(user_confs[benchmark], meas / "user.conf")
-                (meas / "mlperf.conf").write_text(mlperf_conf)
-                (meas / "README.md").write_text(
-                    f"# {model} {scenario}\n\nRun by `snakemake` (mlrepro): `python -m mlrepro.inference.run "
-                    f"--benchmark {benchmark} --scenario {scenario} --mode performance|accuracy`.\n"
-                    "mlperf.conf is the copy compiled into the mlcommons-loadgen that ran it; the detail logs "
-                    "record every effective setting.\n"
-                    + ("\n**Shortened settings: not submittable.**\n" if record.get("shortened") else ""))
+                (meas / "README.md").write_text(readme(model, benchmark, scenario, rnd, bool(record.get("shortened"))))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -106,10 +154,14 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--system", required=True)
     p.add_argument("--device", default="cpu")
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--round", default=rounds.DEFAULT, choices=rounds.ROUNDS, help="the declared inference round")
     args = p.parse_args(argv)
     confs = dict(item.split("=", 1) for item in args.user_conf)
-    build(args.runs_dir, {k: Path(v) for k, v in confs.items()}, args.out, args.org, args.division, args.status,
-          args.system, args.device, args.threads)
+    try:
+        build(args.runs_dir, {k: Path(v) for k, v in confs.items()}, args.out, args.org, args.division, args.status,
+              args.system, args.device, args.threads, args.round)
+    except ValueError as e:
+        raise SystemExit(f"error: {e}") from None
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ from typing import Any
 
 from mlrepro.core import atomic
 from mlrepro.core.hashing import sha256_file
-from mlrepro.inference import calibrate, settings, summary
+from mlrepro.inference import calibrate, rounds, settings, summary
 from mlrepro.inference.sut import start_test
 
 RESULT = "result.json"
@@ -52,14 +52,17 @@ def pick_checkpoint(run_records: list[Path]) -> dict[str, Any]:
                           + "; inference serves only converged runs")
 
 
-def test_settings(user_conf: Path, model: str, scenario: str, mode: str) -> Any:
-    """LoadGen's settings for the timed run: its built-in mlperf.conf, then ``user_conf`` (once per process)."""
+def test_settings(user_conf: Path, model: str, scenario: str, mode: str, rnd: rounds.Round) -> Any:
+    """LoadGen's settings for the timed run: its built-in mlperf.conf, then ``user_conf`` (once per process),
+    then the declared round's seeds (LoadGen reads seeds from its built-in conf only, which is v6.1's)."""
     import mlperf_loadgen as lg
 
     ts = lg.TestSettings()
     code = ts.FromConfig(str(user_conf), model, scenario)
     if code != 0:
         raise InferenceFailed(f"{user_conf}: LoadGen could not read it for {model}.{scenario} (code {code})")
+    for key, seed in rnd.seeds().items():
+        setattr(ts, key, seed)
     ts.scenario = getattr(lg.TestScenario, scenario)
     ts.mode = lg.TestMode.AccuracyOnly if mode == "accuracy" else lg.TestMode.PerformanceOnly
     return ts
@@ -113,6 +116,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--params-file", type=Path, required=True, help="the benchmark's config, a JSON file")
     p.add_argument("--user-conf", type=Path, required=True)
     p.add_argument("--shortened", action="store_true", help="the user.conf lowers the official minimums")
+    p.add_argument("--round", default=rounds.DEFAULT, choices=rounds.ROUNDS, help="the declared inference round")
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--device", default="cpu")
     p.add_argument("--threads", type=int, default=1)
@@ -129,8 +133,9 @@ def main(argv: list[str] | None = None) -> None:
                           ("cpu" if args.device == "auto" else args.device))
     params = json.loads(args.params_file.read_text())
     served = serve.load(args.benchmark, args.data_dir, params, Path(checkpoint["path"]), device)
-    model = settings.MODEL_NAMES[args.benchmark]
-    ts = test_settings(args.user_conf, model, args.scenario, args.mode)
+    rnd = rounds.get(args.round)
+    model = rnd.loadgen_model(args.benchmark)
+    ts = test_settings(args.user_conf, model, args.scenario, args.mode, rnd)
     with atomic.atomic_dir(args.out) as tmp:
         stated = None
         if args.mode == "performance":  # accuracy runs issue every sample once: nothing to state
@@ -156,7 +161,8 @@ def main(argv: list[str] | None = None) -> None:
                   f"{rerun['queries']} queries late); running it again at {stated.value:.6g} queries/s, "
                   f"{ts.min_query_count} queries at least", flush=True)
         record: dict[str, Any] = {
-            "benchmark": args.benchmark, "loadgen_model": model, "scenario": args.scenario, "mode": args.mode,
+            "benchmark": args.benchmark, "round": rnd.name, "loadgen_model": model, "scenario": args.scenario,
+            "mode": args.mode,
             "checkpoint": checkpoint, "shortened": args.shortened, "device": str(device),
             "wall_ms": stop_ms - start_ms, "samples": served.count,
         }

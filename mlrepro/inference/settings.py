@@ -1,25 +1,20 @@
 """What the inference rules fix per benchmark and scenario, and the user.conf that sets LoadGen up.
 
-LoadGen's built-in mlperf.conf (compiled into the wheel) holds the official minimums; the user.conf we
-write adds only the QSL's size unless the run is *shortened*: then it also lowers the minimum duration and
-query counts, and the result is marked not submittable everywhere it appears. What a submitter states about
-the SUT (expected latency and QPS) is not fixed here: each performance run measures it on the machine that
-runs it (mlrepro/inference/calibrate.py), unless the user's own user.conf states it.
+The user.conf we write states the declared round's official values for the model (mlrepro/inference/rounds.py:
+v2.0's from that round's mlperf.conf, v6.1's from LoadGen's built-in one), so that LoadGen runs by the round's
+rules whichever conf it compiles in. A *shortened* run lowers the minimum duration, query counts and, where
+the QSL is smaller, the performance sample count, and is marked not submittable everywhere it appears. What
+a submitter states about the SUT (expected latency and QPS) is not fixed here: each performance run measures
+it on the machine that runs it (mlrepro/inference/calibrate.py), unless the user's own user.conf states it.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from mlrepro.inference import rounds
 from mlrepro.inference.summary import SCENARIOS
 
-# Our benchmark -> LoadGen's model name in mlperf.conf (mlcommons-loadgen 6.0.17 / inference HEAD).
-MODEL_NAMES = {"resnet": "resnet50", "ssd": "retinanet", "bert": "bert", "dlrm": "dlrm-v2", "rnnt": "rnnt",
-               "unet3d": "3d-unet"}
-# Official minimums of the built-in mlperf.conf that our checks hold a submittable run to.
-OFFICIAL_MIN_DURATION_MS = 600_000
-# (SingleStream and Server: what 6.0.17's built-in conf logs; Offline counts samples.)
-OFFICIAL_MIN_QUERIES = {"SingleStream": 100, "MultiStream": 662, "Server": 100, "Offline": 24_576}
 MODES = ("performance", "accuracy")
 QUALITY_FRACTION = 0.99  # the closed target: 99% of the reference model's accuracy
 
@@ -31,35 +26,38 @@ SHORT_MIN_DURATION_MS = 1000
 SHORT_MIN_QUERIES = {"SingleStream": 64, "MultiStream": 662, "Server": 662}
 
 
-def user_conf(benchmark: str, sample_count: int, shortened: bool) -> str:
-    """A user.conf for every scenario of ``benchmark``; ``sample_count`` is the QSL's size."""
-    model = MODEL_NAMES[benchmark]
+class SettingsError(ValueError):
+    pass
+
+
+def user_conf(benchmark: str, sample_count: int, shortened: bool, round_name: str = rounds.DEFAULT) -> str:
+    """A user.conf for every scenario of ``benchmark`` under ``round_name``; ``sample_count`` is the QSL's size."""
+    rnd = rounds.get(round_name)
+    model = rnd.loadgen_model(benchmark)
+    official = rnd.int_value(benchmark, "*", "performance_sample_count_override") or sample_count
+    if official > sample_count and not shortened:
+        raise SettingsError(
+            f"{benchmark}: the held-out set has {sample_count} samples, fewer than the {official} performance "
+            f"samples {model} needs at {round_name}; raise benchmarks.{benchmark}.data.eval_samples to {official} "
+            "or more, or set inference.shortened: true (not submittable)")
     lines = [
-        "# written by mlrepro; LoadGen's built-in mlperf.conf holds the official values",
-        f"# shortened: {'yes, NOT SUBMITTABLE' if shortened else 'no'}",
+        f"# written by mlrepro for MLPerf Inference {round_name}: the round's official values for {model}"
+        + (" (from its mlperf.conf; LoadGen 6.0.17 compiles in v6.1's)" if rnd.conf_text is not None else ""),
+        f"# shortened: {'yes, NOT SUBMITTABLE: lower minimums and performance sample count' if shortened else 'no'}",
         "# expected latency and QPS: measured before each performance run (its result.json, 'calibration')",
-        f"{model}.*.performance_sample_count_override = {sample_count}",
     ]
-    if shortened:
-        lines += [f"{model}.*.min_duration = {SHORT_MIN_DURATION_MS}",
-                  *(f"{model}.{scenario}.min_query_count = {n}" for scenario, n in SHORT_MIN_QUERIES.items()),
-                  f"{model}.Offline.min_query_count = {sample_count}"]
+    for scenario in SCENARIOS:
+        # one exact model.scenario line per key: LoadGen prefers it to any wildcard line
+        values = {key: value for key in rounds.BINDING_KEYS
+                  if (value := rnd.value(benchmark, scenario, key)) is not None}
+        if scenario == "Server" and (bound := rnd.value(benchmark, scenario, "target_latency")) is not None:
+            values["target_latency"] = bound  # the round's latency bound, not a statement about the SUT
+        if shortened:
+            values.update(performance_sample_count_override=str(min(official, sample_count)),
+                          min_duration=str(SHORT_MIN_DURATION_MS),
+                          min_query_count=str(SHORT_MIN_QUERIES.get(scenario, sample_count)))
+        lines += [f"{model}.{scenario}.{key} = {value}" for key, value in values.items()]
     return "\n".join(lines) + "\n"
-
-
-_CONF_HEAD = b"# The format of this config file is 'key = value'."
-
-
-def builtin_mlperf_conf() -> str:
-    """The mlperf.conf compiled into the installed LoadGen (its mlperf_conf.h is one string constant in
-    the extension), for the package: the wheel ships no separate copy."""
-    import mlperf_loadgen
-
-    data = Path(mlperf_loadgen.__file__).read_bytes()
-    start = data.find(_CONF_HEAD)
-    if start < 0:
-        raise RuntimeError(f"{mlperf_loadgen.__file__}: no built-in mlperf.conf found in this LoadGen build")
-    return data[start : data.find(b"\0", start)].decode("utf-8")
 
 
 def check_scenarios(scenarios: list[str]) -> None:
@@ -74,7 +72,8 @@ def main(argv: list[str] | None = None) -> None:
 
     from mlrepro.core import atomic
     p = argparse.ArgumentParser(prog="python -m mlrepro.inference.settings", description="write a user.conf")
-    p.add_argument("--benchmark", required=True, choices=sorted(MODEL_NAMES))
+    p.add_argument("--benchmark", required=True)
+    p.add_argument("--round", default=rounds.DEFAULT, choices=rounds.ROUNDS, help="the declared inference round")
     p.add_argument("--samples", type=int, required=True, help="the QSL's size (the held-out set)")
     p.add_argument("--shortened", action="store_true")
     p.add_argument("--from", dest="source", type=Path, default=None, help="copy this user.conf instead")
@@ -84,7 +83,11 @@ def main(argv: list[str] | None = None) -> None:
         with atomic.atomic_path(args.out) as tmp:
             shutil.copyfile(args.source, tmp)
     else:
-        atomic.write_text(args.out, user_conf(args.benchmark, args.samples, args.shortened))
+        try:
+            text = user_conf(args.benchmark, args.samples, args.shortened, args.round)
+        except ValueError as e:
+            raise SystemExit(f"error: {e}") from None
+        atomic.write_text(args.out, text)
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ from typing import Any
 from mlrepro.core import config as mlconfig
 from mlrepro.core import smk
 from mlrepro.datasets import recipe as data_recipe
+from mlrepro.inference import rounds
 from mlrepro.planning import inputs, jobs
 from mlrepro.planning.plan import Plan
 from mlrepro.planning.prepare import PlanningError, Preparation
@@ -26,7 +27,12 @@ def start(workflow: Any, config: dict[str, Any]) -> tuple[Plan, Preparation]:
         # benchmarks.<bm>.data: generated (the generator's block), recipe, {recipe: FILE} or {path: DIR}
         raw, choices = data_recipe.split_choices(config)
         full, benchmarks = mlconfig.load(raw, source="config/config.yaml and --config", base_dir=Path.cwd())
+        if "inference" in full:  # every served benchmark is a model of the declared round
+            for benchmark in full["inference"]["benchmarks"]:
+                rounds.get(full["inference"]["round"]).model(benchmark)
     except (mlconfig.ConfigError, data_recipe.RecipeError) as error:
         raise PlanningError(str(error)) from None
+    except rounds.RoundError as error:
+        raise PlanningError(f"invalid configuration: inference.benchmarks: {error}") from None
     plan = Plan(full, benchmarks, choices, Path(workflow.basedir), smk.python_command())
     return plan, Preparation(plan, workflow)
