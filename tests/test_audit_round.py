@@ -30,6 +30,7 @@ from typing import Any
 import pytest
 
 from mlrepro.audit import discover, pipeline
+from mlrepro.audit.check import check_round
 from tests.conftest import require
 
 ARCHIVE = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "mlperf_training_results_v1.1.tar.xz"
@@ -135,7 +136,7 @@ def test_whole_round_matches_the_official_tools(tmp_path: Path) -> None:
     before = _tree_hash(ours_root)
 
     started = time.perf_counter()
-    checks = pipeline.check(ours_root, tmp_path / "out" / "checks.json", tmp_path / "out" / ".cache",
+    checks = check_round(ours_root, tmp_path / "out" / "checks.json", tmp_path / "out" / ".cache",
                             "training", RULESET, os.cpu_count() or 2)
     audit = pipeline.summarize(ours_root, checks, "training", RULESET)
     pipeline.write_summary(audit, tmp_path / "out")
