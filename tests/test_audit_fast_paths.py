@@ -54,8 +54,8 @@ def test_with_keys_skips_unhashable_keys_as_the_official_loop_does() -> None:
     line = mlp_compliance.mlp_parser.ruleset_110.LogLine
     lines = [line("", 0.0, key, {"value": None, "metadata": {}}, i)
              for i, key in enumerate(["run_start", ["run_start"], 5, "run_stop", {"a": 1}, "run_start"])]
-    assert [ll.lineno for ll in engine._with_keys(lines, {"run_start", "run_stop"})] == [0, 3, 5]
-    assert [ll.lineno for ll in engine._with_keys(lines[:1] + lines[3:4], {"run_stop"})] == [3]
+    assert [ll.lineno for ll in engine._with_keys(lines, frozenset({"run_start", "run_stop"}))] == [0, 3, 5]
+    assert [ll.lineno for ll in engine._with_keys(lines[:1] + lines[3:4], frozenset({"run_stop"}))] == [3]
 
 
 def _official(task: tuple[str, str]) -> tuple[bool, list[str], str]:

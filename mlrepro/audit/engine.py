@@ -194,7 +194,7 @@ def _names_loglines(config: Any) -> bool:
 _KEY = operator.attrgetter("key")
 
 
-def _with_keys(loglines: list[Any], keys: set[str]) -> list[Any]:
+def _with_keys(loglines: list[Any], keys: frozenset[str]) -> list[Any]:
     """The lines whose key is one of ``keys``, in order (an unhashable key is none of them)."""
     try:
         return list(itertools.compress(loglines, map(keys.__contains__, map(_KEY, loglines))))
@@ -214,16 +214,23 @@ def _known_keys_only(configured_checks: Callable[..., Any]) -> Callable[..., Any
     @functools.wraps(configured_checks)
     def wrapper(self: Any, loglines: list[Any], config_file: str) -> Any:
         try:
-            with open(config_file) as f:
-                config = mlp_compliance.yaml.load(f, Loader=yaml.BaseLoader)
-            keys = {k["KEY"]["NAME"] for k in config if next(iter(k)) == "KEY"}
-            if not _names_loglines(config):
-                loglines = _with_keys(loglines, keys)
+            keys = _rule_keys(config_file)
         except Exception:  # the official code on the full list: its own verdict or error
-            pass
-        return configured_checks(self, loglines, config_file)
+            keys = None
+        return configured_checks(self, loglines if keys is None else _with_keys(loglines, keys), config_file)
 
     return wrapper
+
+
+@functools.cache
+def _rule_keys(config_file: str) -> frozenset[str] | None:
+    """The KEY names of a rule file (read once, as ``_CachedYaml`` reads it), or None where its BEGIN
+    code may read every line."""
+    with open(config_file) as f:
+        config = mlp_compliance.yaml.load(f, Loader=yaml.BaseLoader)
+    if _names_loglines(config):
+        return None
+    return frozenset(k["KEY"]["NAME"] for k in config if next(iter(k)) == "KEY")
 
 
 def install_fast_paths() -> None:
