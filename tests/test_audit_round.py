@@ -137,7 +137,7 @@ def test_whole_round_matches_the_official_tools(tmp_path: Path) -> None:
 
     started = time.perf_counter()
     checks = check_round(ours_root, tmp_path / "out" / "checks.json", tmp_path / "out" / ".cache",
-                            "training", RULESET, os.cpu_count() or 2)
+                         "training", RULESET, os.cpu_count() or 2)
     audit = pipeline.summarize(ours_root, checks, "training", RULESET)
     pipeline.write_summary(audit, tmp_path / "out")
     ours_s = time.perf_counter() - started
