@@ -1,12 +1,23 @@
 """Audit speed on the whole public Training v1.1 round: mlrepro's audit vs the official summarizer.
 
-    .venv/bin/python benchmarks/audit_speed.py [--archive PATH] [--jobs N] [--orgs A,B]
+    .venv/bin/python benchmarks/audit_speed.py [--archive PATH] [--jobs N] [--orgs A,B] [--repeat 3]
 
-Both sides run on fresh copies of the round, in this one run of the script, as subprocesses:
-mlrepro's audit (verdicts of every file with a cold cache, then package verdicts, scores, summary
-and report) and the official ``result_summarizer`` over each organisation in turn (what a reviewer
-runs; it checks every file and scores every system). Prints wall and CPU seconds of both, the
-ratio, and whether every score the official summarizer prints equals the audit's to 1e-9 minutes.
+Both sides run on fresh copies of the round, in this one run of the script, as subprocesses, one
+after the other, ``--repeat`` times: mlrepro's audit (verdicts of every file with a cold cache,
+then package verdicts, scores, summary and report) and the official ``result_summarizer`` over each
+organisation in turn (what a reviewer runs; it checks every file and scores every system). Prints
+the medians of the wall and CPU seconds of both, their ratios, each run's figures, and whether
+every score the official summarizer prints equals the audit's to 1e-9 minutes (its first run on a
+fresh copy: the audit's raw score times the package's own scaling factor).
+
+Figures (2 December 2026, the shared 2-core machine under other sessions' load, load average 2 to
+5, both sides at nice 10, medians of 3): the audit 17.4 s wall, 15.5 s CPU (runs: 17.4, 24.9, 14.9 s);
+the official summarizer 253.1 s wall, 228.6 s CPU: 14.6 times faster in wall time, 14.7 in CPU time
+(before the check's fast paths and single read: 25.9 s against 249.9 s, 9.7). Every one of the 97
+scores the official summarizer prints equals the audit's, in each run. Of the audit's CPU seconds,
+about 12 go to the check's workers, nearly all in the official per-line parser and rules (JSON
+decoding 3.5, ``string_to_logline`` 2.5, the rule evaluations 3), and 2.5 to the summarize step
+(half of them importing scipy and pandas for the official RCP checker and summarizer).
 """
 
 from __future__ import annotations
