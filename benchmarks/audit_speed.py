@@ -1,12 +1,23 @@
 """Audit speed on the whole public Training v1.1 round: mlrepro's audit vs the official summarizer.
 
-    .venv/bin/python benchmarks/audit_speed.py [--archive PATH] [--jobs N] [--orgs A,B]
+    .venv/bin/python benchmarks/audit_speed.py [--archive PATH] [--jobs N] [--orgs A,B] [--repeat 3]
 
-Both sides run on fresh copies of the round, in this one run of the script, as subprocesses:
-mlrepro's audit (verdicts of every file with a cold cache, then package verdicts, scores, summary
-and report) and the official ``result_summarizer`` over each organisation in turn (what a reviewer
-runs; it checks every file and scores every system). Prints wall and CPU seconds of both, the
-ratio, and whether every score the official summarizer prints equals the audit's to 1e-9 minutes.
+Both sides run on fresh copies of the round, in this one run of the script, as subprocesses, one
+after the other, ``--repeat`` times: mlrepro's audit (verdicts of every file with a cold cache,
+then package verdicts, scores, summary and report) and the official ``result_summarizer`` over each
+organisation in turn (what a reviewer runs; it checks every file and scores every system). Prints
+the medians of the wall and CPU seconds of both, their ratios, each run's figures, and whether
+every score the official summarizer prints equals the audit's to 1e-9 minutes (its first run on a
+fresh copy: the audit's raw score times the package's own scaling factor).
+
+Figures (2 December 2026, the shared 2-core machine under other sessions' load, load average 2 to
+5, both sides at nice 10, medians of 3): the audit 17.4 s wall, 15.5 s CPU (runs: 17.4, 24.9, 14.9 s);
+the official summarizer 253.1 s wall, 228.6 s CPU: 14.6 times faster in wall time, 14.7 in CPU time
+(before the check's fast paths and single read: 25.9 s against 249.9 s, 9.7). Every one of the 97
+scores the official summarizer prints equals the audit's, in each run. Of the audit's CPU seconds,
+about 12 go to the check's workers, nearly all in the official per-line parser and rules (JSON
+decoding 3.5, ``string_to_logline`` 2.5, the rule evaluations 3), and 2.5 to the summarize step
+(half of them importing scipy and pandas for the official RCP checker and summarizer).
 """
 
 from __future__ import annotations
@@ -17,12 +28,14 @@ import json
 import math
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import tarfile
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 ARCHIVE = REPO.parent / "shared" / "data" / "mlperf_training_results_v1.1.tar.xz"
@@ -45,63 +58,92 @@ def scores_from_csv(path: Path) -> dict[str, dict[str, str]]:
         return {row["details_url"]: row for row in csv.DictReader(f)}
 
 
+def first_run_score(row: dict[str, str], benchmark: str) -> str:
+    """The audit's score as the official summarizer's first run on a fresh copy gives it: the raw score
+    times the package's own scaling.json factor (the published score is the second run's, after the
+    package checker's RCP check has written its factor; tests/test_audit*.py compare that one)."""
+    raw = row[f"{benchmark}:raw_score"]
+    if raw == "":
+        return ""
+    submitted = row[f"{benchmark}:submitted_factor"]
+    return repr(float(raw) * (float(submitted) if submitted else 1.0))
+
+
+def run_once(archive: Path, orgs_wanted: set[str] | None, jobs: int, tmp: Path) -> dict[str, Any]:
+    """Both sides once, each on its own fresh copy of the round; the figures and the scores compared."""
+    with tarfile.open(archive) as tar:
+        tar.extractall(tmp / "ours", filter="data")
+        tar.extractall(tmp / "official", filter="data")  # the official tools write into their input
+    orgs = sorted(p.name for p in (tmp / "official").iterdir() if p.is_dir())
+    if orgs_wanted:
+        orgs = [o for o in orgs if o in orgs_wanted]
+        for side in ("ours", "official"):
+            for p in (tmp / side).iterdir():
+                if p.name not in orgs_wanted:
+                    subprocess.run(["rm", "-rf", str(p)], check=True)
+
+    py = sys.executable
+    audit = [py, "-m", "mlrepro.audit"]
+    common = ["--root", str(tmp / "ours"), "--out", str(tmp / "out"), "--ruleset", "1.1.0"]
+    ours_wall, ours_cpu = timed([[*audit, "check", *common, "--jobs", str(jobs)],
+                                 [*audit, "summarize", *common]], REPO)
+    print(f"audit: {ours_wall:.1f} s wall, {ours_cpu:.1f} s CPU; now the official summarizer...",
+          file=sys.stderr, flush=True)
+    official_wall, official_cpu = timed(
+        [[py, "-m", "mlperf_logging.result_summarizer", org, "training", "1.1.0", "-csv", str(tmp / f"{org}.csv")]
+         for org in orgs], tmp / "official")
+    print(f"official: {official_wall:.1f} s wall, {official_cpu:.1f} s CPU", file=sys.stderr, flush=True)
+
+    ours = scores_from_csv(tmp / "out" / "summary.csv")
+    compared, differ = 0, []
+    for org in orgs:
+        for url, row in scores_from_csv(tmp / f"{org}.csv").items():
+            for b in BENCHMARKS:
+                theirs, mine = row[b], first_run_score(ours[url], b)
+                if theirs == "" and mine == "":
+                    continue
+                compared += 1
+                if theirs == "" or mine == "" or not math.isclose(float(theirs), float(mine), rel_tol=0,
+                                                                  abs_tol=1e-9):
+                    differ.append(f"{url} {b}: official {theirs!r}, audit {mine!r}")
+    files = len(json.loads((tmp / "out" / "checks.json").read_text())["files"])
+    return {"organisations": len(orgs), "result_files": files, "audit_wall_s": ours_wall, "audit_cpu_s": ours_cpu,
+            "official_wall_s": official_wall, "official_cpu_s": official_cpu, "scores_compared": compared,
+            "differ": differ}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--archive", type=Path, default=ARCHIVE)
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--orgs", help="comma-separated organisations (default: all)")
+    parser.add_argument("--repeat", type=int, default=3, help="runs of both sides; the figures are their medians")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()
-    py = sys.executable
-    with tempfile.TemporaryDirectory(prefix="audit-speed-") as tmp_name:
-        tmp = Path(tmp_name)
-        with tarfile.open(args.archive) as tar:
-            tar.extractall(tmp / "ours", filter="data")
-            tar.extractall(tmp / "official", filter="data")  # the official tools write into their input
-        orgs = sorted(p.name for p in (tmp / "official").iterdir() if p.is_dir())
-        if args.orgs:
-            keep = set(args.orgs.split(","))
-            orgs = [o for o in orgs if o in keep]
-            for side in ("ours", "official"):
-                for p in (tmp / side).iterdir():
-                    if p.name not in keep:
-                        subprocess.run(["rm", "-rf", str(p)], check=True)
+    runs = []
+    for i in range(max(1, args.repeat)):
+        with tempfile.TemporaryDirectory(prefix="audit-speed-") as tmp_name:
+            print(f"run {i + 1} of {args.repeat}", file=sys.stderr, flush=True)
+            runs.append(run_once(args.archive, set(args.orgs.split(",")) if args.orgs else None, args.jobs,
+                                 Path(tmp_name)))
 
-        audit = [py, "-m", "mlrepro.audit"]
-        common = ["--root", str(tmp / "ours"), "--out", str(tmp / "out"), "--ruleset", "1.1.0"]
-        ours_wall, ours_cpu = timed([[*audit, "check", *common, "--jobs", str(args.jobs)],
-                                     [*audit, "summarize", *common]], REPO)
-        print(f"audit: {ours_wall:.1f} s wall, {ours_cpu:.1f} s CPU; now the official summarizer...",
-              file=sys.stderr, flush=True)
-        official_wall, official_cpu = timed(
-            [[py, "-m", "mlperf_logging.result_summarizer", org, "training", "1.1.0", "-csv", str(tmp / f"{org}.csv")]
-             for org in orgs], tmp / "official")
+    def median(key: str) -> float:
+        return statistics.median(r[key] for r in runs)
 
-        ours = scores_from_csv(tmp / "out" / "summary.csv")
-        compared, differ = 0, []
-        for org in orgs:
-            for url, row in scores_from_csv(tmp / f"{org}.csv").items():
-                for b in BENCHMARKS:
-                    theirs, mine = row[b], ours[url][b]
-                    if theirs == "" and mine == "":
-                        continue
-                    compared += 1
-                    if theirs == "" or mine == "" or not math.isclose(float(theirs), float(mine), rel_tol=0,
-                                                                      abs_tol=1e-9):
-                        differ.append(f"{url} {b}: official {theirs!r}, audit {mine!r}")
-        files = len(json.loads((tmp / "out" / "checks.json").read_text())["files"])
-
-    figures = {"organisations": len(orgs), "result_files": files, "jobs": args.jobs,
-               "audit_wall_s": round(ours_wall, 1), "audit_cpu_s": round(ours_cpu, 1),
-               "official_wall_s": round(official_wall, 1), "official_cpu_s": round(official_cpu, 1),
-               "wall_ratio": round(official_wall / ours_wall, 2), "cpu_ratio": round(official_cpu / ours_cpu, 2),
-               "scores_compared": compared, "scores_differing": len(differ)}
+    keys = ("audit_wall_s", "audit_cpu_s", "official_wall_s", "official_cpu_s")
+    figures = {"organisations": runs[0]["organisations"], "result_files": runs[0]["result_files"], "jobs": args.jobs,
+               "runs": len(runs), **{k: round(median(k), 1) for k in keys},
+               "wall_ratio": round(median("official_wall_s") / median("audit_wall_s"), 2),
+               "cpu_ratio": round(median("official_cpu_s") / median("audit_cpu_s"), 2),
+               "each_run": [{k: round(r[k], 1) for k in keys} for r in runs],
+               "scores_compared": sum(r["scores_compared"] for r in runs),
+               "scores_differing": sum(len(r["differ"]) for r in runs)}
     print(json.dumps(figures, indent=2))
-    for line in differ[:20]:
+    for line in [d for r in runs for d in r["differ"]][:20]:
         print("DIFFERS:", line)
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2) + "\n")
-    sys.exit(1 if differ else 0)
+    sys.exit(1 if figures["scores_differing"] else 0)
 
 
 if __name__ == "__main__":

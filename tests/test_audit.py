@@ -20,7 +20,7 @@ from mlperf_logging.compliance_checker import mlp_compliance, mlp_parser
 from mlrepro.audit import discover, engine, pipeline
 from mlrepro.audit import report as audit_report
 from mlrepro.audit.cache import Cache
-from mlrepro.audit.check import check_files
+from mlrepro.audit.check import check_files, check_round
 
 FIXTURES = Path(__file__).parent / "fixtures" / "audit"
 ROUND = FIXTURES / "round"
@@ -67,7 +67,7 @@ def tree_hash(root: Path) -> str:
 def round_audit(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     out = tmp_path_factory.mktemp("round")
     before = tree_hash(ROUND)
-    checks = pipeline.check(ROUND, out / "checks.json", out / ".cache", "training", RULESET, 2)
+    checks = check_round(ROUND, out / "checks.json", out / ".cache", "training", RULESET, 2)
     audit = pipeline.summarize(ROUND, checks, "training", RULESET)
     pipeline.write_summary(audit, out)
     audit_report.write(audit, out / "report")
@@ -78,7 +78,7 @@ def round_audit(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def bad_audit(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], Path]:
     out = tmp_path_factory.mktemp("bad")
-    checks = pipeline.check(BAD, out / "checks.json", out / ".cache", "training", RULESET, 2)
+    checks = check_round(BAD, out / "checks.json", out / ".cache", "training", RULESET, 2)
     audit = pipeline.summarize(BAD, checks, "training", RULESET)
     pipeline.write_summary(audit, out)
     audit_report.write(audit, out / "report")

@@ -23,6 +23,7 @@ import pytest
 
 from mlrepro.audit import discover, pipeline, result_ids
 from mlrepro.audit import report as audit_report
+from mlrepro.audit.check import check_round
 from tests import rounds
 from tests.conftest import require
 
@@ -260,7 +261,7 @@ def test_hostile_system_jsons_get_ids_and_verdicts(tmp_path: Path) -> None:
 
     # the whole summarize step and the report on the same round: no crash, every ID shown, escaped
     out = tmp_path / "out"
-    checks = pipeline.check(root, out / "checks.json", out / ".cache", "training", RULESET, 1)
+    checks = check_round(root, out / "checks.json", out / ".cache", "training", RULESET, 1)
     audit = pipeline.summarize(root, checks, "training", RULESET)
     pipeline.write_summary(audit, out)
     audit_report.write(audit, out / "report")

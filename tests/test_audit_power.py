@@ -21,6 +21,7 @@ import pytest
 from mlperf_logging.result_summarizer import result_summarizer as rs
 
 from mlrepro.audit import pipeline, power
+from mlrepro.audit.check import check_round
 
 FIXTURES = Path(__file__).parent / "fixtures" / "audit" / "round"
 MXNET = "1_node_8_A100_NGC21.05_MXNet"
@@ -74,7 +75,7 @@ def _official_energy(pkg: Path, tmp_path: Path) -> list[float]:
 
 
 def _audit(pkg: Path, out: Path) -> dict:  # type: ignore[type-arg]
-    checks = pipeline.check(pkg, out / "checks.json", out / ".cache", "training", RULESET, 2)
+    checks = check_round(pkg, out / "checks.json", out / ".cache", "training", RULESET, 2)
     result = pipeline.summarize(pkg, checks, "training", RULESET)
     pipeline.write_summary(result, out)
     return result

@@ -17,6 +17,7 @@ import pytest
 
 from mlrepro.audit import pipeline
 from mlrepro.audit import report as audit_report
+from mlrepro.audit.check import check_round
 from tests.chromium import browse as chromium_page
 from tests.chromium import chromium
 
@@ -54,7 +55,7 @@ def measure(page: Path) -> dict[str, Any]:
 def index(tmp_path_factory: pytest.TempPathFactory) -> Path:
     chromium()
     out = tmp_path_factory.mktemp("audit")
-    checks = pipeline.check(ROUND, out / "checks.json", out / ".cache", "training", "1.1.0", 2)
+    checks = check_round(ROUND, out / "checks.json", out / ".cache", "training", "1.1.0", 2)
     audit_report.write(pipeline.summarize(ROUND, checks, "training", "1.1.0"), out / "report")
     return out / "report" / "index.html"
 

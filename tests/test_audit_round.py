@@ -30,6 +30,7 @@ from typing import Any
 import pytest
 
 from mlrepro.audit import discover, pipeline
+from mlrepro.audit.check import check_round
 from tests import rounds
 from tests.conftest import require
 
@@ -148,8 +149,8 @@ def _matches_the_official_tools(tmp_path: Path, orgs: tuple[str, ...] | None = N
     before = _tree_hash(ours_root)
 
     started = time.perf_counter()
-    checks = pipeline.check(ours_root, tmp_path / "out" / "checks.json", tmp_path / "out" / ".cache",
-                            "training", RULESET, os.cpu_count() or 2)
+    checks = check_round(ours_root, tmp_path / "out" / "checks.json", tmp_path / "out" / ".cache",
+                         "training", RULESET, os.cpu_count() or 2)
     audit = pipeline.summarize(ours_root, checks, "training", RULESET)
     pipeline.write_summary(audit, tmp_path / "out")
     ours_s = time.perf_counter() - started

@@ -21,6 +21,7 @@ import pytest
 
 from mlrepro.audit import pipeline, summary
 from mlrepro.audit import report as audit_report
+from mlrepro.audit.check import check_round
 from mlrepro.audit.runfile import audit_bytes
 from mlrepro.core.rulesets import TITLES, known_rulesets, table_order
 
@@ -31,7 +32,7 @@ RULESET = "1.1.0"
 
 
 def audit(root: Path, out: Path) -> dict[str, Any]:
-    checks = pipeline.check(root, out / "checks.json", out / ".cache", "training", RULESET, 2)
+    checks = check_round(root, out / "checks.json", out / ".cache", "training", RULESET, 2)
     result = pipeline.summarize(root, checks, "training", RULESET)
     pipeline.write_summary(result, out)
     audit_report.write(result, out / "report")

@@ -9,6 +9,7 @@ from typing import Any
 
 from mlrepro.audit import discover, pipeline, scoring, summary
 from mlrepro.audit import report as audit_report
+from mlrepro.audit.check import check_round
 from mlrepro.audit.runfile import convergence_unit
 
 FIXTURES = Path(__file__).parent / "fixtures" / "audit" / "round"
@@ -60,7 +61,7 @@ def test_convergence_units() -> None:
 
 
 def test_the_report_separates_categories_and_labels_samples(tmp_path: Path) -> None:
-    checks = pipeline.check(FIXTURES, tmp_path / "checks.json", tmp_path / ".cache", "training", RULESET, 2)
+    checks = check_round(FIXTURES, tmp_path / "checks.json", tmp_path / ".cache", "training", RULESET, 2)
     audit = pipeline.summarize(FIXTURES, checks, "training", RULESET)
     audit_report.write(audit, tmp_path / "report")
     # Google's two open systems: one research, one available; Baidu's closed ones on-premise

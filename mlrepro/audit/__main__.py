@@ -49,18 +49,22 @@ def main(argv: list[str] | None = None) -> None:
             status = versions.run_isolated(folder, ["-m", "mlrepro.audit", *argv])
             sys.exit(status or (_compare(args) if compare_after else 0))
         compare_after = False  # the isolated child: its parent compares once it is done
-    # imported only here: under --logging, in the isolated interpreter, they load that version
-    from mlrepro.audit import pipeline, report, result_ids
-
-    versions.assert_isolated()
     # The official tools log every line they check; the audit reports their findings instead.
     logging.basicConfig(level=logging.ERROR)
     max_bytes = int(args.max_file_mb * (1 << 20))
+    # imported only here: under --logging, in the isolated interpreter, they load that version;
+    # the check step imports the compliance engine alone (check.py)
     if args.step == "check":
-        doc = pipeline.check(args.root, args.out / "checks.json", args.out / ".cache", args.usage, args.ruleset,
-                             args.jobs, max_bytes)
+        from mlrepro.audit import check
+
+        versions.assert_isolated()
+        doc = check.check_round(args.root, args.out / "checks.json", args.out / ".cache", args.usage, args.ruleset,
+                                args.jobs, max_bytes)
         print(f"audit: {len(doc['files'])} result files, {len(doc['checked'])} checked, the rest from the cache")
     else:
+        from mlrepro.audit import pipeline, report, result_ids
+
+        versions.assert_isolated()
         try:
             audit = pipeline.summarize(args.root, pipeline.load_json(args.out / "checks.json"), args.usage,
                                        args.ruleset, args.manifest_sha256, args.result_ids, max_bytes, args.jobs)

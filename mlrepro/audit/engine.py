@@ -1,21 +1,26 @@
 """The official compliance engine of ``mlperf_logging``, run on a file parsed once, made faster.
 
 Verdicts and messages must equal ``python -m mlperf_logging.compliance_checker``. The engine's
-rules, checker class and per-line parser are the official ones; three costs of the official run
+rules, checker class and per-line parser are the official ones; these costs of the official run
 are removed without changing its results:
 
 * the rule YAML files are parsed once per process instead of once per config per log file
   (``yaml.load`` in pure Python is most of the official checker's time);
 * the CHECK/PRE/POST snippets are compiled once instead of at every ``eval``/``exec``;
+* each config's pass over the log sees only the lines whose key the config names: the official
+  loop skips every other line without touching anything (``_known_keys_only``), at the cost of a
+  raised and caught KeyError per line and config;
+* ``json.loads`` of a line holding one JSON object calls the decoder's scanner directly
+  (``_ObjectLoads``), without the Python layers and whitespace matches around it;
 * a log is split into ``:::MLLOG`` lines with ``str.rsplit`` instead of ``re.sub(".*TOKEN")``,
   whose backtracking is quadratic in the line length. For lines read in text mode (no ``\\n``
   inside a line) both keep exactly the text after the last token.
 
-The first two are installed into the engine module by :func:`install_fast_paths`, only in the
-audit's worker processes, so a process comparing against the untouched official tools (the tests)
-never runs the patched engine by accident. Where a release's own tools run as they are
-(``official``), the same function also gives their modules a ``re`` whose ``sub(".*" + TOKEN,
-TOKEN, line)`` cuts the line with ``str.rsplit`` (the third point; any other call is ``re``'s own).
+All but the last are installed by :func:`install_fast_paths`, only in the audit's worker
+processes, so a process comparing against the untouched official tools (the tests) never runs the
+patched engine by accident. Where a release's own tools run as they are (``official``), the same
+function also gives their modules a ``re`` whose ``sub(".*" + TOKEN, TOKEN, line)`` cuts the line
+with ``str.rsplit`` (the last point; any other call is ``re``'s own).
 """
 
 from __future__ import annotations
@@ -23,8 +28,12 @@ from __future__ import annotations
 import functools
 import importlib
 import io
+import itertools
+import json
+import operator
 import re
 import sys
+from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
@@ -61,6 +70,10 @@ def parse(lines: list[str], ruleset: str) -> tuple[list[Any], list[ParseError]]:
     without "key", a JSON list) propagates, as it crashes the official checker.
     """
     module = parser_module(ruleset)
+    try:  # every line parses, as in nearly every log: the calls without a Python loop around them
+        return list(map(module.string_to_logline, itertools.count(), lines)), []
+    except ValueError:  # a bad line: line by line, to collect every failure
+        pass
     loglines: list[Any] = []
     failed: list[ParseError] = []
     for lineno, line in enumerate(lines):
@@ -144,13 +157,96 @@ class _LineCuttingRe:
         return re.sub(pattern, repl, string, count=count, flags=flags)
 
 
+class _ObjectLoads:
+    """Stands in for ``json`` inside mlperf_logging's modules: ``loads`` of a string that is one JSON
+    object, as a log line is, calls the default decoder's scanner directly.
+
+    ``json.loads(s)`` for a str starting with ``{`` (so neither a BOM nor whitespace to skip) is
+    ``scan_once(s, 0)`` when the object ends at the end of ``s``. Anything else (other input, extra
+    text, a scanner error, keyword arguments) goes to ``json.loads`` itself, which gives its own
+    result or error. Every other name is ``json``'s own.
+    """
+
+    _scan = json.decoder.JSONDecoder().scan_once  # what json.loads's default decoder scans with
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(json, name)
+
+    def loads(self, s: Any, **kwargs: Any) -> Any:
+        if not kwargs and type(s) is str and s[:1] == "{":
+            try:
+                obj, end = self._scan(s, 0)
+            except Exception:  # json.loads raises its own error for it
+                return json.loads(s)
+            if end == len(s):
+                return obj
+        return json.loads(s, **kwargs)
+
+
+def _names_loglines(config: Any) -> bool:
+    """Whether a config's BEGIN code may touch the checker's ``loglines`` (stable diffusion's rules
+    aggregate and append lines there; from 4.1 BEGIN runs with ``configured_checks``'s locals)."""
+    blocks = [x for x in config if next(iter(x)) == "BEGIN"]
+    return any("loglines" in str(b["BEGIN"].get("CODE", "")) or "locals" in str(b["BEGIN"].get("CODE", ""))
+               for b in blocks)
+
+
+_KEY = operator.attrgetter("key")
+
+
+def _with_keys(loglines: list[Any], keys: frozenset[str]) -> list[Any]:
+    """The lines whose key is one of ``keys``, in order (an unhashable key is none of them)."""
+    try:
+        return list(itertools.compress(loglines, map(keys.__contains__, map(_KEY, loglines))))
+    except TypeError:  # a key that is a JSON list or object: the line by line way
+        return [ll for ll in loglines if isinstance(ll.key, str) and ll.key in keys]
+
+
+def _known_keys_only(configured_checks: Callable[..., Any]) -> Callable[..., Any]:
+    """``configured_checks`` that passes on only the log lines whose key the config names.
+
+    The official loop starts each line with ``reported_values[line.key]``, built from the config's
+    KEY names, and skips the line on the exception (an unknown or unhashable key) before it has
+    changed anything; so the skipped lines can be left out beforehand. Unless the config's BEGIN
+    code reads ``loglines`` itself, or the config does not read as expected (then the official
+    code meets the same problem on the full list)."""
+
+    @functools.wraps(configured_checks)
+    def wrapper(self: Any, loglines: list[Any], config_file: str) -> Any:
+        try:
+            keys = _rule_keys(config_file)
+        except Exception:  # the official code on the full list: its own verdict or error
+            keys = None
+        return configured_checks(self, loglines if keys is None else _with_keys(loglines, keys), config_file)
+
+    return wrapper
+
+
+@functools.cache
+def _rule_keys(config_file: str) -> frozenset[str] | None:
+    """The KEY names of a rule file (read once, as ``_CachedYaml`` reads it), or None where its BEGIN
+    code may read every line."""
+    with open(config_file) as f:
+        config = mlp_compliance.yaml.load(f, Loader=yaml.BaseLoader)
+    if _names_loglines(config):
+        return None
+    return frozenset(k["KEY"]["NAME"] for k in config if next(iter(k)) == "KEY")
+
+
 def install_fast_paths() -> None:
-    """Cache rule files and compiled snippets in this process's mlp_compliance, and cut lines without
-    backtracking in every loaded mlperf_logging module (the audit's workers only)."""
+    """Cache rule files and compiled snippets in this process's mlp_compliance, let each config's pass
+    see only its keys, and parse JSON objects and cut lines without the Python layers and backtracking
+    in every loaded mlperf_logging module (the audit's workers only)."""
     mlp_compliance.yaml = _CachedYaml()  # type: ignore[attr-defined]
     mlp_compliance.eval = _eval  # type: ignore[attr-defined]
     mlp_compliance.exec = _exec  # type: ignore[attr-defined]
-    cutter = _LineCuttingRe()
+    checker = mlp_compliance.ComplianceChecker
+    if not hasattr(checker.configured_checks, "__wrapped__"):
+        checker.configured_checks = _known_keys_only(checker.configured_checks)  # type: ignore[method-assign]
+    cutter, loads = _LineCuttingRe(), _ObjectLoads()
     for name, module in list(sys.modules.items()):
-        if name.partition(".")[0] == "mlperf_logging" and getattr(module, "re", None) is re:
-            module.re = cutter  # type: ignore[attr-defined]
+        if name.partition(".")[0] == "mlperf_logging":
+            if getattr(module, "re", None) is re:
+                module.re = cutter  # type: ignore[attr-defined]
+            if getattr(module, "json", None) is json:
+                module.json = loads  # type: ignore[attr-defined]

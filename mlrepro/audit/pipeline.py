@@ -1,4 +1,4 @@
-"""The audit's steps as the rules call them: check the files, then summarize the package."""
+"""The audit's summarize step as the rules call it (the check step is ``check.check_round``)."""
 
 from __future__ import annotations
 
@@ -8,21 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from mlrepro.audit import discover, manifest, official, package, result_ids, scoring, summary, versions
-from mlrepro.audit.cache import Cache
-from mlrepro.audit.check import check_files
 from mlrepro.audit.runfile import FileCheck, convergence_unit
 from mlrepro.core import atomic
-
-
-def check(root: Path, out: Path, cache_dir: Path, usage: str, ruleset: str, jobs: int,
-          max_bytes: int | None = discover.DEFAULT_MAX_FILE_MB << 20) -> dict[str, Any]:
-    """Audit every result file under ``root``; write ``out`` (path -> record, plus what was re-checked)."""
-    files = discover.result_files(discover.find_orgs(root))
-    run = check_files(files, Cache(cache_dir, usage, ruleset), usage, ruleset, jobs, root, max_bytes)
-    doc = {"usage": usage, "ruleset": ruleset, "root": str(root), "checked": sorted(run.checked),
-           "unreadable": run.unreadable, "files": {p: run.records[p].to_dict() for p in files if p in run.records}}
-    atomic.write_json(out, doc)
-    return doc
 
 
 def _relative(path: Path, root: Path) -> str:

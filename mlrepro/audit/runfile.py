@@ -11,7 +11,7 @@ import hashlib
 import json
 import traceback
 from collections import defaultdict
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from mlperf_logging.compliance_checker import mlp_compliance
@@ -71,7 +71,8 @@ class FileCheck:
         return self.minutes if self.valid and not self.parse_errors else None
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        # The fields hold JSON values, no dataclasses: what asdict gives, without its deep copy.
+        return {f.name: getattr(self, f.name) for f in fields(self)}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> FileCheck:
@@ -90,9 +91,10 @@ def _describe(e: BaseException) -> str:
     return f"{type(e).__name__}: {e}{at}"
 
 
-def audit_bytes(data: bytes, usage: str, ruleset: str) -> FileCheck:
-    """Check one result file's bytes. Never raises for bad content: it becomes the verdict."""
-    rec = FileCheck(sha256=hashlib.sha256(data).hexdigest(), size=len(data), valid=False)
+def audit_bytes(data: bytes, usage: str, ruleset: str, sha256: str | None = None) -> FileCheck:
+    """Check one result file's bytes (``sha256``: their digest, where the caller has it already).
+    Never raises for bad content: it becomes the verdict."""
+    rec = FileCheck(sha256=sha256 or hashlib.sha256(data).hexdigest(), size=len(data), valid=False)
     lines = engine.log_lines(data, ruleset)
     try:
         loglines, failed = engine.parse(lines, ruleset)
@@ -116,7 +118,8 @@ def audit_bytes(data: bytes, usage: str, ruleset: str) -> FileCheck:
     _timing(rec, loglines)
     rec.sanity = sanity_warnings(loglines, rec.run_start_ms, rec.run_stop_ms)
     for ll in loglines:
-        if ll.key.startswith("submission_") and ll.key not in rec.submission:
+        # a key may be any JSON value: the official checker skips a line whose key is not a name
+        if isinstance(ll.key, str) and ll.key.startswith("submission_") and ll.key not in rec.submission:
             rec.submission[ll.key] = ll.value.get("value")
     _rcp_read(rec, lines, ruleset)
     _seeds(rec, loglines, failed)
