@@ -250,6 +250,17 @@ def test_without_a_stated_size_an_archive_may_grow_a_hundredfold(tmp_path: Path,
     assert (tmp_path / "out" / "zeros.bin").stat().st_size <= 100 * len(bomb)
 
 
+def test_a_tar_of_many_empty_members_stops_at_the_budget(tmp_path: Path) -> None:
+    # no data at all, but each entry an inode: the budget counts extract.ENTRY_BYTES per member
+    archive = tmp_path / "inodes.tar.gz"
+    archive.write_bytes(_tar(*[_info(f"e/{i}") for i in range(1000)]))
+    limit = 100 * extract.ENTRY_BYTES
+    with pytest.raises(extract.ArchiveTooLargeError, match=rf"inodes\.tar\.gz: member 'e/100' takes the extracted "
+                                                           rf"files past {limit} bytes \(test limit; each member"):
+        extract.extract(archive, tmp_path / "out", extract.Budget(limit, "test limit"))
+    assert len(list((tmp_path / "out" / "e").iterdir())) == 100  # the member past the budget is not made
+
+
 def test_a_gzip_bomb_stops_too(tmp_path: Path) -> None:
     archive = tmp_path / "day_0.gz"
     archive.write_bytes(gzip.compress(bytes(64 << 20), 1))
@@ -267,8 +278,8 @@ def test_a_bomb_in_a_recipe_stops_at_sizes_extracted_and_leaves_no_folder(server
     steps.verify(r, root, tmp_path / "v.json")
     with pytest.raises(extract.ArchiveTooLargeError,
                        match=rf"checkpoint\.tar\.gz: member 'zeros\.bin' .* past {16 << 20} bytes "
-                             r"\(sizes\.extracted in .*minigo\.dataset\.yaml\); stopped: a decompression bomb, or a "
-                             r"size to raise there"):
+                             r"\(sizes\.extracted in .*minigo\.dataset\.yaml; each member counts 4096 bytes "
+                             r"besides its data\); stopped: a decompression bomb, or a size to raise there"):
         steps.extract(r, root, tmp_path / "e.json")
     assert sorted(p.name for p in root.iterdir()) == [".lock", "downloads", "recorded-checksums.sha256"]
     assert not (tmp_path / "e.json").exists()
