@@ -1,11 +1,15 @@
 """Issue 23: a package's provenance manifest and system JSONs that would abort or hang the audit get a
 verdict instead (read through mlrepro/core/safe_read.py): nested 100,000 deep, a link to /dev/zero, a FIFO,
-a 3 GB sparse file; and a published manifest hash is not defeated by deleting the manifest."""
+a 3 GB sparse file; a published manifest hash is not defeated by deleting the manifest; names that are not
+UTF-8 are audited and shown escaped."""
 
 from __future__ import annotations
 
 import os
 import re
+import shutil
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -82,3 +86,23 @@ def test_a_symlinked_results_folder_is_named_not_followed(tmp_path: Path) -> Non
     assert found.systems == []
     assert "results: a symlinked folder (-> /etc); not followed" in found.problems
     assert discover.find_orgs(tmp_path)[0].systems == []  # as one organisation of a round too
+
+
+def test_names_that_are_not_utf8_are_audited_and_reported_escaped(tmp_path: Path) -> None:
+    # bytes 0xff and 0xfe are never UTF-8: a result file, a system folder and an organisation folder so named
+    root = tmp_path / "round"
+    shutil.copytree(Path(__file__).parent / "fixtures" / "audit" / "round", root)
+    results = next((root / "Baidu" / "results").iterdir())
+    shutil.copytree(results, results.with_name(os.fsdecode(b"system_\xfe")))
+    bench = next(p for p in results.iterdir() if p.is_dir())
+    shutil.copy(bench / "result_0.txt", bench / os.fsdecode(b"result_\xff.txt"))
+    shutil.copytree(root / "Google", root / os.fsdecode(b"Org_\xfe"))
+    out = tmp_path / "out"
+    for step in ("check", "summarize"):
+        proc = subprocess.run([sys.executable, "-m", "mlrepro.audit", step, "--root", str(root), "--out", str(out),
+                               "--ruleset", "1.1.0", "--jobs", "1"], capture_output=True, text=True, check=False)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    csv_text = (out / "summary.csv").read_text(encoding="utf-8")
+    assert "Org_\\udcfe" in csv_text and "system_\\udcfe" in csv_text
+    html = "".join(p.read_text(encoding="utf-8") for p in (out / "report").rglob("*.html"))
+    assert "Org_\\udcfe" in html and "result_\\udcff.txt" in html

@@ -24,7 +24,7 @@ def safe_name(text: str) -> str:
 def system_page(org: str, folder: str) -> str:
     name = f"{safe_name(org)}__{safe_name(folder)}"
     if name != f"{org}__{folder}":  # names that had to be changed could meet: keep them apart
-        name += "-" + hashlib.sha256(f"{org}/{folder}".encode()).hexdigest()[:8]
+        name += "-" + hashlib.sha256(f"{org}/{folder}".encode("utf-8", "surrogateescape")).hexdigest()[:8]
     return f"systems/{name}.html"
 
 
@@ -51,9 +51,11 @@ def write(audit: dict[str, Any], out: Path) -> None:
     with atomic.atomic_dir(out) as tmp:
         (tmp / "systems").mkdir()
         (tmp / "index.html").write_text(env.get_template("audit.html.j2").render(
-            files=files, failing=sum(not f["valid"] for f in files), **common), encoding="utf-8")
+            files=files, failing=sum(not f["valid"] for f in files), **common), encoding="utf-8",
+            errors="backslashreplace")  # names that are not UTF-8: escaped (core/atomic.write_text)
         page = env.get_template("audit_system.html.j2")
         for org in audit["orgs"]:
             for system in org["systems"]:
                 (tmp / system_page(org["name"], system["folder"])).write_text(page.render(
-                    org=org, system=system, row=rows[org["name"], system["folder"]], **common), encoding="utf-8")
+                    org=org, system=system, row=rows[org["name"], system["folder"]], **common), encoding="utf-8",
+                    errors="backslashreplace")

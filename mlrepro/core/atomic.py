@@ -48,8 +48,10 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
 
 
 def write_text(path: str | os.PathLike[str], text: str) -> None:
+    """``text`` as UTF-8. A name read from disk that is not UTF-8 reaches text as lone surrogates (Python's
+    surrogateescape); it is written escaped (``\\udcff``), so that an odd file name never stops a step."""
     with atomic_path(path) as tmp:
-        tmp.write_text(text, encoding="utf-8")
+        tmp.write_text(text, encoding="utf-8", errors="backslashreplace")
 
 
 def write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
