@@ -25,6 +25,10 @@ class Cache:
     def _path(self, sha256: str) -> Path:
         return self.root / sha256[:2] / f"{sha256}.json"
 
+    def known(self) -> frozenset[str]:
+        """The content hashes cached now (whether their records still read is get's to say)."""
+        return frozenset(p.stem for p in self.root.glob("??/*.json"))
+
     def get(self, sha256: str) -> FileCheck | None:
         try:
             return FileCheck.from_dict(json.loads(self._path(sha256).read_text(encoding="utf-8")))

@@ -54,7 +54,9 @@ def _check_one(task: _Task, path: str) -> _Outcome:
     except OSError as e:
         return "unreadable", f"{type(e).__name__}: {e}"
     digest = hashlib.sha256(data).hexdigest()
-    hit = task.cache.get(digest)
+    # Only what was cached before this run counts as cached: a file whose twin another worker checked a
+    # moment ago is checked too, so that what a run reports checked does not depend on the workers' timing.
+    hit = task.cache.get(digest) if digest in _KNOWN else None
     if hit is not None:
         return "cached", hit
     rec = audit_bytes(data, task.usage, task.ruleset, digest)
@@ -62,7 +64,12 @@ def _check_one(task: _Task, path: str) -> _Outcome:
     return "checked", rec
 
 
-def _init_worker() -> None:
+_KNOWN: frozenset[str] = frozenset()  # a worker's copy of the content hashes cached before the run
+
+
+def _init_worker(known: frozenset[str]) -> None:
+    global _KNOWN
+    _KNOWN = known
     engine.install_fast_paths()
     # A log's lines become hundreds of thousands of small dicts and tuples, freed by reference
     # counting: the default collector would run thousands of times a round (3% of the CPU time) to
@@ -91,7 +98,7 @@ def check_files(paths: Iterable[str], cache: Cache, usage: str, ruleset: str, jo
     run = CheckRun(records={})
     if not todo:
         return run
-    with ProcessPoolExecutor(max_workers=max(1, jobs), initializer=_init_worker) as pool:
+    with ProcessPoolExecutor(max_workers=max(1, jobs), initializer=_init_worker, initargs=(cache.known(),)) as pool:
         for path, (kind, value) in zip(todo, pool.map(check, todo, chunksize=4), strict=True):
             if kind == "unreadable":
                 run.unreadable[path] = value
