@@ -38,4 +38,4 @@ rule run:
     shell:
         "{params.python:q} -m mlrepro.runs.driver --launch {params.launch:q} --seed {params.seed:q} "
         "--run-dir {params.run_dir:q} {params.engine:q} --gpu-locks {params.locks:q} "
-        "--machine-gpus {params.machine_gpus} --telemetry-hz {params.hz:q} > {log:q} 2>&1"
+        "--machine-gpus {params.machine_gpus:q} --telemetry-hz {params.hz:q} > {log:q} 2>&1"

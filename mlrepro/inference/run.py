@@ -153,8 +153,8 @@ def main(argv: list[str] | None = None) -> None:
                 if sampler is not None:
                     sampler.stop()
             stop_ms = int(time.time() * 1000)
-            if stated is None or not stated.retry_server(summary.detail(tmp / "mlperf_log_detail.txt"),
-                                                         ts.server_target_latency_percentile, ts):
+            detail = summary.detail(tmp / "mlperf_log_detail.txt")  # this run's: the rerun's judge and the record's
+            if stated is None or not stated.retry_server(detail, ts.server_target_latency_percentile, ts):
                 break
             rerun = stated.measured["timed_reruns"][-1]
             print(f"{model} Server: {rerun['reason']} at {rerun['rate']:.6g} queries/s ({rerun['late_queries']} of "
@@ -166,7 +166,6 @@ def main(argv: list[str] | None = None) -> None:
             "checkpoint": checkpoint, "shortened": args.shortened, "device": str(device),
             "wall_ms": stop_ms - start_ms, "samples": served.count,
         }
-        detail = summary.detail(tmp / "mlperf_log_detail.txt")
         if stated is not None:
             verdict = summary.read(tmp / "mlperf_log_summary.txt")
             record["summary"] = verdict.as_dict()
