@@ -38,8 +38,9 @@ RULE = (
     "a missing or unreadable key sorts after every present one",
 )
 UNCERTAINTIES = (
-    "The rule was measured on v2.0 only, where it gave the 14 distinct rows the seed documents cite their "
-    "published IDs; other rounds may number differently (older rounds used other forms, such as 0.7-56).",
+    "The rule was measured on v2.0 only, where the 14 distinct rows that NVIDIA's results page cites by ID "
+    "(2.0-2060 to 2.0-2107) get exactly those IDs; other rounds may number differently (older rounds used "
+    "other forms, such as 0.7-56).",
     # v2.0: were 'available' cloud, the 17 rows of Intel-HabanaLabs, Lenovo and Nettrix would move ahead and
     # five cited IDs (2.0-2060 to 2.0-2070) would shift; Google's four rows precede every cited one either way
     "Status 'available' is on-premise (v2.0's cited IDs require it of Intel-HabanaLabs, Lenovo and Nettrix); "
