@@ -106,6 +106,17 @@ def test_open_division_follows_closed_and_the_round_names_the_prefix(tmp_path: P
     assert [e.id for e in table.entries] == [f"3.1-{2000 + i}" for i in range(5)]
 
 
+def test_every_on_premise_status_is_one_category(tmp_path: Path) -> None:
+    # v2.0 writes on-premise three ways ("onprem", "available", "Available on-premise"), and its cited IDs
+    # hold only if all three are one category, after cloud: the submitter alone orders them
+    statuses = {"c": "onprem", "a": "available", "b": "Available on-premise", "z": "cloud", "r": "research"}
+    systems = {("Acme", f"s-{s}"): {**BASE, "status": status, "submitter": s} for s, status in statuses.items()}
+    table = ids_of(write_round(tmp_path, systems))
+    assert order_of(table) == ["s-z", "s-a", "s-b", "s-c", "s-r"]
+    assert [e.keys.category for e in table.entries[1:4]] == ["Available on-premise"] * 3
+    assert not any(e.notes for e in table.entries)
+
+
 @pytest.fixture(scope="module")
 def v11(tmp_path_factory: pytest.TempPathFactory) -> Path:
     require(rounds.V11.is_file(), f"{rounds.V11} is absent")
