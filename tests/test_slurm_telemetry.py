@@ -25,7 +25,7 @@ from tests.test_slurm_multinode import sbatch, steps, two_nodes
 
 pytestmark = [pytest.mark.slurm, pytest.mark.integration]
 cluster = test_slurm.cluster
-__all__ = ["two_nodes"]  # the fixture, shared with the multi-node run's tests
+__all__ = ["cluster", "two_nodes"]  # fixtures, shared with the Slurm tests
 WATTS = (150.0, 350.0)  # the first node's GPU, the second's
 
 
@@ -112,3 +112,22 @@ def test_a_node_whose_sampler_fails_is_named(two_nodes: list[str], tmp_path: Pat
     assert failed["partial"] and failed["sampler"] == "failed" and failed["accelerator_energy_j"] is None, failed
     assert any(r.startswith(f"node {second}: ") and f"no host '{second}'" in r for r in tel["reasons"]), tel["reasons"]
     assert tel["partial"] and tel["accelerator_energy_j"] is None  # a total without a node is no total
+
+
+
+def assert_per_node_telemetry(out: Path, run_dir: Path) -> None:
+    """A pipeline's run over two nodes (tests/test_slurm_multinode.py, test_pipeline_with_a_two_node_run): its
+    telemetry names the two hosts of its Slurm job (no GPU here: no energy, and each node says so), each with its
+    own samples, and the report shows them per node."""
+    run = json.loads((run_dir / "run.json").read_text())
+    hosts = hostnames(run["slurm"]["node_list"])
+    tel = run["telemetry"]
+    assert [h["host"] for h in tel["hosts"]] == hosts and len(hosts) == 2, tel.get("hosts")
+    for h in tel["hosts"]:
+        assert h["sampler"] == "complete" and h["peak_host_mem_used_mb"] > 0, h
+        assert h["accelerator_energy_j"] is None and any("no NVML" in r for r in h["reasons"]), h
+    assert (run_dir / "telemetry" / "nodes" / hosts[1] / "samples.parquet").is_file()
+    report = (out / "report.html").read_text()
+    table = report[report.index("<th>Node</th>"):]
+    table = table[:table.index("</table>")]
+    assert all(f"<tr><td>{h}" in table for h in hosts) and "all 2 nodes" in table, table
