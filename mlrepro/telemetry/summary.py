@@ -268,10 +268,10 @@ def _node_summaries(out_dir: Path, start: int, stop: int) -> tuple[dict[str, Any
     return nodes, own
 
 
-def _one(out_dir: Path, start: int, stop: int) -> dict[str, Any]:
-    """One host's summary, also written to its folder's summary.json; a failure becomes a partial summary."""
+def _one(out_dir: Path, start: Any, stop: Any) -> dict[str, Any]:
+    """One host's summary; a failure becomes a partial summary that says why."""
     try:
-        summary = _summarize(out_dir, start, stop)
+        summary = _summarize(out_dir, int(start), int(stop))
     except Exception as e:
         summary = {
             "label": LABEL,
@@ -289,10 +289,9 @@ def summarize(out_dir: Path, run_start_ms: int, run_stop_ms: int) -> dict[str, A
     one with its per-host section and the total (:mod:`mlrepro.telemetry.merge`).
     Never raises: a failure becomes a partial summary that says why."""
     out_dir = Path(out_dir)
-    start, stop = int(run_start_ms), int(run_stop_ms)
-    summary = _one(out_dir, start, stop)
+    summary = _one(out_dir, run_start_ms, run_stop_ms)
     try:
-        nodes, own = _node_summaries(out_dir, start, stop)
+        nodes, own = _node_summaries(out_dir, int(run_start_ms), int(run_stop_ms))
         for name, node in own.items():
             if node is not None:
                 _write(out_dir / NODES_DIR / name, node)
