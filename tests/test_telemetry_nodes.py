@@ -7,17 +7,22 @@ tests/test_slurm_telemetry.py starts them for real on two Slurm nodes.
 from __future__ import annotations
 
 import json
+import signal
 import socket
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from mlrepro.report.render import environment
+from mlrepro.report.telemetry import telemetry_charts
 from mlrepro.telemetry import summarize
-from mlrepro.telemetry.launch import start_sampler
+from mlrepro.telemetry.launch import sampler_env, start_sampler
 from mlrepro.telemetry.merge import merge
 from mlrepro.telemetry.nodes import _announced, start_for_run, start_on_nodes
-from mlrepro.telemetry.store import NODES, NODES_DIR, SUMMARY, host_folder
+from mlrepro.telemetry.series import series
+from mlrepro.telemetry.store import NODES, NODES_DIR, SUMMARY, host_folder, read_sidecar
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_telemetry_replay import GPU_A, GPU_B, WALL0, gpu_trace, run_replay, true_energy_j
@@ -139,9 +144,6 @@ def test_a_new_run_clears_the_previous_runs_nodes(tmp_path: Path) -> None:
 
 
 def test_the_report_shows_each_node(tmp_path: Path) -> None:
-    from mlrepro.report.render import environment
-    from mlrepro.report.telemetry import telemetry_charts
-
     out = two_nodes(tmp_path / "run" / "telemetry")
     s = summarize(out, START, STOP)
     table = environment().get_template("telemetry_nodes.html.j2")
@@ -155,3 +157,18 @@ def test_the_report_shows_each_node(tmp_path: Path) -> None:
     run = {"run_start_ms": START, "run_stop_ms": STOP, "telemetry": s}
     titles = [str(c) for c in telemetry_charts(tmp_path / "run", run)]
     assert sum("on node-b" in t for t in titles) == 4 and not any("node-c" in t for t in titles)  # host CPU, 3 GPU
+
+
+def test_a_nodes_sampler_writes_its_own_folder_and_stops_on_sigusr1(tmp_path: Path) -> None:
+    """As srun starts it on another node: --host-dir, and SIGUSR1 (which srun forwards) stops it cleanly."""
+    proc = subprocess.Popen([sys.executable, "-m", "mlrepro.telemetry.sampler", "--out-dir", str(tmp_path),
+                             "--host-dir", "--hz", "20", "--backend", "none", "--flush-every-s", "0.2"],
+                            stdout=subprocess.PIPE, env=sampler_env())
+    assert proc.stdout is not None
+    said = json.loads(proc.stdout.readline())
+    assert said["status"] == "running" and said["host"] == socket.gethostname()
+    proc.send_signal(signal.SIGUSR1)
+    assert proc.wait(30) == 0
+    folder = tmp_path / socket.gethostname()
+    assert (read_sidecar(folder) or {})["status"] == "complete"
+    assert series(folder)["hostname"] == socket.gethostname()
