@@ -125,11 +125,13 @@ def test_a_failed_rank_fails_the_run_naming_its_node(two_nodes: list[str], tmp_p
 
 def test_pipeline_with_a_two_node_run(two_nodes: list[str], plugin: Path, tmp_path: Path) -> None:
     """`snakemake --profile profiles/slurm` with dlrm's job shape at 2 nodes: its run is one Slurm job over both
-    nodes (the executor plugin's sbatch), whose srun step ran a rank on each; the package checks pass."""
+    nodes (the executor plugin's sbatch), whose srun step ran a rank on each; the package checks pass; its telemetry
+    names both hosts, and the report shows them per node (tests/test_slurm_telemetry.py)."""
     write_config(tmp_path, {
-        "only": ["dlrm"], "allow_fewer_runs": True, "telemetry": {"enabled": False},
+        "only": ["dlrm"], "allow_fewer_runs": True, "telemetry": {"enabled": True, "hz": 5},
         "slurm": {"account": "root", "exclusive": False},
-        "benchmarks": {"dlrm": {"runs": 1, "max_epochs": 3, "data": {"train_samples": 4096, "eval_samples": 1024}}},
+        # a run of about 2 s: its telemetry samples host memory once a second
+        "benchmarks": {"dlrm": {"runs": 1, "max_epochs": 3, "data": {"train_samples": 16384, "eval_samples": 1024}}},
         "job_shapes": {"dlrm": {"nodes": 2, "walltime": "00:10:00", "mem_mb": 2000}},
     })
     proc = snakemake_slurm(plugin, tmp_path)
@@ -144,3 +146,6 @@ def test_pipeline_with_a_two_node_run(two_nodes: list[str], plugin: Path, tmp_pa
     assert states[job_id].state == "COMPLETED" and states[job_id].node_list == run["slurm"]["node_list"], states
     assert (run["slurm"]["node_list"], "2") in steps(job_id).values(), steps(job_id)  # the ranks' srun step
     assert json.loads((out / "compliance" / "dlrm" / "0.json").read_text())["valid"]
+    from tests.test_slurm_telemetry import assert_per_node_telemetry
+
+    assert_per_node_telemetry(out, out / "runs" / "dlrm" / "0")

@@ -155,6 +155,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--gpu-locks", type=Path, required=True, help="the folder of per-GPU lock files")
     p.add_argument("--machine-gpus", type=int, default=0, help="the GPUs this machine has")
     p.add_argument("--telemetry-hz", type=float, default=0.0, help="0 disables the sampler")
+    p.add_argument("--telemetry-backend", default="nvml", help="nvml, or replay:TRACE.json (tests and demos)")
     args = p.parse_args(argv)
 
     try:  # typed: a misspelt or missing key is named before anything starts
@@ -181,7 +182,7 @@ def _drive(args: argparse.Namespace, launch: dict[str, Any], run_dir: Path) -> N
         from mlrepro.containers.lock import image_ref  # the Docker SDK only where a container runs
 
         image = image_ref(args.image_record, locked=args.locked)
-    sampler = None
+    sampler = nodes = None
     with claim(args.gpu_locks, args.machine_gpus, int(launch["gpus"])) as gpus:
         roots = None
         if args.telemetry_hz > 0:
@@ -193,12 +194,18 @@ def _drive(args: argparse.Namespace, launch: dict[str, Any], run_dir: Path) -> N
             os.environ[ROOTS_ENV] = str(roots)  # the sampler inherits it
             from mlrepro.runs import warm
             sampler = start_sampler(run_dir / "telemetry", hz=args.telemetry_hz, watch_pid=os.getpid(),
+                                    backend=args.telemetry_backend,
                                     fork=warm.OWNER_ENV in os.environ)  # with the warm start, no new interpreter
+            from mlrepro.telemetry.nodes import start_for_run  # a run over several nodes: a sampler on each other
+
+            nodes = start_for_run(run_dir / "telemetry", os.environ, int(launch.get("nodes", 1)), args.telemetry_hz,
+                                  args.telemetry_backend)
         try:
             code = execute(engine, launch, image, run_dir, log, gpus, roots)
         finally:
-            if sampler is not None:
-                sampler.stop()
+            for handle in (nodes, sampler):
+                if handle is not None:
+                    handle.stop()
     summary = collect(launch, run_dir, log, code)
     record: dict[str, Any] = {
         "benchmark": launch["benchmark"], **summary,

@@ -62,17 +62,30 @@ def in_allocation(env: Mapping[str, str]) -> bool:
     return "SLURM_JOB_ID" in env and shutil.which("srun") is not None
 
 
-def first_host(env: Mapping[str, str]) -> str:
-    """The first host of the job's node list, where rank 0 runs (Slurm places tasks block by block)."""
+def hosts(env: Mapping[str, str]) -> list[str]:
+    """The host names of the job's node list, in Slurm's order (rank 0's first: Slurm places tasks block by
+    block)."""
     job = this_job(env)
     assert job is not None
     proc = subprocess.run(["scontrol", "show", "hostnames", job["node_list"]], capture_output=True, text=True,
                           timeout=30, check=False)
-    hosts = proc.stdout.split()
-    if proc.returncode != 0 or not hosts:
+    names = proc.stdout.split()
+    if proc.returncode != 0 or not names:
         raise LaunchError(f"Slurm job {job['job_id']}: `scontrol show hostnames {job['node_list']}` gave no host "
                           f"({proc.stderr.strip()[:200]})")
-    return hosts[0]
+    return names
+
+
+def first_host(env: Mapping[str, str]) -> str:
+    """The first host of the job's node list, where rank 0 runs."""
+    return hosts(env)[0]
+
+
+def on_each(job_id: str, names: Sequence[str]) -> list[str]:
+    """``srun`` of one task on each of ``names`` (nodes of the allocation) beside the run's own steps: --overlap
+    shares the CPUs and memory the ranks hold; a task that fails ends no other (the telemetry samplers)."""
+    return ["srun", f"--jobid={job_id}", f"--nodes={len(names)}", f"--ntasks={len(names)}", "--ntasks-per-node=1",
+            f"--nodelist={','.join(names)}", "--overlap", "--kill-on-bad-exit=0", "--export=ALL"]
 
 
 def srun(job_id: str, nodes: int, tasks_per_node: int, threads: int | None = None) -> list[str]:

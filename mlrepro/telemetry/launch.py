@@ -20,6 +20,8 @@ from mlrepro.telemetry.store import (
     CHUNKS,
     EVENTS,
     LOG,
+    NODES,
+    NODES_DIR,
     SAMPLES,
     SIDECAR,
     SUMMARY,
@@ -93,18 +95,19 @@ class SamplerHandle:
     proc: subprocess.Popen[bytes] | ForkedSampler | None
     status: str  # "running", or "failed: <reason>" when the sampler could not start
     started: dict[str, str] = field(default_factory=dict)
+    stop_signal: int = signal.SIGTERM  # SIGUSR1 for srun's samplers on other nodes (mlrepro/telemetry/nodes.py)
 
     @property
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
     def stop(self, timeout_s: float = 15.0) -> None:
-        """SIGTERM, let it flush and exit; SIGKILL after ``timeout_s``. Never raises."""
+        """SIGTERM (or ``stop_signal``), let it flush and exit; SIGKILL after ``timeout_s``. Never raises."""
         try:
             if self.proc is None:
                 return
             if self.proc.poll() is None:
-                self.proc.send_signal(signal.SIGTERM)
+                self.proc.send_signal(self.stop_signal)
                 try:
                     self.proc.wait(timeout_s)
                 except subprocess.TimeoutExpired:
@@ -116,10 +119,20 @@ class SamplerHandle:
 
 
 def _clear_previous(out_dir: Path) -> None:
-    # a previous run's files in the same folder must not pass for this run's
-    for name in (SAMPLES, SIDECAR, EVENTS, SUMMARY):
+    # a previous run's files in the same folder must not pass for this run's, nor its other nodes' for this one's
+    for name in (SAMPLES, SIDECAR, EVENTS, SUMMARY, NODES):
         (out_dir / name).unlink(missing_ok=True)
-    shutil.rmtree(out_dir / CHUNKS, ignore_errors=True)
+    for name in (CHUNKS, NODES_DIR):
+        shutil.rmtree(out_dir / name, ignore_errors=True)
+
+
+def sampler_env() -> dict[str, str]:
+    """This process's environment, with which the sampler imports the same mlrepro as this process, installed or
+    not."""
+    env = dict(os.environ)
+    root = str(Path(mlrepro.__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    return env
 
 
 def _record_failure(out_dir: Path, hz: float, watch_pid: int | None, reason: str) -> None:
@@ -139,11 +152,28 @@ def _record_failure(out_dir: Path, hz: float, watch_pid: int | None, reason: str
         pass
 
 
-def _log_tail(out_dir: Path, n: int = 400) -> str:
+def log_tail(log: Path, n: int = 400) -> str:
     try:
-        return (out_dir / LOG).read_text(errors="replace")[-n:].strip()
+        return log.read_text(errors="replace")[-n:].strip()
     except OSError:
         return ""
+
+
+def read_lines(stream: IO[bytes], count: int, timeout_s: float) -> list[bytes]:
+    """Up to ``count`` whole lines from ``stream`` (the samplers' "I am sampling" words), fewer at EOF or once
+    ``timeout_s`` has passed."""
+    buf = b""
+    with selectors.DefaultSelector() as sel:
+        sel.register(stream, selectors.EVENT_READ)
+        deadline = time.monotonic() + timeout_s
+        while buf.count(b"\n") < count and (left := deadline - time.monotonic()) > 0:
+            if not sel.select(left):
+                break
+            chunk = os.read(stream.fileno(), 4096)
+            if not chunk:
+                break  # EOF: the sampler exited
+            buf += chunk
+    return buf.split(b"\n")[:-1][:count]
 
 
 def start_sampler(
@@ -177,10 +207,7 @@ def start_sampler(
             cmd += ["--watch-pid", str(watch_pid)]
         if not host:
             cmd.append("--no-host")
-        env = dict(os.environ)
-        # the sampler must import the same mlrepro as this process, installed or not
-        root = str(Path(mlrepro.__file__).resolve().parent.parent)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+        env = sampler_env()
         if fork:
             proc = _fork_sampler(cmd[3:], out_dir / LOG)
         else:
@@ -189,27 +216,17 @@ def start_sampler(
                     cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log, env=env
                 )
         assert proc.stdout is not None
-        line = b""
-        with selectors.DefaultSelector() as sel:
-            sel.register(proc.stdout, selectors.EVENT_READ)
-            deadline = time.monotonic() + ready_timeout_s
-            while not line.endswith(b"\n") and (left := deadline - time.monotonic()) > 0:
-                if not sel.select(left):
-                    break
-                chunk = os.read(proc.stdout.fileno(), 4096)
-                if not chunk:
-                    break  # EOF: the sampler exited before saying anything
-                line += chunk
+        lines = read_lines(proc.stdout, 1, ready_timeout_s)
         proc.stdout.close()
-        if not line.endswith(b"\n"):
+        if not lines:
             if proc.poll() is None:
                 reason = f"sampler not ready after {ready_timeout_s:.0f} s"
                 SamplerHandle(out_dir, proc, "failed").stop(5)
             else:
-                reason = f"sampler exited with code {proc.returncode}: {_log_tail(out_dir)}"
+                reason = f"sampler exited with code {proc.returncode}: {log_tail(out_dir / LOG)}"
             _record_failure(out_dir, hz, watch_pid, reason)
             return SamplerHandle(out_dir, proc, f"failed: {reason}")
-        said: dict[str, str] = json.loads(line)
+        said: dict[str, str] = json.loads(lines[0])
         if said.get("status") != "running":
             return SamplerHandle(out_dir, proc, f"failed: {said.get('reason')}", said)
         return SamplerHandle(out_dir, proc, "running", said)

@@ -9,6 +9,9 @@ A trace is plain JSON::
                   "samples": [{"t_ms": 0, "power_instant_mw": ..., "energy_mj": ..., ...}, ...]}],
      "xid": [{"t_ms": ..., "uuid": ..., "xid": 79}]}
 
+A cluster's trace is ``{"hosts": {HOST NAME: TRACE, ...}}``: each node replays its own, as each node's
+NVML sees its own GPUs; a node without one fails as a broken sampler would.
+
 ``t_ms`` counts from :meth:`open`. A read returns the latest recorded sample at or before now, as a
 real counter holds its value between updates; a field absent from a sample or null is unsupported.
 """
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import bisect
 import json
+import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -39,6 +43,11 @@ class ReplayBackend:
     name = "replay"
 
     def __init__(self, trace: dict[str, Any], clock: Clock) -> None:
+        if "hosts" in trace:
+            name = socket.gethostname()
+            if name not in trace["hosts"]:
+                raise ValueError(f"the replayed trace has no host {name!r} (it has {sorted(trace['hosts'])})")
+            trace = trace["hosts"][name]
         self.trace, self.clock = trace, clock
         self._t0 = 0.0
         self._devices = {d["uuid"]: d for d in trace.get("devices", [])}

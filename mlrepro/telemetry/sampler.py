@@ -1,9 +1,11 @@
 """The sampler process: ``python -m mlrepro.telemetry.sampler --out-dir DIR [--hz 10] [--watch-pid PID]``.
 
 It never imports torch and never creates a CUDA context. It prints one JSON line on stdout once it
-is sampling (or once it knows why it cannot), then samples until SIGTERM/SIGINT, until the watched
-process or its own parent exits. Whatever goes wrong is written into the sidecar, never raised at
-the run.
+is sampling (or once it knows why it cannot), then samples until SIGTERM/SIGINT/SIGUSR1, until the
+watched process or its own parent exits. SIGUSR1 is for a sampler started as an ``srun`` task on
+another node (:mod:`mlrepro.telemetry.nodes`): srun forwards it to its tasks, while SIGTERM makes srun
+kill them. ``--host-dir`` writes into OUT_DIR/<host name>, a folder per node. Whatever goes wrong
+is written into the sidecar, never raised at the run.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import psutil
 from mlrepro.telemetry.backend import BackendUnavailable, GpuBackend
 from mlrepro.telemetry.host import HostSampler
 from mlrepro.telemetry.loop import RealClock, SamplerLoop, XidWatcher
-from mlrepro.telemetry.store import EventLog, SampleStore, write_sidecar
+from mlrepro.telemetry.store import EventLog, SampleStore, host_folder, write_sidecar
 from mlrepro.telemetry.visible import select
 from mlrepro.telemetry.watch import Watched
 
@@ -58,10 +60,12 @@ def _make_backend(spec: str, clock: RealClock) -> GpuBackend | None:
 
 def run(args: argparse.Namespace) -> int:
     out_dir: Path = args.out_dir
+    if args.host_dir:
+        out_dir = out_dir / host_folder(socket.gethostname())
     out_dir.mkdir(parents=True, exist_ok=True)
     clock = RealClock()
     stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
         signal.signal(sig, lambda *_: stop.set())
 
     sidecar: dict[str, Any] = {
@@ -164,7 +168,7 @@ def run(args: argparse.Namespace) -> int:
         def first_tick() -> None:
             # the launcher returns only now, so a run started after it is covered from its first ms
             nonlocal announced
-            _announce({"status": "running", "nvml": sidecar["nvml"]["reason"] or "ok"})
+            _announce({"status": "running", "nvml": sidecar["nvml"]["reason"] or "ok", "host": socket.gethostname()})
             announced = True
 
         cpu0 = time.process_time()
@@ -201,7 +205,7 @@ def run(args: argparse.Namespace) -> int:
         with contextlib.suppress(Exception):
             write_sidecar(out_dir, sidecar)
         if not announced:
-            _announce({"status": "failed", "reason": reason})
+            _announce({"status": "failed", "reason": reason, "host": socket.gethostname()})
         print(sidecar["traceback"], file=sys.stderr)
         return 1
     finally:
@@ -234,6 +238,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--parent-pid", type=int, default=None, help="exit when this parent goes away")
     p.add_argument("--backend", default="nvml", help="nvml | none | replay:TRACE.json")
     p.add_argument("--no-host", action="store_true", help="no psutil host sampling")
+    p.add_argument("--host-dir", action="store_true", help="write into OUT_DIR/<this host's name>")
     return run(p.parse_args(argv))
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pyarrow.compute as pc
 
-from mlrepro.telemetry.store import HOST_DEVICE, read_samples
+from mlrepro.telemetry.store import HOST_DEVICE, read_samples, read_sidecar
 
 HOST_SERIES = {"host_cpu_pct": "cpu_pct", "proc_cpu_pct": "proc_cpu_pct", "proc_rss_bytes": "rss_mb"}
 GPU_SERIES = {"power_instant_mw": "power_w", "util_gpu_pct": "util_pct", "sm_clock_mhz": "sm_clock_mhz"}
@@ -30,7 +30,9 @@ def _columns(table: Any, device: str, wanted: dict[str, str]) -> dict[str, list[
 def series(out_dir: Path, start_ms: int | None = None, stop_ms: int | None = None) -> dict[str, Any]:
     """``{"host": {"time_ms": [...], "cpu_pct": [...], "proc_cpu_pct": [...], "rss_mb": [...]} | None,
     "gpus": {uuid: {"time_ms": [...], "power_w": [...], "util_pct": [...], "sm_clock_mhz": [...]}},
-    "complete": bool}``, optionally cut to [start_ms, stop_ms]. Power is the instantaneous field (186)."""
+    "complete": bool, "hostname": str | None}``, optionally cut to [start_ms, stop_ms]: the samples of one node, whose
+    host name its sampler recorded (a run over several nodes has a folder per node). Power is the instantaneous
+    field (186)."""
     table, complete = read_samples(Path(out_dir))
     if start_ms is not None:
         table = table.filter(pc.greater_equal(table["time_ms"], start_ms))
@@ -41,4 +43,5 @@ def series(out_dir: Path, start_ms: int | None = None, stop_ms: int | None = Non
         "host": _columns(table, HOST_DEVICE, HOST_SERIES) if HOST_DEVICE in devices else None,
         "gpus": {d: _columns(table, d, GPU_SERIES) for d in devices if d != HOST_DEVICE},
         "complete": complete,
+        "hostname": ((read_sidecar(Path(out_dir)) or {}).get("host") or {}).get("hostname"),
     }

@@ -9,6 +9,7 @@ chunks (still readable, marked partial) and a sidecar that says it was still run
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import threading
 import time
@@ -28,6 +29,18 @@ SIDECAR = "telemetry.json"
 EVENTS = "events.jsonl"
 SUMMARY = "summary.json"
 LOG = "sampler.log"
+# A run over several nodes: the batch host's sampler writes the files above into the telemetry folder, the
+# other nodes' samplers theirs into NODES_DIR/<host>/, and NODES lists the nodes expected and how each started.
+NODES = "nodes.json"
+NODES_DIR = "nodes"
+_HOST_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,252}")
+
+
+def host_folder(name: str) -> str:
+    """A node's host name as the name of its folder under NODES_DIR; ValueError for one that is no plain name."""
+    if not _HOST_NAME.fullmatch(name) or ".." in name:
+        raise ValueError(f"host name {name!r} is not a plain name (letters, digits, '.', '_', '-')")
+    return name
 
 HOST_DEVICE = "host"
 _FLOAT = {

@@ -6,6 +6,8 @@ supply losses. It is labelled so, and never as an MLPerf power result (which is 
 
 from __future__ import annotations
 
+import json
+import socket
 import traceback
 from pathlib import Path
 from typing import Any
@@ -16,7 +18,17 @@ import pyarrow.compute as pc
 
 from mlrepro.core import atomic
 from mlrepro.telemetry import energy
-from mlrepro.telemetry.store import HOST_DEVICE, SUMMARY, read_events, read_samples, read_sidecar
+from mlrepro.telemetry.merge import merge
+from mlrepro.telemetry.store import (
+    HOST_DEVICE,
+    NODES,
+    NODES_DIR,
+    SUMMARY,
+    host_folder,
+    read_events,
+    read_samples,
+    read_sidecar,
+)
 
 LABEL = "accelerator energy (NVML): GPUs only; not an MLPerf power result"
 MIN_COVERAGE = 0.95
@@ -207,7 +219,7 @@ def _summarize(out_dir: Path, start: int, stop: int) -> dict[str, Any]:
     summary["nvml"] = nvml.get("reason") or "ok"
     summary["system"] = {k: nvml.get(k) for k in ("driver_version", "cuda_driver_version", "library_version")}
     summary["config"] = side.get("config", {})
-    summary["sampler"] = {k: side.get(k) for k in ("ticks", "overruns", "rows", "read_errors", "stop_reason")}
+    summary["sampler"] = {k: side.get(k) for k in ("status", "ticks", "overruns", "rows", "read_errors", "stop_reason")}
 
     table, complete = read_samples(out_dir)
     if not complete and status == "complete":
@@ -236,22 +248,64 @@ def _summarize(out_dir: Path, start: int, stop: int) -> dict[str, Any]:
     return summary
 
 
-def summarize(out_dir: Path, run_start_ms: int, run_stop_ms: int) -> dict[str, Any]:
-    """Summary of ``out_dir``'s telemetry over the run window; also written to out_dir/summary.json.
-    Never raises: a failure becomes a partial summary that says why."""
-    out_dir = Path(out_dir)
+def _node_summaries(out_dir: Path, start: int, stop: int) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+    """The record of the run's other nodes (None on one node) and each one's own summary (written into its folder;
+    None where its sampler wrote nothing)."""
     try:
-        summary = _summarize(out_dir, int(run_start_ms), int(run_stop_ms))
+        nodes = json.loads((out_dir / NODES).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None, {}
+    except (OSError, ValueError) as e:
+        return {"hosts": [], "error": f"{NODES} is unreadable: {e}"}, {}
+    own: dict[str, Any] = {}
+    for name in nodes.get("hosts", []):
+        try:
+            folder = out_dir / NODES_DIR / host_folder(name)
+        except ValueError:
+            own[name] = None  # not a folder name: reported as a node whose sampler wrote nothing
+            continue
+        own[name] = _one(folder, start, stop) if folder.is_dir() else None
+    return nodes, own
+
+
+def _one(out_dir: Path, start: Any, stop: Any) -> dict[str, Any]:
+    """One host's summary; a failure becomes a partial summary that says why."""
+    try:
+        summary = _summarize(out_dir, int(start), int(stop))
     except Exception as e:
         summary = {
             "label": LABEL,
-            "window": {"run_start_ms": run_start_ms, "run_stop_ms": run_stop_ms},
+            "window": {"run_start_ms": start, "run_stop_ms": stop},
             "partial": True,
             "reasons": [f"summary failed: {type(e).__name__}: {e}"],
             "traceback": traceback.format_exc(limit=6),
         }
+    return summary
+
+
+def summarize(out_dir: Path, run_start_ms: int, run_stop_ms: int) -> dict[str, Any]:
+    """Summary of ``out_dir``'s telemetry over the run window; also written to out_dir/summary.json.
+    A run over several nodes: each other node's summary too (NODES_DIR/<host>/summary.json), merged into this
+    one with its per-host section and the total (:mod:`mlrepro.telemetry.merge`).
+    Never raises: a failure becomes a partial summary that says why."""
+    out_dir = Path(out_dir)
+    summary = _one(out_dir, run_start_ms, run_stop_ms)
+    try:
+        nodes, own = _node_summaries(out_dir, int(run_start_ms), int(run_stop_ms))
+        for name, node in own.items():
+            if node is not None:
+                _write(out_dir / NODES_DIR / name, node)
+        host = ((read_sidecar(out_dir) or {}).get("host") or {}).get("hostname") or socket.gethostname()
+        summary = merge(summary, host, nodes, own)
+    except Exception as e:
+        summary.setdefault("reasons", []).append(f"the nodes' telemetry could not be merged: {type(e).__name__}: {e}")
+        summary["partial"] = True
+    _write(out_dir, summary)
+    return summary
+
+
+def _write(out_dir: Path, summary: dict[str, Any]) -> None:
     try:
         atomic.write_json(out_dir / SUMMARY, summary)
     except Exception as e:
         summary.setdefault("reasons", []).append(f"could not write {SUMMARY}: {e}")
-    return summary
