@@ -4,7 +4,7 @@ rule package:
         spec=PLAN.out.spec("package"),
         results=PLAN.all_runs(PLAN.out.result),
         verdicts=PLAN.all_runs(PLAN.out.verdict),
-        # its system description (systems/<system>.json)
+        # the probed host of every system description (systems/<system>.json)
         environment=rules.environment.output[0],
         # each result is verified against its run's result_sha256; the provenance manifest records each
         # run's summary and each dataset's manifest

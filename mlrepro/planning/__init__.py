@@ -12,6 +12,7 @@ from typing import Any
 
 from mlrepro.core import config as mlconfig
 from mlrepro.core import smk
+from mlrepro.core import systems as mlsystems
 from mlrepro.datasets import recipe as data_recipe
 from mlrepro.inference import rounds
 from mlrepro.planning import inputs, jobs
@@ -26,7 +27,9 @@ def start(workflow: Any, config: dict[str, Any]) -> tuple[Plan, Preparation]:
     try:
         # benchmarks.<bm>.data: generated (the generator's block), recipe, {recipe: FILE} or {path: DIR}
         raw, choices = data_recipe.split_choices(config)
-        full, benchmarks = mlconfig.load(raw, source="config/config.yaml and --config", base_dir=Path.cwd())
+        source = "config/config.yaml and --config"
+        full, benchmarks = mlconfig.load(raw, source=source, base_dir=Path.cwd())
+        systems, units = mlsystems.load(full, benchmarks, Path.cwd(), source)
         if "inference" in full:  # every served benchmark is a model of the declared round
             for benchmark in full["inference"]["benchmarks"]:
                 rounds.get(full["inference"]["round"]).model(benchmark)
@@ -34,5 +37,5 @@ def start(workflow: Any, config: dict[str, Any]) -> tuple[Plan, Preparation]:
         raise PlanningError(str(error)) from None
     except rounds.RoundError as error:
         raise PlanningError(f"invalid configuration: inference.benchmarks: {error}") from None
-    plan = Plan(full, benchmarks, choices, Path(workflow.basedir), smk.python_command())
+    plan = Plan(full, benchmarks, choices, systems, units, Path(workflow.basedir), smk.python_command())
     return plan, Preparation(plan, workflow)

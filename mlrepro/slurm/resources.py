@@ -97,10 +97,10 @@ RESOURCE_NAMES = ("nodes", "tasks", "cpus_per_task", "mem_mb", "runtime", "slurm
 
 
 def run_resources(config: Mapping[str, Any], threads: int,
-                  shape_of: Callable[[str], JobShape]) -> dict[str, Callable[..., Any]]:
-    """The run rule's ``resources:``, one callable per name, each evaluated for the run's benchmark."""
+                  shape_of: Callable[[str, str], JobShape]) -> dict[str, Callable[..., Any]]:
+    """The run rule's ``resources:``, one callable per name, each evaluated for the run's system and benchmark."""
 
     def one(name: str) -> Callable[..., Any]:
-        return lambda wildcards: slurm_resources(shape_of(wildcards.benchmark), config, threads).get(name)
+        return lambda w: slurm_resources(shape_of(w.system, w.benchmark), config, threads).get(name)
 
     return {name: one(name) for name in RESOURCE_NAMES}
