@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import os
 import platform
 import re
 from collections.abc import Iterable, Mapping
@@ -74,10 +75,19 @@ def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str
     return merged
 
 
+# system: auto, as the process that plans names it: a job on a cluster node (which parses the Snakefile again)
+# inherits it, so that its run folders (runs/<system>/...) are those the planner asked for
+SYSTEM_ENV = "MLREPRO_AUTO_SYSTEM"
+
+
+def host_system_name() -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", platform.node() or "localhost").strip("-") or "localhost"
+
+
 def system_name(configured: str) -> str:
     if configured != "auto":
         return configured
-    return re.sub(r"[^A-Za-z0-9_.-]+", "-", platform.node() or "localhost").strip("-") or "localhost"
+    return os.environ.get(SYSTEM_ENV) or host_system_name()
 
 
 def run_seed(base: int, benchmark: str, index: int) -> int:

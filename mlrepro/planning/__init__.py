@@ -7,6 +7,7 @@ run while the DAG is built (mlrepro/planning/prepare.py: checks always, acts onl
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,8 @@ __all__ = ["Plan", "PlanningError", "Preparation", "inputs", "jobs", "start"]
 
 def start(workflow: Any, config: dict[str, Any]) -> tuple[Plan, Preparation]:
     """The plan of this config, and its preparation; a bad config raises PlanningError naming the key."""
+    # the first process to plan (Snakemake's main one) names system: auto; its jobs inherit the name
+    os.environ.setdefault(mlconfig.SYSTEM_ENV, mlconfig.host_system_name())
     try:
         # benchmarks.<bm>.data: generated (the generator's block), recipe, {recipe: FILE} or {path: DIR}
         raw, choices = data_recipe.split_choices(config)
