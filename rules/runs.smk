@@ -17,11 +17,11 @@ rule run:
         drop_caches=PLAN.config["drop_caches"],
         hz=PLAN.telemetry_hz,
         # not run-changing: where the run's folder is, how the engine is reached, which GPUs it may claim
-        run_dir=lambda w: PLAN.out.run_dir(w.system, w.benchmark, w.run),
+        run_dir=str(PLAN.out.run_dir("{system}", "{benchmark}", "{run}")),
         engine=lambda w, input: PLAN.engine_options(input.image),
         locks=PLAN.out.gpu_locks,
         # written by PREPARE before any job (mlrepro/planning/prepare.py), pipeline keys included
-        launch=lambda w: PLAN.out.launch(w.system, w.benchmark),
+        launch=str(PLAN.out.launch("{system}", "{benchmark}")),
         # the interpreter running Snakemake runs every stage too (a venv need not be activated)
         python=PLAN.python,
         machine_gpus=lambda w: PLAN.machine_gpus,  # NVML is asked once a run is planned, not at parse time
@@ -30,7 +30,7 @@ rule run:
         # GPUs this machine shares out (the default profile passes its count as --resources gpus=N)
         gpus=lambda w: PLAN.run_gpus(w.system, w.benchmark),
         # the job's shape on Slurm (profiles/slurm): nodes, tasks, runtime, ... from run_shape
-        **run_resources(PLAN.config, PLAN.config["threads_per_run"], PLAN.run_shape),
+        **run_resources(PLAN.config, PLAN.config["threads_per_run"], PLAN.unit_shapes),
     log:
         PLAN.out.log("run_{system}_{benchmark}_{run}"),
     benchmark:

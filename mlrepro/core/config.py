@@ -208,8 +208,9 @@ def load(raw: Mapping[str, Any], source: str = "config",
                 problems.append(f"  {key}.data_dir: {data_dir} does not exist; prepare the dataset there "
                                 "(the implementation's README says how) or point data_dir at it")
                 continue
+        system, config_file = _first_system(config, name)
         try:
-            impl = resolve(name, str(choice), system_name(config["system"]), pipeline.get("system_config"),
+            impl = resolve(name, str(choice), system, config_file or pipeline.get("system_config"),
                            dict(pipeline.get("mounts") or {}), base_dir, pipeline.get("image"))
         except ImplementationError as e:
             problems.append(f"  {key}: {e}")
@@ -223,6 +224,15 @@ def load(raw: Mapping[str, Any], source: str = "config",
     if problems:
         raise ConfigError(f"invalid configuration ({source}):\n" + "\n".join(problems))
     return config, benchmarks
+
+
+def _first_system(config: Mapping[str, Any], benchmark: str) -> tuple[str, str | None]:
+    """The system whose config file describes the benchmark here (mlrepro/core/systems.py resolves each other
+    system's): the one system of system:, else the first of systems: that runs it, with its config_files entry."""
+    for name, block in (config.get("systems") or {}).items():
+        if benchmark in (block.get("benchmarks") or config["benchmarks"]):
+            return name, (block.get("config_files") or {}).get(benchmark)
+    return system_name(config["system"]), None
 
 
 def submittable(benchmarks: Mapping[str, Benchmark]) -> bool:

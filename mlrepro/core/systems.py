@@ -43,6 +43,7 @@ def load(config: Mapping[str, Any], benchmarks: Mapping[str, Benchmark], base_di
                         "systems: (system: is the one-system shorthand)")
     systems: dict[str, System] = {}
     units: dict[tuple[str, str], Benchmark] = {}
+    resolved: dict[tuple[str, str], Benchmark] = {}  # (benchmark, config file): systems sharing a file share it
     for name, block in raw.items():
         key = f"systems.{name}"
         listed = list(block.get("benchmarks") or config["benchmarks"])
@@ -59,7 +60,7 @@ def load(config: Mapping[str, Any], benchmarks: Mapping[str, Benchmark], base_di
         systems[name] = system
         for b in system.benchmarks:
             try:
-                units[(name, b)] = _for_system(system, benchmarks[b], config, base_dir)
+                units[(name, b)] = _for_system(system, benchmarks[b], config, base_dir, resolved)
             except ImplementationError as e:
                 problems.append(f"  {key}.config_files.{b}: {e}")
             except ConfigError as e:
@@ -69,15 +70,24 @@ def load(config: Mapping[str, Any], benchmarks: Mapping[str, Benchmark], base_di
     return systems, units
 
 
-def _for_system(system: System, benchmark: Benchmark, config: Mapping[str, Any], base_dir: Path) -> Benchmark:
+def _for_system(system: System, benchmark: Benchmark, config: Mapping[str, Any], base_dir: Path,
+                resolved: dict[tuple[str, str], Benchmark]) -> Benchmark:
     overrides = config["benchmarks"][benchmark.name] or {}
     chosen = system.config_files.get(benchmark.name) or overrides.get("system_config")
     impl = benchmark.implementation
-    if chosen or impl.kind != MINI:  # a vendor folder's config file per system: config_<NAME>.sh by default
+    # a vendor folder's config file per system: config_<NAME>.sh by default; ours config_CPU.sh unless chosen
+    name = chosen or (f"config_{system.name}.sh" if impl.kind != MINI else impl.config_file.name)
+    if name == impl.config_file.name:
+        unit = benchmark
+    elif (benchmark.name, name) in resolved:
+        unit = resolved[(benchmark.name, name)]
+    else:
         impl = resolve(benchmark.name, str(overrides.get("implementation", MINI)), system.name, chosen,
                        dict(overrides.get("mounts") or {}), base_dir, impl.image)
+        unit = resolved[(benchmark.name, name)] = dataclasses.replace(benchmark, implementation=impl)
     # A vendor's config file is written for a node count (NVIDIA's config_DGXA100_8x8x...sh: DGXNNODES=8)
+    impl = unit.implementation
     if system.nodes is not None and impl.kind != MINI and impl.nodes != system.nodes:
         raise ConfigError(f"{benchmark.name}: {impl.config_file.name} sets DGXNNODES={impl.nodes}, the system "
                           f"has nodes: {system.nodes}; choose its config file in config_files.{benchmark.name}")
-    return dataclasses.replace(benchmark, implementation=impl)
+    return unit

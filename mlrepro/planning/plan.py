@@ -46,7 +46,7 @@ class Plan:
     repo: Path  # the workflow's folder (the Snakefile's)
     python: list[str]  # the interpreter command the rules' shell commands start (mlrepro.core.smk.python_command)
     out: Outputs = field(init=False)
-    _digests: dict[Unit, str] = field(init=False, default_factory=dict, compare=False, repr=False)
+    _digests: dict[Unit | Path, str] = field(init=False, default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "out", Outputs(Path(self.config["outdir"])))
@@ -95,7 +95,7 @@ class Plan:
     @cached_property
     def run_shapes(self) -> dict[str, JobShape]:
         """Each (system, benchmark)'s job shape as ``<system>/<benchmark>``: what Slurm's preflight checks."""
-        return {f"{s}/{b}": self.run_shape(s, b) for s, b in self.ordered_units}
+        return {f"{s}/{b}": shape for (s, b), shape in self.unit_shapes.items()}
 
     def system_nodes(self, system: str) -> int:
         """The system description's number_of_nodes: the system's, else its largest run's."""
@@ -232,15 +232,23 @@ class Plan:
             return 1
         return b.implementation.gpus
 
+    @cached_property
+    def unit_shapes(self) -> dict[Unit, JobShape]:
+        """Nodes, processes per node, GPUs and walltime of each (system, benchmark)'s runs: job_shapes.<benchmark>
+        in the config, else the implementation's config file for the system (DGXNNODES, DGXNGPU, WALLTIME); the
+        system's nodes where it has them."""
+        shapes = {}
+        for system, benchmark in self.ordered_units:
+            if benchmark in self.config["job_shapes"]:
+                shape = shape_for(self.config, benchmark)
+            else:
+                shape = shape_from_config_sh(self.units[(system, benchmark)].implementation.env)
+            nodes = self.systems[system].nodes
+            shapes[(system, benchmark)] = dataclasses.replace(shape, nodes=nodes) if nodes else shape
+        return shapes
+
     def run_shape(self, system: str, benchmark: str) -> JobShape:
-        """Nodes, processes per node, GPUs and walltime of a run: job_shapes.<benchmark> in the config, else
-        the implementation's config file for the system (DGXNNODES, DGXNGPU, WALLTIME); the system's nodes."""
-        if benchmark in self.config["job_shapes"]:
-            shape = shape_for(self.config, benchmark)
-        else:
-            shape = shape_from_config_sh(self.units[(system, benchmark)].implementation.env)
-        nodes = self.systems[system].nodes
-        return dataclasses.replace(shape, nodes=nodes) if nodes else shape
+        return self.unit_shapes[(system, benchmark)]
 
     def run_seed(self, benchmark: str, run: int) -> int:
         return run_seed(self.config["seed"], benchmark, run)
@@ -248,10 +256,14 @@ class Plan:
     def launch_digest(self, system: str, benchmark: str) -> str:
         """What a run computes from: captured config, hyperparameters, every file it executes
         (Implementation.digest, mlrepro/runs/executed_code.py). Not runs, image name, implementation path
-        or mounts (pipeline keys: changing them keeps finished runs). Hashed once per unit, not per job."""
+        or mounts (pipeline keys: changing them keeps finished runs). Once per unit, not per job; a folder's
+        files once for all the systems that run it."""
         if (system, benchmark) not in self._digests:
-            b = self.units[(system, benchmark)]
-            spec = {"env": b.implementation.env, "params": b.params, "files": b.implementation.digest()}
+            impl = self.units[(system, benchmark)].implementation
+            if impl.folder not in self._digests:
+                self._digests[impl.folder] = impl.digest()
+            spec = {"env": impl.env, "params": self.units[(system, benchmark)].params,
+                    "files": self._digests[impl.folder]}
             self._digests[(system, benchmark)] = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
         return self._digests[(system, benchmark)]
 
