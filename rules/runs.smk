@@ -18,7 +18,8 @@ rule run:
         hz=PLAN.telemetry_hz,
         # not run-changing: where the run's folder is, how the engine is reached, which GPUs it may claim
         run_dir=str(PLAN.out.run_dir("{system}", "{benchmark}", "{run}")),
-        engine=lambda w, input: PLAN.engine_options(input.image),
+        # native: the same for every run (a value, not a call per job)
+        engine=PLAN.engine_options([]) if PLAN.native else lambda w, input: PLAN.engine_options(input.image),
         locks=PLAN.out.gpu_locks,
         # written by PREPARE before any job (mlrepro/planning/prepare.py), pipeline keys included
         launch=str(PLAN.out.launch("{system}", "{benchmark}")),
