@@ -55,12 +55,13 @@ def load(config: Mapping[str, Any], benchmarks: Mapping[str, Benchmark], base_di
             problems.append(f"  {key}.config_files: {', '.join(stray)} not among this system's benchmarks")
         system = System(name, tuple(b for b in listed if b in benchmarks), block.get("nodes"),
                         dict(block.get("config_files") or {}), dict(block.get("description") or {}))
-        if not system.benchmarks:
-            continue  # every benchmark of it left out by only: (no results, so no system in the package)
-        systems[name] = system
+        if system.benchmarks:  # else every benchmark of it left out by only: (no results, no system)
+            systems[name] = system
+    for system in systems.values():
+        key = f"systems.{system.name}"
         for b in system.benchmarks:
             try:
-                units[(name, b)] = _for_system(system, benchmarks[b], config, base_dir, resolved)
+                units[(system.name, b)] = _for_system(system, benchmarks[b], config, base_dir, resolved)
             except ImplementationError as e:
                 problems.append(f"  {key}.config_files.{b}: {e}")
             except ConfigError as e:
@@ -70,13 +71,23 @@ def load(config: Mapping[str, Any], benchmarks: Mapping[str, Benchmark], base_di
     return systems, units
 
 
+def _chosen(system: System, benchmark: Benchmark, config: Mapping[str, Any]) -> str | None:
+    return system.config_files.get(benchmark.name) or (config["benchmarks"][benchmark.name] or {}).get("system_config")
+
+
+def _config_name(system: System, benchmark: Benchmark, config: Mapping[str, Any]) -> str:
+    """A vendor folder's config file per system: config_<NAME>.sh by default; ours config_CPU.sh unless chosen."""
+    impl = benchmark.implementation
+    return _chosen(system, benchmark, config) or (f"config_{system.name}.sh" if impl.kind != MINI
+                                                  else impl.config_file.name)
+
+
 def _for_system(system: System, benchmark: Benchmark, config: Mapping[str, Any], base_dir: Path,
                 resolved: dict[tuple[str, str], Benchmark]) -> Benchmark:
     overrides = config["benchmarks"][benchmark.name] or {}
-    chosen = system.config_files.get(benchmark.name) or overrides.get("system_config")
+    chosen = _chosen(system, benchmark, config)
     impl = benchmark.implementation
-    # a vendor folder's config file per system: config_<NAME>.sh by default; ours config_CPU.sh unless chosen
-    name = chosen or (f"config_{system.name}.sh" if impl.kind != MINI else impl.config_file.name)
+    name = _config_name(system, benchmark, config)
     if name == impl.config_file.name:
         unit = benchmark
     elif (benchmark.name, name) in resolved:
