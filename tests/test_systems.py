@@ -29,15 +29,21 @@ def _plan(raw: dict[str, Any], base: Path) -> Plan:
     return Plan(full, benchmarks, {}, systems, units, REPO, [sys.executable])
 
 
-def _vendor(folder: Path) -> Path:
-    """An implementation folder with config files for 1 and 2 nodes (NVIDIA's naming)."""
+def _vendor(base: Path, second: str, nodes: int) -> dict[str, Any]:
+    """An implementation folder (base/impl) with config files for 1 and 2 nodes (NVIDIA's naming), and the config
+    of two systems on it: n1 (the 1-node file) and ``second`` (the 2-node file, the system's ``nodes``)."""
+    folder = base / "impl"
     folder.mkdir(parents=True)
     (folder / "run_and_time.sh").write_text("#!/bin/bash\necho run\n")
     (folder / "Dockerfile").write_text("FROM scratch\n")
-    for nodes in (1, 2):
-        (folder / f"config_DGXA100_{nodes}x8x56.sh").write_text(
-            f"export DGXNNODES={nodes}\nexport DGXNGPU=8\nexport WALLTIME=00:30:00\n")
-    return folder
+    for n in (1, 2):
+        (folder / f"config_DGXA100_{n}x8x56.sh").write_text(
+            f"export DGXNNODES={n}\nexport DGXNGPU=8\nexport WALLTIME=00:30:00\n")
+    (base / "data").mkdir()
+    return {"only": ["resnet"], "allow_fewer_runs": True,
+            "benchmarks": {"resnet": {"implementation": "impl", "data_dir": "data", "runs": 1}},
+            "systems": {"n1": {"config_files": {"resnet": "config_DGXA100_1x8x56.sh"}},
+                        second: {"nodes": nodes, "config_files": {"resnet": "config_DGXA100_2x8x56.sh"}}}}
 
 
 def test_each_system_and_benchmark_has_its_own_runs_shape_and_launch(tmp_path: Path) -> None:
@@ -67,13 +73,7 @@ def test_the_shorthand_is_one_system_of_every_benchmark(tmp_path: Path) -> None:
 
 
 def test_a_vendor_folder_takes_each_systems_config_file(tmp_path: Path) -> None:
-    _vendor(tmp_path / "impl")
-    (tmp_path / "data").mkdir()
-    raw = {"only": ["resnet"], "allow_fewer_runs": True,
-           "benchmarks": {"resnet": {"implementation": "impl", "data_dir": "data", "runs": 1}},
-           "systems": {"n1": {"config_files": {"resnet": "config_DGXA100_1x8x56.sh"}},
-                       "n2": {"nodes": 2, "config_files": {"resnet": "config_DGXA100_2x8x56.sh"}}}}
-    plan = _plan(raw, tmp_path)
+    plan = _plan(_vendor(tmp_path, "n2", 2), tmp_path)
     assert plan.units[("n2", "resnet")].implementation.config_file.name == "config_DGXA100_2x8x56.sh"
     assert (plan.run_shape("n1", "resnet").nodes, plan.run_shape("n2", "resnet").nodes) == (1, 2)
     assert plan.run_shape("n2", "resnet").tasks_per_node == 8 and plan.run_gpus("n2", "resnet") == 16
@@ -98,12 +98,7 @@ def test_bad_system_blocks_are_named(systems: dict[str, Any], expected: str, tmp
 def test_system_and_systems_together_and_a_config_file_of_other_nodes_are_refused(tmp_path: Path) -> None:
     with pytest.raises(mlconfig.ConfigError, match=r"system: 'box' and systems: both set"):
         _plan({**MINI, "system": "box"}, tmp_path)
-    _vendor(tmp_path / "impl")
-    (tmp_path / "data").mkdir()
-    raw = {"only": ["resnet"], "allow_fewer_runs": True,
-           "benchmarks": {"resnet": {"implementation": "impl", "data_dir": "data", "runs": 1}},
-           "systems": {"n1": {"config_files": {"resnet": "config_DGXA100_1x8x56.sh"}},
-                       "n4": {"nodes": 4, "config_files": {"resnet": "config_DGXA100_2x8x56.sh"}}}}
+    raw = _vendor(tmp_path, "n4", 4)
     with pytest.raises(mlconfig.ConfigError, match=r"systems.n4: resnet: config_DGXA100_2x8x56.sh sets DGXNNODES=2, "
                                                    r"the system has nodes: 4"):
         _plan(raw, tmp_path)
