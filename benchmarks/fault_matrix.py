@@ -33,6 +33,7 @@ sys.path.insert(0, str(REPO))
 
 from mlrepro.core import integrity  # noqa: E402
 from tests.chromium import assert_no_injection  # noqa: E402
+from tests.conftest import SYSTEM  # noqa: E402
 from tests.test_hostile import _hostile_logs  # noqa: E402
 
 SNAKEMAKE = [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile")]
@@ -61,7 +62,7 @@ class Pipeline:
         """Every finished run's files (result.txt and run.json of runs whose run.json exists)."""
         out = {}
         for i in range(self.runs):
-            d = self.out / "runs" / "resnet" / str(i)
+            d = self.out / "runs" / SYSTEM / "resnet" / str(i)
             if (d / "run.json").exists():
                 for name in ("result.txt", "run.json"):
                     if (d / name).exists():
@@ -72,7 +73,7 @@ class Pipeline:
         """Files that look complete but are not (results failing their hash, a report without its end)."""
         bad = []
         for i in range(self.runs):
-            d = self.out / "runs" / "resnet" / str(i)
+            d = self.out / "runs" / SYSTEM / "resnet" / str(i)
             if (d / "result.txt").exists() and (d / "run.json").exists() and \
                     (p := integrity.result_problem(d / "result.txt")):
                 bad.append(p)
@@ -209,7 +210,7 @@ def main() -> None:
         assert code == 0, log[-3000:]
         print(f"baseline pipeline: {seconds:.0f} s; canary created: {(p.work / 'CANARY').exists()}", flush=True)
         last = str(args.runs - 1)
-        run_dir = p.out / "runs" / "resnet" / last
+        run_dir = p.out / "runs" / SYSTEM / "resnet" / last
 
         def drop_last_run() -> list[str]:
             shutil.rmtree(run_dir)
@@ -288,7 +289,7 @@ def main() -> None:
         print(rows[-1], flush=True)
 
         # tampering
-        result = p.out / "runs" / "resnet" / "0" / "result.txt"
+        result = p.out / "runs" / SYSTEM / "resnet" / "0" / "result.txt"
         org = p.out / "submission" / "mlrepro"
         detected: list[str] = []
         cases: list[str] = []

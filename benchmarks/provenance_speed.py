@@ -27,10 +27,11 @@ RULESET = "2.0.0"
 def fabricate(source: Path, dest: Path) -> tuple[Path, dict[str, list[str]]]:
     """A default-size package under ``dest``/submission/org and its run folders under ``dest``/runs."""
     org_src = next(p for p in (source / "submission").iterdir() if p.is_dir())
-    runs_src = sorted((source / "runs" / "resnet").iterdir(), key=lambda p: int(p.name))
+    system = next((org_src / "results").iterdir()).name
+    runs_src = sorted((p for p in (source / "runs" / system / "resnet").iterdir() if p.is_dir()),
+                      key=lambda p: int(p.name))
     org = dest / "submission" / "org"
     shutil.copytree(org_src / "systems", org / "systems")
-    system = next((org_src / "results").iterdir()).name
     impl = next((org_src / "benchmarks" / "resnet" / "implementations").iterdir())
     runs: dict[str, list[str]] = {}
     for b in rulesets.SEED_ORDER:
@@ -38,7 +39,7 @@ def fabricate(source: Path, dest: Path) -> tuple[Path, dict[str, list[str]]]:
         runs[b] = []
         for i in range(rulesets.required_runs(b)):
             src = runs_src[i % len(runs_src)]
-            run_dir = dest / "runs" / b / str(i)
+            run_dir = dest / "runs" / system / b / str(i)
             run_dir.mkdir(parents=True)
             for name in ("result.txt", "run.json", "ledger.jsonl"):
                 if (src / name).exists():
@@ -58,15 +59,14 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         org, runs = fabricate(args.results.resolve(), Path(tmp))
         data = {b: str(args.results.resolve() / "data" / "resnet" / "MANIFEST.sha256") for b in runs}
-        system = next((org / "results").iterdir()).name
         files = sum(1 for f in org.rglob("*") if f.is_file())
         size = sum(f.stat().st_size for f in org.rglob("*") if f.is_file())
         results = sum(len(v) for v in runs.values())
         make, check = [], []
         for _ in range(args.repeat):
             start = time.perf_counter()
-            doc = provenance.build(org, system=system, ruleset=RULESET, outdir=Path(tmp), config={},
-                                   config_hash="0" * 16, runs=runs, data_manifests=data)
+            doc = provenance.build(org, ruleset=RULESET, outdir=Path(tmp), config={}, config_hash="0" * 16,
+                                   runs={next((org / "results").iterdir()).name: runs}, data_manifests=data)
             provenance.write(org, doc)
             make.append(time.perf_counter() - start)
             start = time.perf_counter()

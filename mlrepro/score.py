@@ -86,24 +86,29 @@ def score_files(benchmark: str, results: Sequence[Path], ruleset: str | None = N
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m mlrepro.score", description=__doc__)
-    p.add_argument("--results", type=Path, nargs="+", required=True, help="BENCHMARK=FILE, in run order")
+    p.add_argument("--results", nargs="+", required=True, help="SYSTEM/BENCHMARK=FILE, in run order; the table "
+                   "(--out) holds {system: {benchmark: score}}")
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--verify-hashes", action="store_true",
                    help="check each result against the result_sha256 of the run.json beside it first")
     p.add_argument("--ruleset", help="apply the RCP normalisation of this ruleset (closed division)")
     p.add_argument("--division", default="open", choices=["open", "closed"])
     args = p.parse_args(argv)
-    by_benchmark: dict[str, list[Path]] = {}
+    by_unit: dict[str, dict[str, list[Path]]] = {}
     for item in args.results:
-        benchmark, _, file = str(item).partition("=")
-        by_benchmark.setdefault(benchmark, []).append(Path(file))
+        unit, _, file = item.partition("=")
+        system, slash, benchmark = unit.partition("/")
+        if not (slash and system and benchmark and file):
+            p.error(f"--results {item!r}: expected SYSTEM/BENCHMARK=FILE")
+        by_unit.setdefault(system, {}).setdefault(benchmark, []).append(Path(file))
     if args.verify_hashes:
         try:
-            integrity.verify_results(f for files in by_benchmark.values() for f in files)
+            integrity.verify_results(f for benchmarks in by_unit.values() for files in benchmarks.values()
+                                     for f in files)
         except integrity.Tampered as e:
             sys.exit(f"error: {e}")
-    atomic.write_json(args.out, {b: score_files(b, files, args.ruleset, args.division)
-                                 for b, files in by_benchmark.items()})
+    atomic.write_json(args.out, {s: {b: score_files(b, files, args.ruleset, args.division)
+                                     for b, files in benchmarks.items()} for s, benchmarks in by_unit.items()})
 
 
 if __name__ == "__main__":

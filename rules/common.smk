@@ -5,6 +5,7 @@ import sys
 
 wildcard_constraints:
     benchmark="|".join(PLAN.benchmarks) or "none",
+    system=PLAN.system_pattern,
     run=r"\d+",
     spec=PLAN.spec_pattern,
 
@@ -30,7 +31,7 @@ onstart:
         from mlrepro.slurm.checks import PreflightError, preflight
 
         try:
-            preflight(PLAN.config, PLAN.benchmarks)
+            preflight(PLAN.config, PLAN.run_shapes)
         except PreflightError as error:
             sys.exit(f"error: {error}")
 

@@ -4,14 +4,14 @@ rule compliance:
         result=rules.run.output.result,
         summary=rules.run.output.summary,
     output:
-        PLAN.out.verdict("{benchmark}", "{run}"),
+        PLAN.out.verdict("{system}", "{benchmark}", "{run}"),
     params:
         usage=PLAN.config["usage"],
         ruleset=PLAN.config["ruleset"],
         # the interpreter running Snakemake runs every stage too (a venv need not be activated)
         python=PLAN.python,
     log:
-        PLAN.out.log("compliance_{benchmark}_{run}"),
+        PLAN.out.log("compliance_{system}_{benchmark}_{run}"),
     shell:
         "{params.python:q} -m mlrepro.gate.compliance {input.result:q} --run-json {input.summary:q} "
         "--usage {params.usage:q} --ruleset {params.ruleset:q} --out {output:q} 2> {log:q} || (cat {log:q} >&2; exit 1)"

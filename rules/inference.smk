@@ -36,7 +36,7 @@ rule inference_conf:
 
 rule inference_run:
     input:
-        runs=lambda w: [PLAN.out.summary(w.ibench, i) for i in PLAN.run_indices(w.ibench)],
+        runs=lambda w: PLAN.inference_runs(w.ibench),
         manifest=PLAN.generated_manifest("{ibench}"),
         conf=rules.inference_conf.output[0],
         spec=PLAN.out.spec("inference-{ibench}"),

@@ -4,8 +4,10 @@ rule package:
         spec=PLAN.out.spec("package"),
         results=PLAN.all_runs(PLAN.out.result),
         verdicts=PLAN.all_runs(PLAN.out.verdict),
-        # its system description (systems/<system>.json)
-        environment=rules.environment.output[0],
+        # the probed host of every system description (systems/<system>.json); paths, not rules.X.output:
+        # Snakemake 9 matches each input against a rule reference by hashing this rule's whole input lists
+        # (quadratic in the runs: seconds at a thousand runs)
+        environment=PLAN.out.environment,
         # each result is verified against its run's result_sha256; the provenance manifest records each
         # run's summary and each dataset's manifest
         summaries=PLAN.all_runs(PLAN.out.summary),

@@ -2,9 +2,10 @@
 rule report:
     input:
         spec=PLAN.out.spec("report"),
-        scores=rules.score.output[0],
-        package=rules.package.output.verdict,
-        environment=rules.environment.output[0],
+        # paths, not rules.X.output (rules/package.smk says why)
+        scores=PLAN.out.scores,
+        package=PLAN.out.package_verdict,
+        environment=PLAN.out.environment,
         runs=PLAN.all_runs(PLAN.out.summary),
         results=PLAN.all_runs(PLAN.out.result),
         verdicts=PLAN.all_runs(PLAN.out.verdict),

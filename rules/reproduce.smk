@@ -224,7 +224,7 @@ rule reproduce_run:
     resources:
         gpus=lambda w: REPRO.benchmarks[w.benchmark].gpus,
         # the job's shape on Slurm (profiles/slurm), as the main pipeline's run rule asks for it
-        **run_resources(config, config["threads_per_run"], _SHAPES.__getitem__),
+        **run_resources(config, config["threads_per_run"], _SHAPES, key=lambda w: w.benchmark),
     log:
         RO / "logs" / "run_{benchmark}_{run}.log",
     shell:

@@ -1,4 +1,4 @@
-# Stage 3: N runs per benchmark, each its own job with its own seed, the telemetry sampler beside it.
+# Stage 3: N runs per (system, benchmark), each its own job with its own seed, the telemetry sampler beside it.
 # Every implementation, ours and a vendor's, runs through its run_and_time.sh (mlrepro.runs.driver).
 from mlrepro.slurm.resources import run_resources
 
@@ -7,34 +7,35 @@ rule run:
     input:
         unpack(planning.inputs.run_inputs(PLAN, PREPARE)),
     output:
-        result=PLAN.out.result("{benchmark}", "{run}"),
-        summary=PLAN.out.summary("{benchmark}", "{run}"),
+        result=PLAN.out.result("{system}", "{benchmark}", "{run}"),
+        summary=PLAN.out.summary("{system}", "{benchmark}", "{run}"),
     params:
         # In params, so that they re-run a run when they change; the pipeline keys stay out (the launch file).
-        computes=lambda w: PLAN.launch_digest(w.benchmark),
+        computes=lambda w: PLAN.launch_digest(w.system, w.benchmark),
         seed=lambda w: PLAN.run_seed(w.benchmark, int(w.run)),
         device=PLAN.config["device"],
         drop_caches=PLAN.config["drop_caches"],
         hz=PLAN.telemetry_hz,
         # not run-changing: where the run's folder is, how the engine is reached, which GPUs it may claim
-        run_dir=lambda w: PLAN.out.run_dir(w.benchmark, w.run),
-        engine=lambda w, input: PLAN.engine_options(input.image),
+        run_dir=str(PLAN.out.run_dir("{system}", "{benchmark}", "{run}")),
+        # native: the same for every run (a value, not a call per job)
+        engine=PLAN.engine_options([]) if PLAN.native else lambda w, input: PLAN.engine_options(input.image),
         locks=PLAN.out.gpu_locks,
         # written by PREPARE before any job (mlrepro/planning/prepare.py), pipeline keys included
-        launch=lambda w: PLAN.out.launch(w.benchmark),
+        launch=str(PLAN.out.launch("{system}", "{benchmark}")),
         # the interpreter running Snakemake runs every stage too (a venv need not be activated)
         python=PLAN.python,
         machine_gpus=lambda w: PLAN.machine_gpus,  # NVML is asked once a run is planned, not at parse time
     threads: PLAN.config["threads_per_run"]
     resources:
         # GPUs this machine shares out (the default profile passes its count as --resources gpus=N)
-        gpus=lambda w: PLAN.run_gpus(w.benchmark),
+        gpus=lambda w: PLAN.run_gpus(w.system, w.benchmark),
         # the job's shape on Slurm (profiles/slurm): nodes, tasks, runtime, ... from run_shape
-        **run_resources(PLAN.config, PLAN.config["threads_per_run"], PLAN.run_shape),
+        **run_resources(PLAN.config, PLAN.config["threads_per_run"], PLAN.unit_shapes),
     log:
-        PLAN.out.log("run_{benchmark}_{run}"),
+        PLAN.out.log("run_{system}_{benchmark}_{run}"),
     benchmark:
-        PLAN.out.bench("run_{benchmark}_{run}")
+        PLAN.out.bench("run_{system}_{benchmark}_{run}")
     shell:
         "{params.python:q} -m mlrepro.runs.driver --launch {params.launch:q} --seed {params.seed:q} "
         "--run-dir {params.run_dir:q} {params.engine:q} --gpu-locks {params.locks:q} "

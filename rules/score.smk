@@ -1,4 +1,4 @@
-# Stage 6: the olympic mean per benchmark, as MLPerf scores it.
+# Stage 6: the olympic mean per (system, benchmark), as MLPerf scores it: one score table.
 rule score:
     input:
         results=PLAN.all_runs(PLAN.out.result),
@@ -7,7 +7,7 @@ rule score:
     output:
         PLAN.out.scores,
     params:
-        results=PLAN.all_runs(lambda b, i: f"{b}={PLAN.out.result(b, i)}"),
+        results=PLAN.all_runs(lambda s, b, i: f"{s}/{b}={PLAN.out.result(s, b, i)}"),
         ruleset=PLAN.config["ruleset"],
         division=PLAN.config["division"],
         # the interpreter running Snakemake runs every stage too (a venv need not be activated)

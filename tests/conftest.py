@@ -20,11 +20,14 @@ from typing import Any
 
 import pytest
 
+from mlrepro.core.config import system_name
 from mlrepro.runs.launch_spec import LaunchSpec
 
 REPO = Path(__file__).resolve().parent.parent
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
 TEST_CONFIG = REPO / "config" / "test.yaml"
+# The one system of a configuration without systems: (system: auto), whose folder holds the runs: runs/<SYSTEM>/...
+SYSTEM = system_name("auto")
 # Marks of tests that need what a developer's machine may lack (CI's services, a GPU): integration tier.
 RESOURCE_MARKS = ("podman", "slurm", "gpu")
 # Fixtures that run the pipeline: a test using one belongs to the integration tier.

@@ -25,7 +25,7 @@ from mlrepro.datasets import generated
 from mlrepro.engines import Mount, get_engine
 from mlrepro.engines.client import connect
 from mlrepro.gate.compliance import check
-from tests.conftest import require
+from tests.conftest import SYSTEM, require
 
 pytestmark = pytest.mark.podman
 REPO = Path(__file__).resolve().parent.parent
@@ -191,9 +191,9 @@ def test_default_dag_with_podman_builds_locks_runs_and_reports(base: str, socket
     record = json.loads((results / "containers" / "pytorch.json").read_text())
     locked = json.loads((results / "containers" / "images.lock.json").read_text())
     assert record["id"] in json.dumps(locked)
-    runs = [json.loads(p.read_text()) for p in sorted(results.glob("runs/resnet/*/run.json"))]
+    runs = [json.loads(p.read_text()) for p in sorted(results.glob(f"runs/{SYSTEM}/resnet/*/run.json"))]
     assert len(runs) == 5 and all(r["image"]["id"] == record["id"] and r["engine"] == "podman" for r in runs)
-    assert all(json.loads(p.read_text())["valid"] for p in results.glob("compliance/resnet/*.json"))
+    assert all(json.loads(p.read_text())["valid"] for p in results.glob(f"compliance/{SYSTEM}/resnet/*.json"))
     assert json.loads((results / "package_check.json").read_text())["valid"]
     env = json.loads((results / "pipeline_info" / "environment.json").read_text())["engine"]
     assert env["pip_freeze"] and record["id"] in json.dumps(env)
@@ -203,7 +203,7 @@ def test_default_dag_with_podman_builds_locks_runs_and_reports(base: str, socket
     config.write_text(yaml.safe_dump({**settings, "build_args": {"BASE_IMAGE": base, "PIP_NOTE": "x"}}))
     dry = snakemake(tmp_path, "--configfile", str(config), "--dry-run")
     text = dry.stdout + dry.stderr
-    assert "rule container_image" in text and "results/runs/resnet/4/result.txt" in text
+    assert "rule container_image" in text and f"results/runs/{SYSTEM}/resnet/4/result.txt" in text
     assert "rule data:" not in text
     config.write_text(yaml.safe_dump(settings))
     dockerfile = REPO / "containers" / "pytorch" / "Dockerfile"
@@ -214,4 +214,4 @@ def test_default_dag_with_podman_builds_locks_runs_and_reports(base: str, socket
     finally:
         dockerfile.write_bytes(original)
     text = dry.stdout + dry.stderr
-    assert "rule container_image" in text and "results/runs/resnet/0/result.txt" in text
+    assert "rule container_image" in text and f"results/runs/{SYSTEM}/resnet/0/result.txt" in text

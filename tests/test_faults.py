@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from tests.chromium import PAYLOADS, assert_no_injection
-from tests.conftest import REPO, SNAKEMAKE, snakemake
+from tests.conftest import REPO, SNAKEMAKE, SYSTEM, snakemake
 
 pytestmark = pytest.mark.integration
 
@@ -60,7 +60,7 @@ def pipeline(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     args = ["--snakefile", str(REPO / "Snakefile"), "--configfile", str(cfg)]
     first = subprocess.Popen([*SNAKEMAKE, *args, "--directory", str(work), "--cores", "1"], cwd=REPO,
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    runs = [out / "runs" / "resnet" / str(i) for i in range(RUNS)]
+    runs = [out / "runs" / SYSTEM / "resnet" / str(i) for i in range(RUNS)]
     deadline = time.time() + 600
     # Snakemake runs the runs in an order of its own: wait for one finished and the next one training.
     while time.time() < deadline:
@@ -106,19 +106,19 @@ def test_second_invocation_refuses_naming_the_holder(pipeline: dict[str, Any]) -
 
 
 def test_sigkill_then_rerun_keeps_finished_results(pipeline: dict[str, Any]) -> None:
-    finished = pipeline["out"] / "runs" / "resnet" / str(pipeline["finished_run"])
+    finished = pipeline["out"] / "runs" / SYSTEM / "resnet" / str(pipeline["finished_run"])
     jobs = _jobs(pipeline["rerun"])
     assert _files(finished) == pipeline["finished"], f"a finished run was changed by the kill or the re-run: {jobs}"
     assert "result.txt" not in pipeline["half"] and "run.json" not in pipeline["half"], pipeline["half"]
     assert ("run", str(pipeline["killed_run"])) in jobs and ("run", str(pipeline["finished_run"])) not in jobs, (
         f"only the killed run runs again: {jobs}")
     for i in range(RUNS):
-        run = pipeline["out"] / "runs" / "resnet" / str(i)
+        run = pipeline["out"] / "runs" / SYSTEM / "resnet" / str(i)
         assert json.loads((run / "run.json").read_text())["result_sha256"]
 
 
 def test_tampered_result_is_named_and_refused(pipeline: dict[str, Any]) -> None:
-    result = pipeline["out"] / "runs" / "resnet" / "0" / "result.txt"
+    result = pipeline["out"] / "runs" / SYSTEM / "resnet" / "0" / "result.txt"
     original = result.read_bytes()
     try:
         result.write_bytes(original.replace(b'"key": "run_stop"', b'"key": "run_stop" ', 1))
@@ -143,5 +143,5 @@ def test_tampered_package_is_named_and_rebuilt(pipeline: dict[str, Any]) -> None
     proc = snakemake(pipeline["work"], *pipeline["args"])
     text = proc.stdout + proc.stderr
     assert f"{packaged}: changed" in text and "systems" in text and "missing" in text, text[-3000:]
-    assert packaged.read_bytes() == (pipeline["out"] / "runs" / "resnet" / "0" / "result.txt").read_bytes()
+    assert packaged.read_bytes() == (pipeline["out"] / "runs" / SYSTEM / "resnet" / "0" / "result.txt").read_bytes()
     assert list((org / "systems").glob("*.json"))

@@ -20,7 +20,7 @@ import yaml
 
 from mlrepro.core import config as mlconfig
 from mlrepro.runs.implementation import CLEAN_ENV, capture
-from tests.conftest import REPO, snakemake
+from tests.conftest import REPO, SYSTEM, snakemake
 
 OUTSIDE = REPO / "tests" / "fixtures" / "outside_impl"
 SINGLE_NODE = {"bert": "config_DGXA100_1x8x56x1.sh", "dlrm": "config_DGXA100.sh", "maskrcnn": "config_DGXA100.sh",
@@ -82,7 +82,7 @@ def test_nvidia_folders_are_planned_with_their_own_image_and_shape(nvidia_benchm
     for bm, folder in folders.items():
         image = f"{bm}-{folder.name}".lower()
         assert f"output: results/containers/{image}.json" in text, bm
-        runs = re.findall(rf"rule run:\n(?:    .*\n)*?    output: results/runs/{bm}/\d+/result\.txt.*\n"
+        runs = re.findall(rf"rule run:\n(?:    .*\n)*?    output: results/runs/{SYSTEM}/{bm}/\d+/result\.txt.*\n"
                           r"(?:    .*\n)*?    resources: (.*)", text)
         config = capture(folder / SINGLE_NODE[bm])
         assert len(runs) == mlconfig.rulesets.required_runs(bm, "training"), bm
@@ -116,7 +116,7 @@ def _echo_config(tmp_path: Path, name: str, runs: dict[str, int], gpus: int = 0,
 
 
 def _run_targets(runs: dict[str, int]) -> list[str]:
-    return [f"results/runs/{bm}/{i}/run.json" for bm, n in runs.items() for i in range(n)]
+    return [f"results/runs/{SYSTEM}/{bm}/{i}/run.json" for bm, n in runs.items() for i in range(n)]
 
 
 @pytest.mark.integration
@@ -127,8 +127,8 @@ def test_adding_a_run_schedules_exactly_one_new_run(tmp_path: Path) -> None:
                     str(_echo_config(tmp_path, "four.yaml", {"resnet": 4})))
     text = dry.stdout + dry.stderr
     assert re.search(r"^run\s+1$", text, re.M), text[-3000:]
-    assert "output: results/runs/resnet/3/result.txt" in text
-    record = json.loads((tmp_path / "results/runs/resnet/0/run.json").read_text())
+    assert f"output: results/runs/{SYSTEM}/resnet/3/result.txt" in text
+    record = json.loads((tmp_path / f"results/runs/{SYSTEM}/resnet/0/run.json").read_text())
     assert record["status"] == "success" and record["implementation"]["kind"] == "folder"
     assert record["result_sha256"] and record["time_to_train_ms"] >= 0
 
@@ -153,7 +153,7 @@ def _intervals(workdir: Path, runs: dict[str, int]) -> list[tuple[float, float, 
     out = []
     for bm, n in runs.items():
         for i in range(n):
-            start, stop, devices = (workdir / f"results/runs/{bm}/{i}/gpus.txt").read_text().split()
+            start, stop, devices = (workdir / f"results/runs/{SYSTEM}/{bm}/{i}/gpus.txt").read_text().split()
             out.append((float(start), float(stop), set(devices.split(","))))
     return out
 
@@ -204,10 +204,10 @@ def test_outside_implementation_runs_natively_and_its_package_passes(tmp_path: P
     held = org / "benchmarks" / "resnet" / "implementations" / "outside_impl"
     files = sorted(p.relative_to(held).as_posix() for p in held.rglob("*") if p.is_file())
     assert files == sorted(p.relative_to(OUTSIDE).as_posix() for p in OUTSIDE.rglob("*") if p.is_file())
-    run = json.loads((tmp_path / "results/runs/resnet/0/run.json").read_text())
+    run = json.loads((tmp_path / f"results/runs/{SYSTEM}/resnet/0/run.json").read_text())
     assert run["status"] == "success" and 0 < run["final_metric"] < 1 and run["metrics"]
-    assert "RESULT,outside," in (tmp_path / "results/runs/resnet/0/train.log").read_text()
-    assert "RESULT" not in (tmp_path / "results/runs/resnet/0/result.txt").read_text()
+    assert "RESULT,outside," in (tmp_path / f"results/runs/{SYSTEM}/resnet/0/train.log").read_text()
+    assert "RESULT" not in (tmp_path / f"results/runs/{SYSTEM}/resnet/0/result.txt").read_text()
     report = (tmp_path / "results" / "report.html").read_text()
     assert "config_CPU.sh" in report and "BATCHSIZE" in report
 
@@ -264,11 +264,12 @@ def test_run_without_mllog_lines_fails_naming_its_log(tmp_path: Path) -> None:
     cfg = _echo_config(tmp_path, "quiet.yaml", {"resnet": 1})
     (tmp_path / "impl" / "run_and_time.sh").write_text("#!/bin/bash\necho training, but no log\n")
     out = snakemake(tmp_path, *_run_targets({"resnet": 1}), "--configfile", str(cfg), check=False)
-    log = (tmp_path / "results/pipeline_info/logs/run_resnet_0.log").read_text()
+    log = (tmp_path / f"results/pipeline_info/logs/run_{SYSTEM}_resnet_0.log").read_text()
     assert out.returncode != 0
-    assert "printed no :::MLLOG lines" in log and str(tmp_path / "results/runs/resnet/0/train.log") in log
-    assert not (tmp_path / "results/runs/resnet/0/result.txt").exists()
-    assert os.path.exists(tmp_path / "results/runs/resnet/0/train.log")
+    assert "printed no :::MLLOG lines" in log
+    assert str(tmp_path / f"results/runs/{SYSTEM}/resnet/0/train.log") in log
+    assert not (tmp_path / f"results/runs/{SYSTEM}/resnet/0/result.txt").exists()
+    assert os.path.exists(tmp_path / f"results/runs/{SYSTEM}/resnet/0/train.log")
 
 
 def test_host_telemetry_follows_a_container_init_that_is_no_descendant(tmp_path: Path) -> None:

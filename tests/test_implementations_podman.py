@@ -13,7 +13,7 @@ from mlrepro.containers import BaseImageMissing
 from mlrepro.containers.context import context_digest, folder_files
 from mlrepro.containers.jobs import image_record
 from mlrepro.telemetry.store import read_samples
-from tests.conftest import snakemake
+from tests.conftest import SYSTEM, snakemake
 from tests.test_containers_podman import base, client, socket  # noqa: F401  (session fixtures)
 from tests.test_implementations import OUTSIDE, _points
 
@@ -41,19 +41,19 @@ def test_outside_implementation_runs_under_podman(base: str, socket: str, tmp_pa
            "only": ["resnet"], "benchmarks": {"resnet": {
                "implementation": str(OUTSIDE), "system_config": "config_CPU.sh", "data_dir": "data", "runs": 1}}}
     (tmp_path / "podman.yaml").write_text(yaml.safe_dump(cfg))
-    snakemake(tmp_path, "results/runs/resnet/0/run.json", "results/compliance/resnet/0.json",
+    snakemake(tmp_path, f"results/runs/{SYSTEM}/resnet/0/run.json", f"results/compliance/{SYSTEM}/resnet/0.json",
               "--configfile", str(tmp_path / "podman.yaml"))
     results = tmp_path / "results"
     record = json.loads((results / "containers" / "resnet-outside_impl.json").read_text())
     assert record["dockerfile"] == "Dockerfile" and record["base_images"][0]["ref"] == base
     assert record["context_sha256"] == context_digest("x", OUTSIDE, folder_files(OUTSIDE))
-    run = json.loads((results / "runs/resnet/0/run.json").read_text())
+    run = json.loads((results / f"runs/{SYSTEM}/resnet/0/run.json").read_text())
     assert run["engine"] == "podman" and run["image"]["id"] == record["id"] and run["status"] == "success"
-    assert json.loads((results / "compliance/resnet/0.json").read_text())["valid"]
-    assert "/workspace/outside/train.py" in (results / "runs/resnet/0/result.txt").read_text()
+    assert json.loads((results / f"compliance/{SYSTEM}/resnet/0.json").read_text())["valid"]
+    assert "/workspace/outside/train.py" in (results / f"runs/{SYSTEM}/resnet/0/result.txt").read_text()
     # the container's processes are measured, not only the driver's (which imports no torch)
-    assert (results / "runs/resnet/0/telemetry/container.pids").read_text().strip().isdigit()
-    samples, _ = read_samples(results / "runs/resnet/0/telemetry")
+    assert (results / f"runs/{SYSTEM}/resnet/0/telemetry/container.pids").read_text().strip().isdigit()
+    samples, _ = read_samples(results / f"runs/{SYSTEM}/resnet/0/telemetry")
     # driver and sampler, plus the container's bash and python (torch): the latter alone are ~300 MB
     assert max(samples["proc_count"].drop_null().to_pylist(), default=0) >= 4
     assert max(samples["proc_rss_bytes"].drop_null().to_pylist(), default=0) > 300 * 2**20

@@ -14,7 +14,7 @@ import yaml
 from mlperf_logging.result_summarizer import result_summarizer
 
 from mlrepro.datasets import manifest
-from tests.conftest import TEST_CONFIG, snakemake
+from tests.conftest import SYSTEM, TEST_CONFIG, snakemake
 
 pytestmark = pytest.mark.integration
 
@@ -38,7 +38,7 @@ def test_package_passes_the_official_package_checker(submission: Path) -> None:
 
 
 def test_every_result_passes_the_official_compliance_checker(submission: Path) -> None:
-    for result in sorted((submission / "results" / "runs" / "resnet").glob("*/result.txt")):
+    for result in sorted((submission / "results" / "runs" / SYSTEM / "resnet").glob("*/result.txt")):
         out = subprocess.run([sys.executable, "-m", "mlperf_logging.compliance_checker", "--usage", "training",
                               "--ruleset", "2.0.0", "--log_output", str(submission / "cc.log"), str(result)],
                              capture_output=True, text=True, check=False)
@@ -48,12 +48,13 @@ def test_every_result_passes_the_official_compliance_checker(submission: Path) -
 def test_score_equals_the_official_summarizer(submission: Path) -> None:
     org = submission / "results" / "submission" / "mlrepro"
     official = float(result_summarizer.summarize_results(str(org), "training", "2.0.0")[0]["resnet"].iloc[0])
-    ours = json.loads((submission / "results" / "scores.json").read_text())["resnet"]["minutes"]
+    ours = json.loads((submission / "results" / "scores.json").read_text())[SYSTEM]["resnet"]["minutes"]
     assert math.isclose(ours, official, rel_tol=0, abs_tol=1e-9)
 
 
 def test_runs_have_distinct_logged_seeds_and_telemetry(submission: Path) -> None:
-    runs = [json.loads(p.read_text()) for p in sorted((submission / "results" / "runs" / "resnet").glob("*/run.json"))]
+    runs = [json.loads(p.read_text())
+            for p in sorted((submission / "results" / "runs" / SYSTEM / "resnet").glob("*/run.json"))]
     assert len({r["seed"] for r in runs}) == 5
     for r in runs:
         assert r["telemetry"]["host"]["samples"] > 0
@@ -102,8 +103,9 @@ def test_changed_hyperparameter_reruns_only_its_benchmark(tmp_path: Path) -> Non
     assert "Not submittable" in html
     dry = snakemake(tmp_path, "--configfile", str(_two_benchmark_config(tmp_path, lr=0.05)), "--dry-run")
     text = dry.stdout + dry.stderr
-    assert "output: results/runs/resnet/0/result.txt" in text
-    assert "output: results/runs/dlrm/" not in text and "output: results/compliance/dlrm/" not in text
+    assert f"output: results/runs/{SYSTEM}/resnet/0/result.txt" in text
+    assert f"output: results/runs/{SYSTEM}/dlrm/" not in text
+    assert f"output: results/compliance/{SYSTEM}/dlrm/" not in text
     assert "rule data:" not in text and "rule environment:" not in text
 
 

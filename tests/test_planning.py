@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from mlrepro.runs.launch_spec import LaunchSpec, LaunchSpecError
-from tests.conftest import REPO, snakemake
+from tests.conftest import REPO, SYSTEM, snakemake
 
 CONFIG = ("--configfile", str(REPO / "config" / "test.yaml"), "--config", "inference={benchmarks: []}")
 # Every mode that parses the Snakefile (and, but for the last two, builds the DAG) without running a job.
@@ -43,7 +43,7 @@ def test_read_only_modes_leave_repairs_to_a_real_run(tiny_package: Path, tmp_pat
     work = tmp_path / "work"
     shutil.copytree(tiny_package.parent, work, symlinks=True)
     results = work / "results"
-    (results / "compliance" / "resnet" / "0.json").unlink()  # a real run removes the report to re-make it
+    (results / "compliance" / SYSTEM / "resnet" / "0.json").unlink()  # a real run removes the report to re-make it
     data = results / "data" / "resnet"
     next(p for p in sorted(data.glob("*.npz"))).write_bytes(b"changed")  # a real run regenerates the dataset
     (data / ".receipt.json").unlink()  # it names the copied-from folder: without it, every file is hashed

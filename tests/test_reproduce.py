@@ -20,7 +20,7 @@ from mlrepro.reproduce import locate
 from mlrepro.reproduce import plan as reproduce
 from mlrepro.reproduce.errors import ReproduceError
 from mlrepro.reproduce.results import read_log
-from tests.conftest import REPO, require, snakemake
+from tests.conftest import REPO, SYSTEM, require, snakemake
 
 pytestmark = pytest.mark.integration
 
@@ -55,7 +55,7 @@ def test_package_reproduces_bit_identically_on_cpu(tiny_package: Path, tmp_path:
     assert bench["dataset"]["submitted_sha256"] == manifest["datasets"]["resnet"]["sha256"]
     assert bench["times"]["test"] == "Mann-Whitney U, two-sided" and bench["times"]["p"] is not None
     assert bench["olympic_submitted"] == pytest.approx(json.loads((tiny_package / "scores.json").read_text())
-                                                       ["resnet"]["minutes"])
+                                                       [SYSTEM]["resnet"]["minutes"])
     html = (tmp_path / "reproduction" / "reproduction.html").read_text()
     assert "Verdict: <strong class=\"ok\">reproduced</strong>" in html and "bit-identical" in html
     assert "Mann-Whitney U" in html and manifest["runs"][0]["file"].rsplit("/", 1)[1] in html

@@ -24,7 +24,7 @@ from mlrepro.runs import ledger
 from mlrepro.slurm import checks
 from mlrepro.slurm.jobs import parse_sacct
 from mlrepro.slurm.resources import JobShape
-from tests.conftest import mini_launch, require
+from tests.conftest import SYSTEM, mini_launch, require
 
 pytestmark = [pytest.mark.slurm, pytest.mark.integration]
 REPO = Path(__file__).resolve().parent.parent
@@ -97,16 +97,16 @@ def test_pipeline_through_slurm(plugin: Path, tmp_path: Path) -> None:
     wall = time.time() - start
     assert proc.returncode == 0, proc.stderr[-6000:]
     out = tmp_path / "results"
-    runs = {(b, i): json.loads((out / "runs" / b / str(i) / "run.json").read_text())
+    runs = {(b, i): json.loads((out / "runs" / SYSTEM / b / str(i) / "run.json").read_text())
             for b, i in [("resnet", 0), ("resnet", 1), ("dlrm", 0)]}
     ids = [r["slurm"]["job_id"] for r in runs.values()]
     assert len(set(ids)) == 3
     states = sacct_until(ids, {"COMPLETED"})
     assert {states[j].state for j in ids} == {"COMPLETED"}, states
     # Slurm's record of which rule each job ran (the plugin's job comment), not the pipeline's word.
-    assert comments(ids) == {runs[k]["slurm"]["job_id"]: f"rule_run_wildcards_{k[0]}_{k[1]}" for k in runs}
+    assert comments(ids) == {runs[k]["slurm"]["job_id"]: f"rule_run_wildcards_{SYSTEM}_{k[0]}_{k[1]}" for k in runs}
     for b, i in runs:
-        assert json.loads((out / "compliance" / b / f"{i}.json").read_text())["valid"], (b, i)
+        assert json.loads((out / "compliance" / SYSTEM / b / f"{i}.json").read_text())["valid"], (b, i)
     report = (out / "report.html").read_text()
     for job_id in ids:
         assert re.search(rf"job {job_id} on \w+ · COMPLETED", report), job_id
@@ -117,7 +117,7 @@ def test_pipeline_through_slurm(plugin: Path, tmp_path: Path) -> None:
              sacct("-o", "JobID,NTasks", "-j", dlrm["slurm"]["job_id"]).splitlines()}
     assert "2" in steps.values(), steps
     assert dlrm["processes"] == 2
-    run_dir = out / "runs" / "dlrm" / "0"
+    run_dir = out / "runs" / SYSTEM / "dlrm" / "0"
     log = (run_dir / "result.txt").read_text()
     assert log.count('"key": "run_start"') == 1 and log.count('"key": "run_stop"') == 1
     names = {p.name for p in run_dir.iterdir() if p.is_file()}
@@ -164,10 +164,10 @@ def test_cancelled_and_timed_out_runs(plugin: Path, tmp_path: Path) -> None:
             queue = subprocess.run(["squeue", "-h", "-o", "%i|%k|%T"], capture_output=True, text=True).stdout
             for line in queue.splitlines():
                 job_id, comment, state = line.split("|")
-                match = re.fullmatch(r"rule_run_wildcards_resnet_(\d)", comment)
+                match = re.fullmatch(rf"rule_run_wildcards_{re.escape(SYSTEM)}_resnet_(\d)", comment)
                 if match and state == "RUNNING":
                     # inside the run: poll until its driver has started (it writes the ledger's launch line)
-                    started = tmp_path / "results" / "runs" / "resnet" / match.group(1) / ledger.LEDGER
+                    started = tmp_path / "results" / "runs" / SYSTEM / "resnet" / match.group(1) / ledger.LEDGER
                     while not started.is_file():
                         assert time.time() < deadline and p.poll() is None, f"{started} never appeared"
                         time.sleep(0.1)
@@ -181,7 +181,7 @@ def test_cancelled_and_timed_out_runs(plugin: Path, tmp_path: Path) -> None:
     job_id, cancelled_run = cancelled
     finished_run = "1" if cancelled_run == "0" else "0"
     out = tmp_path / "results"
-    dlrm_job = json.loads((out / "runs" / "dlrm" / "0" / "slurm_job.json").read_text())["job_id"]
+    dlrm_job = json.loads((out / "runs" / SYSTEM / "dlrm" / "0" / "slurm_job.json").read_text())["job_id"]
     states = sacct_until([job_id, dlrm_job], {"CANCELLED", "TIMEOUT"})
     assert states[job_id].state == "CANCELLED" and states[dlrm_job].state == "TIMEOUT", states
     # Reported with Slurm's state, run by run (the Snakefile's onerror, from sacct).
@@ -189,12 +189,13 @@ def test_cancelled_and_timed_out_runs(plugin: Path, tmp_path: Path) -> None:
     assert re.search(rf"dlrm run 0: Slurm job {dlrm_job} on \w+: TIMEOUT", stderr), stderr[-3000:]
     # Nothing half-written; the finished run is untouched by the next invocation's plan.
     for b, i in [("resnet", cancelled_run), ("dlrm", "0")]:
-        assert not (out / "runs" / b / i / "result.txt").exists() and not (out / "runs" / b / i / "run.json").exists()
-    kept = out / "runs" / "resnet" / finished_run / "result.txt"
+        run_dir = out / "runs" / SYSTEM / b / i
+        assert not (run_dir / "result.txt").exists() and not (run_dir / "run.json").exists()
+    kept = out / "runs" / SYSTEM / "resnet" / finished_run / "result.txt"
     assert kept.is_file() and json.loads(kept.with_name("run.json").read_text())["status"] == "success"
     plan = snakemake_slurm(plugin, tmp_path, "-n")
     assert plan.returncode == 0, plan.stderr[-3000:]
-    planned = set(re.findall(r"rule run:\n(?:.*\n)*?\s+wildcards: benchmark=(\w+), run=(\d+)", plan.stdout))
+    planned = set(re.findall(r"rule run:\n(?:.*\n)*?\s+wildcards: system=\S+, benchmark=(\w+), run=(\d+)", plan.stdout))
     assert planned == {("resnet", cancelled_run), ("dlrm", "0")}, plan.stdout[-3000:]
 
 

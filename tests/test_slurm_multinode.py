@@ -19,7 +19,7 @@ import yaml
 
 from mlrepro.slurm.jobs import parse_sacct
 from tests import test_slurm
-from tests.conftest import REPO, mini_launch, require
+from tests.conftest import REPO, SYSTEM, mini_launch, require
 from tests.test_slurm import sacct_until, snakemake_slurm, write_config
 
 pytestmark = [pytest.mark.slurm, pytest.mark.integration]
@@ -137,7 +137,7 @@ def test_pipeline_with_a_two_node_run(two_nodes: list[str], plugin: Path, tmp_pa
     proc = snakemake_slurm(plugin, tmp_path)
     assert proc.returncode == 0, proc.stderr[-6000:]
     out = tmp_path / "results"
-    run = json.loads((out / "runs" / "dlrm" / "0" / "run.json").read_text())
+    run = json.loads((out / "runs" / SYSTEM / "dlrm" / "0" / "run.json").read_text())
     job_id = run["slurm"]["job_id"]
     assert run["processes"] == 2 and len(subprocess.run(
         ["scontrol", "show", "hostnames", run["slurm"]["node_list"]], capture_output=True, text=True,
@@ -145,7 +145,7 @@ def test_pipeline_with_a_two_node_run(two_nodes: list[str], plugin: Path, tmp_pa
     states = sacct_until([job_id], {"COMPLETED"})
     assert states[job_id].state == "COMPLETED" and states[job_id].node_list == run["slurm"]["node_list"], states
     assert (run["slurm"]["node_list"], "2") in steps(job_id).values(), steps(job_id)  # the ranks' srun step
-    assert json.loads((out / "compliance" / "dlrm" / "0.json").read_text())["valid"]
+    assert json.loads((out / "compliance" / SYSTEM / "dlrm" / "0.json").read_text())["valid"]
     from tests.test_slurm_telemetry import assert_per_node_telemetry
 
-    assert_per_node_telemetry(out, out / "runs" / "dlrm" / "0")
+    assert_per_node_telemetry(out, out / "runs" / SYSTEM / "dlrm" / "0")

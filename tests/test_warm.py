@@ -18,7 +18,7 @@ import pytest
 
 from mlrepro.runs import ledger, warm
 from mlrepro.telemetry.host import ROOTS_ENV
-from tests.conftest import REPO, SNAKEMAKE, snakemake
+from tests.conftest import REPO, SNAKEMAKE, SYSTEM, snakemake
 
 CONFIG = "only: [resnet]\nallow_fewer_runs: true\nbenchmarks:\n  resnet: {runs: 2}\n"
 
@@ -65,7 +65,7 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (wd / "config.yaml").write_text(CONFIG)
     # the launch file is written while the workflow is parsed (rules/runs.smk), the data by its job
     snakemake(wd, "--configfile", str(wd / "config.yaml"), "--", "results/data/resnet/MANIFEST.sha256")
-    assert (wd / "results" / "runs" / "resnet" / "launch.json").is_file()
+    assert (wd / "results" / "runs" / SYSTEM / "resnet" / "launch.json").is_file()
     return wd
 
 
@@ -93,7 +93,8 @@ def _events(result: Path) -> list[dict[str, object]]:
 
 def _run_job(workdir: Path, run_dir: str, env: dict[str, str]) -> tuple[dict[str, object], int]:
     """The run's record and the pid of the process started here."""
-    proc = subprocess.Popen([sys.executable, "-m", "mlrepro.runs.driver", "--launch", "results/runs/resnet/launch.json",
+    proc = subprocess.Popen([sys.executable, "-m", "mlrepro.runs.driver", "--launch",
+                             f"results/runs/{SYSTEM}/resnet/launch.json",
                              "--seed", "11", "--run-dir", run_dir, "--gpu-locks", "results/.gpu_locks",
                              "--telemetry-hz", "20"], cwd=workdir, env=env)
     assert proc.wait(timeout=300) == 0
@@ -138,7 +139,7 @@ def test_warm_run_equals_cold_run_and_sampler_window(workdir: Path, warm_dir: Pa
 @pytest.mark.integration
 def test_dataset_job_goes_warm_and_writes_what_the_cold_one_writes(workdir: Path, warm_dir: Path,
                                                                    tmp_path: Path) -> None:
-    launch = json.loads((workdir / "results" / "runs" / "resnet" / "launch.json").read_text())
+    launch = json.loads((workdir / "results" / "runs" / SYSTEM / "resnet" / "launch.json").read_text())
     params = {"data": launch["params"]["data"]}  # what rules/data.smk passes
     env = {k: v for k, v in os.environ.items() if k != warm.OWNER_ENV} | {"MLREPRO_WARM_DEBUG": "1"}
     owner = warm.owner_here()
@@ -210,10 +211,10 @@ def test_runs_from_one_parent_share_no_state(warm_dir: Path, tmp_path: Path) -> 
 @pytest.mark.parametrize("killed", ["training", "driver"])
 def test_killed_parent_leaves_no_result_and_next_invocation_redoes_the_run(workdir: Path, warm_dir: Path,
                                                                           killed: str) -> None:
-    run = workdir / "results" / "runs" / "resnet" / "1"
+    run = workdir / "results" / "runs" / SYSTEM / "resnet" / "1"
     shutil.rmtree(run, ignore_errors=True)  # done by the other case
     args = [*SNAKEMAKE, "--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir), "--cores", "2",
-            "--configfile", str(workdir / "config.yaml"), "--", "results/runs/resnet/1/result.txt"]
+            "--configfile", str(workdir / "config.yaml"), "--", f"results/runs/{SYSTEM}/resnet/1/result.txt"]
     env = {k: v for k, v in os.environ.items() if k != warm.OWNER_ENV}
     first = subprocess.Popen(args, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
@@ -231,7 +232,7 @@ def test_killed_parent_leaves_no_result_and_next_invocation_redoes_the_run(workd
             first.kill()
     assert first.returncode != 0, output
     assert not (run / "result.txt").exists() and not (run / "run.json").exists()
-    job_log = workdir / "results" / "pipeline_info" / "logs" / "run_resnet_1.log"
+    job_log = workdir / "results" / "pipeline_info" / "logs" / f"run_{SYSTEM}_resnet_1.log"
     assert "ended without an exit status" in (run / "train.log" if killed == "training" else job_log).read_text()
     # nothing of the killed run goes on: its trainer, the process that would write them, ends with it
     pids = run / "telemetry" / "container.pids"  # the trainer's pid, which the shim told the sampler
@@ -241,7 +242,8 @@ def test_killed_parent_leaves_no_result_and_next_invocation_redoes_the_run(workd
         time.sleep(0.05)
     assert not _alive(trainer), f"the killed run's trainer {trainer} goes on"
     assert not (run / "result.txt").exists() and not (run / "checkpoint.pt").exists()
-    snakemake(workdir, "--configfile", str(workdir / "config.yaml"), "--", "results/runs/resnet/1/result.txt")
+    snakemake(workdir, "--configfile", str(workdir / "config.yaml"), "--",
+              f"results/runs/{SYSTEM}/resnet/1/result.txt")
     record = json.loads((run / "run.json").read_text())
     assert record["status"] == "success" and (run / "result.txt").is_file()
     # the second invocation's parent went with it (it polls its owner twice a second): no stray process

@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import os
 import platform
 import re
 from collections.abc import Iterable, Mapping
@@ -74,10 +75,19 @@ def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str
     return merged
 
 
+# system: auto, as the process that plans names it: a job on a cluster node (which parses the Snakefile again)
+# inherits it, so that its run folders (runs/<system>/...) are those the planner asked for
+SYSTEM_ENV = "MLREPRO_AUTO_SYSTEM"
+
+
+def host_system_name() -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", platform.node() or "localhost").strip("-") or "localhost"
+
+
 def system_name(configured: str) -> str:
     if configured != "auto":
         return configured
-    return re.sub(r"[^A-Za-z0-9_.-]+", "-", platform.node() or "localhost").strip("-") or "localhost"
+    return os.environ.get(SYSTEM_ENV) or host_system_name()
 
 
 def run_seed(base: int, benchmark: str, index: int) -> int:
@@ -198,8 +208,9 @@ def load(raw: Mapping[str, Any], source: str = "config",
                 problems.append(f"  {key}.data_dir: {data_dir} does not exist; prepare the dataset there "
                                 "(the implementation's README says how) or point data_dir at it")
                 continue
+        system, config_file = _first_system(config, name)
         try:
-            impl = resolve(name, str(choice), system_name(config["system"]), pipeline.get("system_config"),
+            impl = resolve(name, str(choice), system, config_file or pipeline.get("system_config"),
                            dict(pipeline.get("mounts") or {}), base_dir, pipeline.get("image"))
         except ImplementationError as e:
             problems.append(f"  {key}: {e}")
@@ -213,6 +224,15 @@ def load(raw: Mapping[str, Any], source: str = "config",
     if problems:
         raise ConfigError(f"invalid configuration ({source}):\n" + "\n".join(problems))
     return config, benchmarks
+
+
+def _first_system(config: Mapping[str, Any], benchmark: str) -> tuple[str, str | None]:
+    """The system whose config file describes the benchmark here (mlrepro/core/systems.py resolves each other
+    system's): the one system of system:, else the first of systems: that runs it, with its config_files entry."""
+    for name, block in (config.get("systems") or {}).items():
+        if benchmark in (block.get("benchmarks") or config["benchmarks"]):
+            return name, (block.get("config_files") or {}).get(benchmark)
+    return system_name(config["system"]), None
 
 
 def submittable(benchmarks: Mapping[str, Benchmark]) -> bool:

@@ -1,7 +1,8 @@
 """Every path the training pipeline writes under its output folder, spelled once.
 
 The rules (through mlrepro/planning.py) and the Python stages that read another stage's files take their
-paths from here. A benchmark or run given as ``"{benchmark}"``/``"{run}"`` yields the rule's pattern.
+paths from here. A system, benchmark or run given as ``"{system}"``/``"{benchmark}"``/``"{run}"`` yields the
+rule's pattern.
 """
 
 from __future__ import annotations
@@ -57,31 +58,35 @@ class Outputs:
     def default_data_root(self) -> Path:
         return self.root / "datasets"
 
-    # --- runs
-    def launch(self, benchmark: str) -> Path:
-        return self.root / "runs" / benchmark / "launch.json"
+    # --- runs: one folder per (system, benchmark), one per run in it
+    def launch(self, system: str, benchmark: str) -> Path:
+        return self.root / "runs" / system / benchmark / "launch.json"
 
-    def run_dir(self, benchmark: str, run: Index) -> Path:
-        return self.root / "runs" / benchmark / str(run)
+    def run_dir(self, system: str, benchmark: str, run: Index) -> Path:
+        return self.root / "runs" / system / benchmark / str(run)
 
-    def result(self, benchmark: str, run: Index) -> Path:
-        return self.run_dir(benchmark, run) / "result.txt"
+    def result(self, system: str, benchmark: str, run: Index) -> Path:
+        return self.run_dir(system, benchmark, run) / "result.txt"
 
-    def summary(self, benchmark: str, run: Index) -> Path:
-        return self.run_dir(benchmark, run) / "run.json"
+    def summary(self, system: str, benchmark: str, run: Index) -> Path:
+        return self.run_dir(system, benchmark, run) / "run.json"
 
     @property
     def gpu_locks(self) -> Path:
         return self.root / ".gpu_locks"
 
     # --- gate, package, score, report
-    def verdict(self, benchmark: str, run: Index) -> Path:
+    def verdict(self, system: str, benchmark: str, run: Index) -> Path:
         """The compliance checker's verdict on one result."""
-        return self.root / "compliance" / benchmark / f"{run}.json"
+        return self.root / "compliance" / system / benchmark / f"{run}.json"
 
     @property
     def submission(self) -> Path:
         return self.root / "submission"
+
+    def system_desc(self, org: str, system: str) -> Path:
+        """A system's description in the package (MLCommons layout: <org>/systems/<system>.json)."""
+        return self.submission / org / "systems" / f"{system}.json"
 
     @property
     def package_verdict(self) -> Path:

@@ -1,7 +1,7 @@
 """Assemble the MLCommons submission tree and judge it with the official package checker.
 
 Layout (training_policies, "Submission"):
-``<org>/systems/<system>.json``, ``<org>/results/<system>/<benchmark>/result_<i>.txt``,
+``<org>/systems/<system>.json`` (one per system), ``<org>/results/<system>/<benchmark>/result_<i>.txt``,
 ``<org>/benchmarks/<benchmark>/implementations/<implementation>/``.
 """
 
@@ -15,6 +15,7 @@ import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from mlrepro import PROJECT_ROOT
 from mlrepro.core import atomic, integrity, names, rulesets
@@ -61,17 +62,33 @@ def _copy_implementation(benchmark: str, impl: dict, dest: Path) -> None:
         (dest / IMAGE_RECORD).write_text(json.dumps({k: record.get(k) for k in keep}, indent=2) + "\n")
 
 
-def assemble(out: Path, org: str, system: str, system_desc: dict, runs: dict[str, list[Path]],
+def system_descriptions(probed: dict[str, Any], systems: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Each system's description: the probed host's (mlrepro.environment.system_desc), named for the system,
+    with its node count and the fields its config sets by hand (systems.<name>.description)."""
+    descs = {}
+    for name, system in systems.items():
+        nodes = int(system["nodes"])
+        networking = {"host_networking": "N/A (single node)"} if nodes == 1 else \
+            {"host_networking": "Ethernet (Slurm cluster)", "host_networking_topology": "Slurm cluster"}
+        descs[name] = {**probed, **networking, "system_name": name, "number_of_nodes": str(nodes),
+                       **system["description"]}
+    return descs
+
+
+def assemble(out: Path, org: str, system_descs: dict[str, dict[str, Any]], runs: dict[str, dict[str, list[Path]]],
              implementations: dict[str, dict], ruleset: str) -> Path:
-    """Write the tree for ``runs`` (benchmark -> result files in run order) under ``out/org``."""
+    """Write the tree for ``runs`` (system -> benchmark -> result files in run order) under ``out/org``."""
     root = out / org
     (root / "systems").mkdir(parents=True)
-    (root / "systems" / f"{system}.json").write_text(json.dumps(system_desc, indent=2) + "\n")
-    for benchmark, files in runs.items():
-        folder = root / "results" / system / benchmark
-        folder.mkdir(parents=True)
-        for i, path in enumerate(files):
-            shutil.copy2(path, folder / rulesets.result_filename(benchmark, i, ruleset))
+    for system, desc in system_descs.items():
+        (root / "systems" / f"{system}.json").write_text(json.dumps(desc, indent=2) + "\n")
+    for system, benchmarks in runs.items():
+        for benchmark, files in benchmarks.items():
+            folder = root / "results" / system / benchmark
+            folder.mkdir(parents=True)
+            for i, path in enumerate(files):
+                shutil.copy2(path, folder / rulesets.result_filename(benchmark, i, ruleset))
+    for benchmark in {b for benchmarks in runs.values() for b in benchmarks}:  # one folder for every system's runs
         impl = implementations[benchmark]
         _copy_implementation(benchmark, impl, root / "benchmarks" / benchmark / "implementations" / impl["name"])
     return root
@@ -99,25 +116,25 @@ def check(org_dir: Path, usage: str, ruleset: str, log: Path) -> PackageVerdict:
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m mlrepro.package.assemble", description=__doc__)
-    p.add_argument("--spec", type=Path, required=True, help="JSON: org, system, usage, ruleset, submittable, "
-                   "runs {benchmark: [result files]}, implementations {benchmark: {kind, name, folder, "
-                   "config_file, image, image_record}}, provenance")
-    p.add_argument("--environment", type=Path, required=True,
-                   help="the environment record (mlrepro.environment.record): its system_desc is the system's JSON")
+    p.add_argument("--spec", type=Path, required=True, help="JSON: org, usage, ruleset, submittable, systems "
+                   "{system: {nodes, description}}, runs {system: {benchmark: [result files]}}, implementations "
+                   "{benchmark: {kind, name, folder, config_file, image, image_record}}, provenance")
+    p.add_argument("--environment", type=Path, required=True, help="the environment record "
+                   "(mlrepro.environment.record): its system_desc, the probed host, underlies every system's JSON")
     p.add_argument("--out", type=Path, required=True, help="the submission folder to write")
     p.add_argument("--verdict", type=Path, required=True)
     p.add_argument("--log", type=Path, required=True)
     args = p.parse_args(argv)
     spec = json.loads(args.spec.read_text())
-    system_desc = json.loads(args.environment.read_text())["system_desc"]
-    runs = {b: [Path(f) for f in files] for b, files in spec["runs"].items()}
+    descs = system_descriptions(json.loads(args.environment.read_text())["system_desc"], spec["systems"])
+    runs = {s: {b: [Path(f) for f in files] for b, files in benchmarks.items()}
+            for s, benchmarks in spec["runs"].items()}
     try:  # only results that match the hashes their runs recorded are packaged
-        integrity.verify_results(f for files in runs.values() for f in files)
+        integrity.verify_results(f for benchmarks in runs.values() for files in benchmarks.values() for f in files)
     except integrity.Tampered as e:
         sys.exit(f"error: {e}")
     with atomic.atomic_dir(args.out) as tmp:
-        org_dir = assemble(tmp, spec["org"], spec["system"], system_desc, runs, spec["implementations"],
-                           spec["ruleset"])
+        org_dir = assemble(tmp, spec["org"], descs, runs, spec["implementations"], spec["ruleset"])
         if spec.get("provenance"):  # written before the check, so that the checker judges the package with it
             provenance.write_for_package(org_dir, spec, spec["provenance"])
         verdict = check(org_dir, spec["usage"], spec["ruleset"], args.log)

@@ -67,16 +67,17 @@ def git_state(repo: Path = PROJECT_ROOT) -> dict[str, Any]:
     return {"commit": commit.strip(), "dirty": bool(changed), "changed": changed[:50]}
 
 
-def _ledger(outdir: Path, benchmark: str) -> list[dict[str, Any]]:
+def _ledger(outdir: Path, runs_of: Path) -> list[dict[str, Any]]:
+    """Every launch in the run folders of one (system, benchmark) (``runs_of``: their parent)."""
     records = []
-    for path in sorted((outdir / "runs" / benchmark).glob(f"*/{ledger.LEDGER}"),
+    for path in sorted(runs_of.glob(f"*/{ledger.LEDGER}"),
                        key=lambda p: (len(p.parent.name), p.parent.name)):
         for rec in ledger.read(path):
             records.append({**rec, "run_dir": path.parent.relative_to(outdir).as_posix()})
     return records
 
 
-def _run_record(benchmark: str, index: int, result_rel: str, run_dir: Path, outdir: Path,
+def _run_record(system: str, benchmark: str, index: int, result_rel: str, run_dir: Path, outdir: Path,
                 launches: list[dict[str, Any]]) -> dict[str, Any]:
     summary = json.loads((run_dir / "run.json").read_text())
     sha = sha256_file(run_dir / ledger.RESULT)
@@ -84,28 +85,29 @@ def _run_record(benchmark: str, index: int, result_rel: str, run_dir: Path, outd
     # The launch that wrote this result: the last successful one of the folder with the same hash.
     writers = [r for r in launches
                if r["run_dir"] == rel_dir and r["status"] == "success" and r["result_sha256"] == sha]
-    return {"benchmark": benchmark, "index": index, "file": result_rel, "run_dir": rel_dir,
+    return {"system": system, "benchmark": benchmark, "index": index, "file": result_rel, "run_dir": rel_dir,
             "seed": summary.get("seed"), "run_start_ms": summary.get("run_start_ms"),
             "run_stop_ms": summary.get("run_stop_ms"), "result_sha256": sha,
             "launch": writers[-1]["launch"] if writers else None, "image": summary.get("image"),
             "engine": summary.get("engine")}
 
 
-def build(org_dir: Path, *, system: str, ruleset: str, outdir: Path, config: dict[str, Any], config_hash: str,
-          runs: dict[str, list[str]], data_manifests: dict[str, str]) -> dict[str, Any]:
-    """The manifest of the assembled package ``org_dir``; ``runs`` maps benchmark -> run folders in
+def build(org_dir: Path, *, ruleset: str, outdir: Path, config: dict[str, Any], config_hash: str,
+          runs: dict[str, dict[str, list[str]]], data_manifests: dict[str, str]) -> dict[str, Any]:
+    """The manifest of the assembled package ``org_dir``; ``runs`` maps system -> benchmark -> run folders in
     package order, ``data_manifests`` benchmark -> its dataset's MANIFEST.sha256."""
     outdir = outdir.resolve()
     run_records, ledgers, images = [], [], {}
-    for benchmark, run_dirs in runs.items():
-        launches = _ledger(outdir, benchmark)
-        ledgers.extend(launches)
-        for i, folder in enumerate(run_dirs):
-            rel = f"results/{system}/{benchmark}/{rulesets.result_filename(benchmark, i, ruleset)}"
-            rec = _run_record(benchmark, i, rel, Path(folder).resolve(), outdir, launches)
-            run_records.append(rec)
-            if rec["image"]:
-                images[json.dumps(rec["image"], sort_keys=True)] = rec["image"]
+    for system, benchmarks in runs.items():
+        for benchmark, run_dirs in benchmarks.items():
+            launches = _ledger(outdir, Path(run_dirs[0]).resolve().parent) if run_dirs else []
+            ledgers.extend(launches)
+            for i, folder in enumerate(run_dirs):
+                rel = f"results/{system}/{benchmark}/{rulesets.result_filename(benchmark, i, ruleset)}"
+                rec = _run_record(system, benchmark, i, rel, Path(folder).resolve(), outdir, launches)
+                run_records.append(rec)
+                if rec["image"]:
+                    images[json.dumps(rec["image"], sort_keys=True)] = rec["image"]
     config_text = json.dumps(config, sort_keys=True, default=str)
     return {
         "format": FORMAT,
@@ -139,8 +141,9 @@ def write(org_dir: Path, manifest: dict[str, Any]) -> str:
 
 def write_for_package(org_dir: Path, spec: dict[str, Any], provenance: dict[str, Any]) -> str:
     """The package step's hook: ``spec`` is the package spec, ``provenance`` its "provenance" part."""
-    manifest = build(org_dir, system=spec["system"], ruleset=spec["ruleset"], outdir=Path(provenance["outdir"]),
+    manifest = build(org_dir, ruleset=spec["ruleset"], outdir=Path(provenance["outdir"]),
                      config=provenance["config"], config_hash=provenance["config_hash"],
-                     runs={b: [str(Path(f).parent) for f in files] for b, files in spec["runs"].items()},
+                     runs={s: {b: [str(Path(f).parent) for f in files] for b, files in benchmarks.items()}
+                           for s, benchmarks in spec["runs"].items()},
                      data_manifests=provenance["data_manifests"])
     return write(org_dir, manifest)

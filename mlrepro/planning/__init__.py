@@ -7,11 +7,13 @@ run while the DAG is built (mlrepro/planning/prepare.py: checks always, acts onl
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
 from mlrepro.core import config as mlconfig
 from mlrepro.core import smk
+from mlrepro.core import systems as mlsystems
 from mlrepro.datasets import recipe as data_recipe
 from mlrepro.inference import rounds
 from mlrepro.planning import inputs, jobs
@@ -23,10 +25,14 @@ __all__ = ["Plan", "PlanningError", "Preparation", "inputs", "jobs", "start"]
 
 def start(workflow: Any, config: dict[str, Any]) -> tuple[Plan, Preparation]:
     """The plan of this config, and its preparation; a bad config raises PlanningError naming the key."""
+    # the first process to plan (Snakemake's main one) names system: auto; its jobs inherit the name
+    os.environ.setdefault(mlconfig.SYSTEM_ENV, mlconfig.host_system_name())
     try:
         # benchmarks.<bm>.data: generated (the generator's block), recipe, {recipe: FILE} or {path: DIR}
         raw, choices = data_recipe.split_choices(config)
-        full, benchmarks = mlconfig.load(raw, source="config/config.yaml and --config", base_dir=Path.cwd())
+        source = "config/config.yaml and --config"
+        full, benchmarks = mlconfig.load(raw, source=source, base_dir=Path.cwd())
+        systems, units = mlsystems.load(full, benchmarks, Path.cwd(), source)
         if "inference" in full:  # every served benchmark is a model of the declared round
             for benchmark in full["inference"]["benchmarks"]:
                 rounds.get(full["inference"]["round"]).model(benchmark)
@@ -34,5 +40,5 @@ def start(workflow: Any, config: dict[str, Any]) -> tuple[Plan, Preparation]:
         raise PlanningError(str(error)) from None
     except rounds.RoundError as error:
         raise PlanningError(f"invalid configuration: inference.benchmarks: {error}") from None
-    plan = Plan(full, benchmarks, choices, Path(workflow.basedir), smk.python_command())
+    plan = Plan(full, benchmarks, choices, systems, units, Path(workflow.basedir), smk.python_command())
     return plan, Preparation(plan, workflow)

@@ -8,6 +8,7 @@ rule) and each benchmark's launch spec. Building it reads the config and the imp
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import re
@@ -19,8 +20,9 @@ from typing import Any, TypeVar
 
 from mlrepro.containers.context import context_digest, context_files, folder_files
 from mlrepro.core import rulesets
-from mlrepro.core.config import Benchmark, config_hash, run_seed, submittable, system_name
+from mlrepro.core.config import Benchmark, config_hash, run_seed, submittable
 from mlrepro.core.outputs import Outputs
+from mlrepro.core.systems import System
 from mlrepro.datasets import recipe as data_recipe
 from mlrepro.datasets.manifest import MANIFEST
 from mlrepro.runs.accelerators import machine_gpus
@@ -31,6 +33,7 @@ from mlrepro.training.workload import workflow_dir
 
 RECIPE_STEPS = ("verify", "extract", "prepare", "path")
 T = TypeVar("T")
+Unit = tuple[str, str]  # (system, benchmark): its own runs, job shape, config file and launch file
 
 
 @dataclass(frozen=True)
@@ -38,9 +41,12 @@ class Plan:
     config: dict[str, Any]
     benchmarks: dict[str, Benchmark]
     data_choices: dict[str, data_recipe.Choice]
+    systems: dict[str, System]  # in the config's order; one for the shorthand system:
+    units: dict[Unit, Benchmark]  # each (system, benchmark), its implementation's config file the system's
     repo: Path  # the workflow's folder (the Snakefile's)
     python: list[str]  # the interpreter command the rules' shell commands start (mlrepro.core.smk.python_command)
     out: Outputs = field(init=False)
+    _digests: dict[Unit | Path, str] = field(init=False, default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "out", Outputs(Path(self.config["outdir"])))
@@ -48,7 +54,8 @@ class Plan:
     # --- the config, as the stages name it
     @cached_property
     def system(self) -> str:
-        return system_name(self.config["system"])
+        """The first system (the shorthand's only one): the inference stage's."""
+        return next(iter(self.systems))
 
     @cached_property
     def submittable(self) -> bool:
@@ -71,9 +78,29 @@ class Plan:
     def run_indices(self, benchmark: str) -> range:
         return range(self.benchmarks[benchmark].runs)
 
-    def all_runs(self, path: Callable[[str, int], T]) -> list[T]:
-        """``path(benchmark, run)`` (a path, or any value) for every run of the config, in seed-document order."""
-        return [path(b, i) for b in self.ordered_benchmarks for i in self.run_indices(b)]
+    @cached_property
+    def ordered_units(self) -> list[Unit]:
+        """Every (system, benchmark): systems in the config's order, benchmarks in the seed document's."""
+        return [(s, b) for s in self.systems for b in self.ordered_benchmarks if (s, b) in self.units]
+
+    def all_runs(self, path: Callable[[str, str, int], T]) -> list[T]:
+        """``path(system, benchmark, run)`` (a path, or any value) for every run of the config."""
+        return [path(s, b, i) for s, b in self.ordered_units for i in self.run_indices(b)]
+
+    @property
+    def system_pattern(self) -> str:
+        """The ``system`` wildcard's constraint: exactly the plan's system names."""
+        return "|".join(re.escape(s) for s in self.systems) or "none"
+
+    @cached_property
+    def run_shapes(self) -> dict[str, JobShape]:
+        """Each (system, benchmark)'s job shape as ``<system>/<benchmark>``: what Slurm's preflight checks."""
+        return {f"{s}/{b}": shape for (s, b), shape in self.unit_shapes.items()}
+
+    def system_nodes(self, system: str) -> int:
+        """The system description's number_of_nodes: the system's, else its largest run's."""
+        nodes = self.systems[system].nodes
+        return nodes or max((self.run_shape(s, b).nodes for s, b in self.ordered_units if s == system), default=1)
 
     @cached_property
     def images(self) -> list[str]:
@@ -198,58 +225,80 @@ class Plan:
             return "cuda" if self.machine_gpus else "cpu"
         return "cuda" if device.startswith("cuda") else "cpu"
 
-    def run_gpus(self, benchmark: str) -> int:
+    def run_gpus(self, system: str, benchmark: str) -> int:
         """Accelerators a run holds: nodes x GPUs per node of its config; ours one when it trains on a GPU."""
-        b = self.benchmarks[benchmark]
+        b = self.units[(system, benchmark)]
         if b.implementation.gpus == 0 and b.mini and self.run_device == "cuda":
             return 1
         return b.implementation.gpus
 
-    def run_shape(self, benchmark: str) -> JobShape:
-        """Nodes, processes per node, GPUs and walltime of a run: job_shapes.<benchmark> in the config, else
-        the implementation's config file (DGXNNODES, DGXNGPU, WALLTIME)."""
-        if benchmark in self.config["job_shapes"]:
-            return shape_for(self.config, benchmark)
-        return shape_from_config_sh(self.benchmarks[benchmark].implementation.env)
+    @cached_property
+    def unit_shapes(self) -> dict[Unit, JobShape]:
+        """Nodes, processes per node, GPUs and walltime of each (system, benchmark)'s runs: job_shapes.<benchmark>
+        in the config, else the implementation's config file for the system (DGXNNODES, DGXNGPU, WALLTIME); the
+        system's nodes where it has them."""
+        shapes = {}
+        for system, benchmark in self.ordered_units:
+            if benchmark in self.config["job_shapes"]:
+                shape = shape_for(self.config, benchmark)
+            else:
+                shape = shape_from_config_sh(self.units[(system, benchmark)].implementation.env)
+            nodes = self.systems[system].nodes
+            shapes[(system, benchmark)] = dataclasses.replace(shape, nodes=nodes) if nodes else shape
+        return shapes
+
+    def run_shape(self, system: str, benchmark: str) -> JobShape:
+        return self.unit_shapes[(system, benchmark)]
 
     def run_seed(self, benchmark: str, run: int) -> int:
         return run_seed(self.config["seed"], benchmark, run)
 
-    def launch_digest(self, benchmark: str) -> str:
+    def launch_digest(self, system: str, benchmark: str) -> str:
         """What a run computes from: captured config, hyperparameters, every file it executes
         (Implementation.digest, mlrepro/runs/executed_code.py). Not runs, image name, implementation path
-        or mounts (pipeline keys: changing them keeps finished runs)."""
-        b = self.benchmarks[benchmark]
-        spec = {"env": b.implementation.env, "params": b.params, "files": b.implementation.digest()}
-        return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
+        or mounts (pipeline keys: changing them keeps finished runs). Once per unit, not per job; a folder's
+        files once for all the systems that run it."""
+        if (system, benchmark) not in self._digests:
+            impl = self.units[(system, benchmark)].implementation
+            if impl.folder not in self._digests:
+                self._digests[impl.folder] = impl.digest()
+            spec = {"env": impl.env, "params": self.units[(system, benchmark)].params,
+                    "files": self._digests[impl.folder]}
+            self._digests[(system, benchmark)] = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
+        return self._digests[(system, benchmark)]
 
-    @cached_property
-    def submission(self) -> dict[str, Any]:
-        return {"org": self.config["org"], "platform": self.system, "division": self.config["division"],
+    def submission(self, system: str) -> dict[str, Any]:
+        return {"org": self.config["org"], "platform": system, "division": self.config["division"],
                 "status": self.config["status"]}
 
-    def launch_spec(self, benchmark: str) -> LaunchSpec:
-        """How every run of a benchmark is launched, pipeline keys included (the launch rule writes it)."""
-        b = self.benchmarks[benchmark]
+    def launch_spec(self, system: str, benchmark: str) -> LaunchSpec:
+        """How every run of a (system, benchmark) is launched, pipeline keys included (PREPARE writes it)."""
+        b = self.units[(system, benchmark)]
         impl = b.implementation
+        shape = self.run_shape(system, benchmark)
         data_dir = Path(self.dataset_dir(benchmark)).resolve() if b.mini else b.data_dir
         shaped = benchmark in self.config["job_shapes"]
         return LaunchSpec(
             benchmark=benchmark, kind=impl.kind, name=impl.name, folder=str(impl.folder),
             config_file=impl.config_file.name, script_in_container=impl.script_in_container(), env=impl.env,
             params=b.params, data_dir=str(data_dir), data_mount=impl.data_mount, log_mount=impl.log_mount,
-            gpus=self.run_gpus(benchmark), threads=self.config["threads_per_run"],
+            gpus=self.run_gpus(system, benchmark), threads=self.config["threads_per_run"],
             # processes the driver starts per node (srun/torchrun): those of job_shapes; a config file's
             # run_and_time.sh starts its own per GPU, as run_with_docker.sh runs it once per node
-            nodes=self.run_shape(benchmark).nodes,
-            tasks_per_node=self.run_shape(benchmark).tasks_per_node if shaped else 1,
-            device=self.config["device"], drop_caches=self.config["drop_caches"], submission=self.submission)
+            nodes=shape.nodes, tasks_per_node=shape.tasks_per_node if shaped else 1,
+            device=self.config["device"], drop_caches=self.config["drop_caches"],
+            submission=self.submission(system))
 
     # --- inference (opt-in: inference.benchmarks)
     @cached_property
     def inference_benchmarks(self) -> list[str]:
         """Served: our own models only (a vendor implementation's checkpoint is not ours to load)."""
         return [b for b in self.config["inference"]["benchmarks"] if b in self.benchmarks and self.benchmarks[b].mini]
+
+    def inference_runs(self, benchmark: str) -> list[Path]:
+        """The training runs a served model comes from: those of the first system that trains it."""
+        system = next(s for s, b in self.ordered_units if b == benchmark)
+        return [self.out.summary(system, benchmark, i) for i in self.run_indices(benchmark)]
 
     @cached_property
     def inference_targets(self) -> list[Path]:
@@ -280,9 +329,12 @@ class Plan:
     def _package_spec(self) -> dict[str, Any]:
         c = self.config
         return {
-            "org": c["org"], "system": self.system, "usage": c["usage"], "ruleset": c["ruleset"],
-            "submittable": self.submittable,
-            "runs": {b: [str(self.out.result(b, i)) for i in self.run_indices(b)] for b in self.ordered_benchmarks},
+            "org": c["org"], "usage": c["usage"], "ruleset": c["ruleset"], "submittable": self.submittable,
+            # each system's description: the probed host's, with its node count and the fields set by hand
+            "systems": {s: {"nodes": self.system_nodes(s), "description": self.systems[s].description}
+                        for s in self.systems},
+            "runs": {s: {b: [str(self.out.result(s, b, i)) for i in self.run_indices(b)]
+                         for s2, b in self.ordered_units if s2 == s} for s in self.systems},
             "implementations": {b: {
                 "kind": spec.implementation.kind, "name": spec.implementation.name,
                 "folder": str(spec.implementation.folder), "image": spec.image,
@@ -295,10 +347,11 @@ class Plan:
         }
 
     def _report_spec(self) -> dict[str, Any]:
-        return {"system": self.system, "config": self.config, "config_hash": self.config_hash,
-                "submittable": self.submittable,
+        return {"config": self.config, "config_hash": self.config_hash, "submittable": self.submittable,
                 "benchmarks": {b: {"params": self.benchmarks[b].params, "runs": self.benchmarks[b].runs,
-                                   "required_runs": self.benchmarks[b].required_runs,
-                                   "implementation": describe_implementation(self.benchmarks[b].implementation)}
-                               for b in self.ordered_benchmarks}}
+                                   "required_runs": self.benchmarks[b].required_runs}
+                               for b in self.ordered_benchmarks},
+                "systems": {s: {"nodes": self.system_nodes(s), "implementations": {
+                    b: describe_implementation(self.units[(s2, b)].implementation)
+                    for s2, b in self.ordered_units if s2 == s}} for s in self.systems}}
 

@@ -8,7 +8,7 @@ only when Snakemake executes jobs for real (mlrepro.core.smk.executes_jobs), in 
 them (a job's own Snakemake process on a cluster node only names itself the warm-start owner):
 
 1. this output folder's lock (mlrepro/core/outdir_lock.py), before anything is changed; then each
-   benchmark's launch spec (mlrepro/runs/launch_spec.py), rewritten where it changed;
+   (system, benchmark)'s launch spec (mlrepro/runs/launch_spec.py), rewritten where it changed;
 2. finished results against the sha256 their runs recorded: a mismatch stops the pipeline;
 3. files a killed job or a user removed: the report (the final output) is removed, so that the DAG goes
    through them again (Snakemake does not re-make a missing intermediate file whose consumers are up to date);
@@ -86,22 +86,22 @@ class Preparation:
     def _write_launches(self) -> None:
         # How every run of a benchmark is launched, pipeline keys included; read by each run (its params name
         # the file). Not a job's output: see mlrepro/planning/inputs.py. Unchanged files keep their time stamp.
-        for b in self.plan.ordered_benchmarks:
-            self.plan.launch_spec(b).write(self.plan.out.launch(b))
+        for s, b in self.plan.ordered_units:
+            self.plan.launch_spec(s, b).write(self.plan.out.launch(s, b))
 
     def _check_results(self, acts: bool) -> None:
         out = self.plan.out
         tampered: list[str] = []
         missing: list[Path] = []
-        for b in self.plan.ordered_benchmarks:
+        for s, b in self.plan.ordered_units:
             for i in self.plan.run_indices(b):
-                if not out.summary(b, i).exists():
-                    if out.verdict(b, i).exists():  # finished once, then removed
-                        missing.append(out.summary(b, i))
+                if not out.summary(s, b, i).exists():
+                    if out.verdict(s, b, i).exists():  # finished once, then removed
+                        missing.append(out.summary(s, b, i))
                     continue
-                if not out.result(b, i).exists():
-                    missing.append(out.result(b, i))
-                elif problem := integrity.result_problem(out.result(b, i)):
+                if not out.result(s, b, i).exists():
+                    missing.append(out.result(s, b, i))
+                elif problem := integrity.result_problem(out.result(s, b, i)):
                     tampered.append(problem)
         if tampered:
             raise PlanningError("finished results do not match the sha256 their runs recorded:\n"

@@ -63,64 +63,89 @@ def _timings(info: Path) -> list[dict[str, Any]]:
     return rows
 
 
+def seed_columns(summary: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The seed's first table for our own results, per benchmark: minutes at scale (the fastest multi-node
+    system) and per accelerator (the single-node system with the fewest minutes x accelerators)."""
+    rows = []
+    for name in dict.fromkeys(r["benchmark"] for r in summary):
+        valid = [r for r in summary if r["benchmark"] == name and r["minutes"] is not None]
+        scale = min((r for r in valid if r["nodes"] > 1), key=lambda r: r["minutes"], default=None)
+        single = [r for r in valid if r["nodes"] == 1]
+        per_acc = min(single, key=lambda r: (r["accelerator_minutes"] is None, r["accelerator_minutes"] or 0,
+                                             r["minutes"]), default=None)
+        rows.append({"benchmark": name, "title": rulesets.TITLES.get(name, name),
+                     "at_scale": scale, "per_accelerator": per_acc})
+    return rows
+
+
+def _section(out: Outputs, system: str, name: str, bench: dict[str, Any], implementation: dict[str, Any],
+             score: dict[str, Any]) -> dict[str, Any]:
+    runs = []
+    for i in range(bench["runs"]):
+        run_dir = out.run_dir(system, name, i)
+        run = json.loads(out.summary(system, name, i).read_text())
+        verdict = json.loads(out.verdict(system, name, i).read_text())
+        runs.append({**run, "index": i, "compliance": verdict, "telemetry_charts": telemetry_charts(run_dir, run),
+                     "telemetry_warnings": warnings(run.get("telemetry")),
+                     "energy_j": (run.get("telemetry") or {}).get("accelerator_energy_j")})
+    on_slurm = [r for r in runs if r.get("slurm")]
+    if on_slurm:  # Slurm's own word on each run's job
+        from mlrepro.slurm.jobs import slurm_states
+
+        slurm_states(r["slurm"] for r in on_slurm)
+    manifest_file = out.generated_data(name) / manifest.MANIFEST
+    scored = [r["energy_j"] for r in runs if r["status"] == "success"]
+    warned: dict[str, list[int]] = {}
+    for r in runs:
+        for w in r["telemetry_warnings"]:
+            warned.setdefault(w, []).append(r["index"])
+    return {
+        "telemetry_warnings": warned, "slurm": bool(on_slurm),
+        "energy_per_run_j": sum(scored) / len(scored) if scored and None not in scored else None,
+        "anchor": f"bm-{system}-{name}", "system": system,
+        "name": name, "title": rulesets.TITLES.get(name, name), "score": score, "runs": runs,
+        "target": bench["params"].get("target"), "params": bench["params"], "implementation": implementation,
+        "charts": convergence_charts(name, runs, bench["params"].get("target")),
+        "manifest": manifest.read_manifest(manifest_file.parent) if manifest_file.exists() else {},
+    }
+
+
 def build_context(out: Outputs, spec: dict[str, Any]) -> dict[str, Any]:
-    """``spec``: the pipeline's report spec (system, config, config_hash, submittable, benchmarks)."""
-    system, config, config_hash = spec["system"], spec["config"], spec["config_hash"]
+    """``spec``: the pipeline's report spec (config, config_hash, submittable, benchmarks, systems)."""
+    config, config_hash, systems = spec["config"], spec["config_hash"], spec["systems"]
     benchmarks, submittable = spec["benchmarks"], bool(spec["submittable"])
     scores = json.loads(out.scores.read_text())
     package = json.loads(out.package_verdict.read_text())
     env = json.loads(out.environment.read_text())
-    desc = env["system_desc"]
-    accelerators = int(desc["number_of_nodes"]) * int(desc["accelerators_per_node"])
+    descs = {s: json.loads(out.system_desc(config["org"], s).read_text()) for s in systems}
+    order = sorted(benchmarks, key=lambda b: rulesets.SEED_ORDER.index(b) if b in rulesets.SEED_ORDER else 99)
     sections, summary = [], []
-    for name in sorted(benchmarks, key=lambda b: rulesets.SEED_ORDER.index(b) if b in rulesets.SEED_ORDER else 99):
-        bench = benchmarks[name]
-        runs = []
-        for i in range(bench["runs"]):
-            run_dir = out.run_dir(name, i)
-            run = json.loads(out.summary(name, i).read_text())
-            verdict = json.loads(out.verdict(name, i).read_text())
-            runs.append({**run, "index": i, "compliance": verdict, "telemetry_charts": telemetry_charts(run_dir, run),
-                         "telemetry_warnings": warnings(run.get("telemetry")),
-                         "energy_j": (run.get("telemetry") or {}).get("accelerator_energy_j")})
-        score = scores[name]
-        minutes = score["minutes"]
-        status = "valid" if minutes is not None else f"invalid: {score['reason']}"
-        if not submittable:
-            status += " (not submittable: fewer runs than the ruleset requires)"
-        summary.append({
-            "benchmark": name, "title": rulesets.TITLES.get(name, name), "minutes": minutes,
-            "accelerators": accelerators,
-            "accelerator_minutes": minutes * accelerators if minutes is not None and accelerators else None,
-            "status": status, "valid": minutes is not None and submittable,
-            "runs": bench["runs"], "required_runs": bench["required_runs"],
-        })
-        on_slurm = [r for r in runs if r.get("slurm")]
-        if on_slurm:  # Slurm's own word on each run's job
-            from mlrepro.slurm.jobs import slurm_states
-
-            slurm_states(r["slurm"] for r in on_slurm)
-        manifest_file = out.generated_data(name) / manifest.MANIFEST
-        scored = [r["energy_j"] for r in runs if r["status"] == "success"]
-        warned: dict[str, list[int]] = {}
-        for r in runs:
-            for w in r["telemetry_warnings"]:
-                warned.setdefault(w, []).append(r["index"])
-        sections.append({
-            "telemetry_warnings": warned, "slurm": bool(on_slurm),
-            "energy_per_run_j": sum(scored) / len(scored) if scored and None not in scored else None,
-            "name": name, "title": rulesets.TITLES.get(name, name), "score": score, "runs": runs,
-            "target": bench["params"].get("target"), "params": bench["params"],
-            "implementation": bench.get("implementation"),
-            "charts": convergence_charts(name, runs, bench["params"].get("target")),
-            "manifest": manifest.read_manifest(manifest_file.parent) if manifest_file.exists() else {},
-        })
+    for system, sys_spec in systems.items():
+        desc = descs[system]
+        nodes = int(desc["number_of_nodes"])
+        accelerators = nodes * int(desc["accelerators_per_node"])
+        for name in (b for b in order if b in sys_spec["implementations"]):
+            bench = benchmarks[name]
+            score = scores[system][name]
+            minutes = score["minutes"]
+            status = "valid" if minutes is not None else f"invalid: {score['reason']}"
+            if not submittable:
+                status += " (not submittable: fewer runs than the ruleset requires)"
+            summary.append({
+                "system": system, "nodes": nodes, "anchor": f"bm-{system}-{name}",
+                "benchmark": name, "title": rulesets.TITLES.get(name, name), "minutes": minutes,
+                "accelerators": accelerators,
+                "accelerator_minutes": minutes * accelerators if minutes is not None and accelerators else None,
+                "status": status, "valid": minutes is not None and submittable,
+                "runs": bench["runs"], "required_runs": bench["required_runs"],
+            })
+            sections.append(_section(out, system, name, bench, sys_spec["implementations"][name], score))
     return {
-        "system": system, "org": config["org"], "division": config["division"], "ruleset": config["ruleset"],
-        "usage": config["usage"], "engine": config["engine"], "submittable": submittable,
-        "summary": summary, "sections": sections, "package": package, "environment": env,
-        "system_desc": desc, "config": config, "config_hash": config_hash, "commit": git_commit(),
-        "timings": _timings(out.info), "cpu_only": accelerators == 0,
+        "system": ", ".join(systems), "systems": descs, "org": config["org"], "division": config["division"],
+        "ruleset": config["ruleset"], "usage": config["usage"], "engine": config["engine"],
+        "submittable": submittable, "summary": summary, "seed_table": seed_columns(summary), "sections": sections,
+        "package": package, "environment": env, "config": config, "config_hash": config_hash,
+        "commit": git_commit(), "timings": _timings(out.info), "cpu_only": all(r["accelerators"] == 0 for r in summary),
     }
 
 
@@ -128,14 +153,15 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m mlrepro.report.submission", description=__doc__)
     p.add_argument("--outdir", type=Path, required=True)
     p.add_argument("--spec", type=Path, required=True,
-                   help="JSON file: system, config, config_hash, submittable, benchmarks (the pipeline's report spec)")
+                   help="JSON file: config, config_hash, submittable, benchmarks, systems (the pipeline's report spec)")
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args(argv)
     out = Outputs(args.outdir)
     spec = json.loads(args.spec.read_text(encoding="utf-8"))
     # The report shows what run.json and the package say: only when they still match their files.
-    problems = [p for name, bench in spec["benchmarks"].items() for i in range(bench["runs"])
-                if (p := integrity.result_problem(out.result(name, i)))]
+    problems = [p for system, sys_spec in spec["systems"].items() for name in sys_spec["implementations"]
+                for i in range(spec["benchmarks"][name]["runs"])
+                if (p := integrity.result_problem(out.result(system, name, i)))]
     recorded = json.loads(out.package_verdict.read_text()).get("files")
     if recorded is not None:
         problems += integrity.tree_problems(out.submission, recorded)

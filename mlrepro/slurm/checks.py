@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from mlrepro.slurm import containers
@@ -90,7 +90,8 @@ def check(shapes: Mapping[str, JobShape], partition: str | None, threads: int, r
         elif max_minutes is not None and shape.minutes > max_minutes:
             problem = f"walltime {shape.walltime}, partition {name} allows {part.get('MaxTime')}"
         if problem:
-            raise PreflightError(f"Slurm: job shape of {bm} (config job_shapes.{bm}) too large: {problem}")
+            raise PreflightError(f"Slurm: job shape of {bm} (config job_shapes, systems.<name>.nodes or the "
+                                 f"config file) too large: {problem}")
     several = sorted(bm for bm, shape in shapes.items() if shape.processes > 1)
     if several and engine not in ("native", "enroot", "apptainer"):
         raise PreflightError(f"Slurm: {', '.join(several)} run several processes (job shape) and "
@@ -111,9 +112,8 @@ def _gpus(gres: str) -> int:
     return total
 
 
-def preflight(config: Mapping[str, Any], benchmarks: Iterable[str]) -> None:
-    from mlrepro.slurm.resources import shape_for
-
-    check({b: shape_for(config, b) for b in benchmarks}, config.get("slurm", {}).get("partition"),
-          int(config.get("threads_per_run", 1)), engine=str(config.get("engine", "native")))
+def preflight(config: Mapping[str, Any], shapes: Mapping[str, JobShape]) -> None:
+    """``shapes``: each run's shape by what it runs (``<system>/<benchmark>``)."""
+    check(shapes, config.get("slurm", {}).get("partition"), int(config.get("threads_per_run", 1)),
+          engine=str(config.get("engine", "native")))
 

@@ -96,11 +96,23 @@ RESOURCE_NAMES = ("nodes", "tasks", "cpus_per_task", "mem_mb", "runtime", "slurm
                   "qos", "constraint", "slurm_extra", "mpi", "gres", "tasks_per_gpu")
 
 
-def run_resources(config: Mapping[str, Any], threads: int,
-                  shape_of: Callable[[str], JobShape]) -> dict[str, Callable[..., Any]]:
-    """The run rule's ``resources:``, one callable per name, each evaluated for the run's benchmark."""
+def _unit(wildcards: Any) -> tuple[str, str]:
+    return wildcards.system, wildcards.benchmark
 
-    def one(name: str) -> Callable[..., Any]:
-        return lambda wildcards: slurm_resources(shape_of(wildcards.benchmark), config, threads).get(name)
 
-    return {name: one(name) for name in RESOURCE_NAMES}
+def run_resources(config: Mapping[str, Any], threads: int, shapes: Mapping[Any, JobShape],
+                  key: Callable[[Any], Any] = _unit) -> dict[str, Any]:
+    """The run rule's ``resources:`` for runs of ``shapes`` (``key(wildcards)`` -> shape; the pipeline's: (system,
+    benchmark)): a value where every run has the same, else a callable of the run's wildcards (Snakemake calls
+    each per job: a thousand runs of ten systems would pay for thirteen calls each); a name no run has is left
+    out."""
+    per_unit = {unit: slurm_resources(shape, config, threads) for unit, shape in shapes.items()}
+    resources: dict[str, Any] = {}
+    for name in RESOURCE_NAMES:
+        values = {unit: res.get(name) for unit, res in per_unit.items()}
+        distinct = set(values.values())
+        if len(distinct) > 1:
+            resources[name] = lambda w, values=values: values[key(w)]
+        elif distinct and None not in distinct:
+            resources[name] = distinct.pop()
+    return resources

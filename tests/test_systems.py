@@ -1,0 +1,131 @@
+"""Several systems in one submission (mlrepro/core/systems.py): each (system, benchmark) its own runs, job shape,
+config file and folders; bad system blocks are named by their key before any job."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mlrepro.core import config as mlconfig
+from mlrepro.core import systems as mlsystems
+from mlrepro.package.assemble import system_descriptions
+from mlrepro.planning.plan import Plan
+from mlrepro.slurm.resources import run_resources
+from tests.conftest import REPO, write_mllog
+
+MINI = {"only": ["resnet", "dlrm"], "allow_fewer_runs": True,
+        "benchmarks": {"resnet": {"runs": 2}, "dlrm": {"runs": 2}},
+        "systems": {"cpu_n1": {"benchmarks": ["resnet", "dlrm"]}, "cpu_n2": {"nodes": 2, "benchmarks": ["dlrm"]}}}
+
+
+def _plan(raw: dict[str, Any], base: Path) -> Plan:
+    full, benchmarks = mlconfig.load(raw, "test", base_dir=base)
+    systems, units = mlsystems.load(full, benchmarks, base, "test")
+    return Plan(full, benchmarks, {}, systems, units, REPO, [sys.executable])
+
+
+def _vendor(base: Path, second: str, nodes: int) -> dict[str, Any]:
+    """An implementation folder (base/impl) with config files for 1 and 2 nodes (NVIDIA's naming), and the config
+    of two systems on it: n1 (the 1-node file) and ``second`` (the 2-node file, the system's ``nodes``)."""
+    folder = base / "impl"
+    folder.mkdir(parents=True)
+    (folder / "run_and_time.sh").write_text("#!/bin/bash\necho run\n")
+    (folder / "Dockerfile").write_text("FROM scratch\n")
+    for n in (1, 2):
+        (folder / f"config_DGXA100_{n}x8x56.sh").write_text(
+            f"export DGXNNODES={n}\nexport DGXNGPU=8\nexport WALLTIME=00:30:00\n")
+    (base / "data").mkdir()
+    return {"only": ["resnet"], "allow_fewer_runs": True,
+            "benchmarks": {"resnet": {"implementation": "impl", "data_dir": "data", "runs": 1}},
+            "systems": {"n1": {"config_files": {"resnet": "config_DGXA100_1x8x56.sh"}},
+                        second: {"nodes": nodes, "config_files": {"resnet": "config_DGXA100_2x8x56.sh"}}}}
+
+
+def test_each_system_and_benchmark_has_its_own_runs_shape_and_launch(tmp_path: Path) -> None:
+    plan = _plan({**MINI, "outdir": str(tmp_path / "out")}, tmp_path)
+    assert plan.ordered_units == [("cpu_n1", "dlrm"), ("cpu_n1", "resnet"), ("cpu_n2", "dlrm")]
+    assert plan.run_shape("cpu_n2", "dlrm").nodes == 2 and plan.run_shape("cpu_n1", "dlrm").nodes == 1
+    assert plan.system_nodes("cpu_n1") == 1 and plan.system_nodes("cpu_n2") == 2
+    launch = plan.launch_spec("cpu_n2", "dlrm")
+    assert (launch.nodes, launch.tasks_per_node, launch.submission["platform"]) == (2, 1, "cpu_n2")
+    assert plan.launch_spec("cpu_n1", "dlrm").submission["platform"] == "cpu_n1"
+    assert plan.all_runs(plan.out.result)[-1] == tmp_path / "out" / "runs" / "cpu_n2" / "dlrm" / "1" / "result.txt"
+    assert plan.out.verdict("cpu_n2", "dlrm", 0) == tmp_path / "out" / "compliance" / "cpu_n2" / "dlrm" / "0.json"
+    package = json.loads(plan.specs["package"])
+    assert package["systems"] == {"cpu_n1": {"nodes": 1, "description": {}}, "cpu_n2": {"nodes": 2, "description": {}}}
+    assert sorted(package["runs"]["cpu_n2"]) == ["dlrm"] and len(package["runs"]["cpu_n1"]["resnet"]) == 2
+    # Slurm resources: values where every run agrees, a callable of the wildcards where they differ
+    res = run_resources(plan.config, 1, plan.unit_shapes)
+    assert res["cpus_per_task"] == 1 and "gres" not in res and "slurm_partition" not in res
+    w = type("W", (), {"system": "cpu_n2", "benchmark": "dlrm"})
+    assert res["nodes"](w) == 2 and res["tasks"](w) == 2 and res["mpi"](w) == "srun"
+
+
+def test_the_shorthand_is_one_system_of_every_benchmark(tmp_path: Path) -> None:
+    plan = _plan({**MINI, "systems": {}, "system": "box"}, tmp_path)
+    assert list(plan.systems) == ["box"] and plan.ordered_units == [("box", "dlrm"), ("box", "resnet")]
+    assert plan.out.run_dir("box", "resnet", 0).parts[-4:] == ("runs", "box", "resnet", "0")
+
+
+def test_a_vendor_folder_takes_each_systems_config_file(tmp_path: Path) -> None:
+    plan = _plan(_vendor(tmp_path, "n2", 2), tmp_path)
+    assert plan.units[("n2", "resnet")].implementation.config_file.name == "config_DGXA100_2x8x56.sh"
+    assert (plan.run_shape("n1", "resnet").nodes, plan.run_shape("n2", "resnet").nodes) == (1, 2)
+    assert plan.run_shape("n2", "resnet").tasks_per_node == 8 and plan.run_gpus("n2", "resnet") == 16
+    assert plan.launch_spec("n2", "resnet").config_file == "config_DGXA100_2x8x56.sh"
+    assert plan.launch_digest("n1", "resnet") != plan.launch_digest("n2", "resnet")  # the config file's content
+
+
+@pytest.mark.parametrize(("systems", "expected"), [
+    ({"a": {"benchmarks": ["bert"]}}, "systems.a.benchmarks: bert not among the configured benchmarks"),
+    ({"a": {"nodes": 0}}, "systems.a.nodes: 0 is less than the minimum of 1"),
+    ({"a/b": {}}, "systems: 'a/b' does not match"),
+    ({"a": {"benchmarks": ["resnet"], "config_files": {"dlrm": "config_X.sh"}}},
+     "systems.a.config_files: dlrm not among this system's benchmarks"),
+    ({"a": {"config_files": {"resnet": "../config_X.sh"}}}, "systems.a.config_files.resnet: '../config_X.sh' does not"),
+])
+def test_bad_system_blocks_are_named(systems: dict[str, Any], expected: str, tmp_path: Path) -> None:
+    with pytest.raises(mlconfig.ConfigError) as err:
+        _plan({**MINI, "systems": systems}, tmp_path)
+    assert expected in str(err.value)
+
+
+def test_system_and_systems_together_and_a_config_file_of_other_nodes_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(mlconfig.ConfigError, match=r"system: 'box' and systems: both set"):
+        _plan({**MINI, "system": "box"}, tmp_path)
+    raw = _vendor(tmp_path, "n4", 4)
+    with pytest.raises(mlconfig.ConfigError, match=r"systems.n4: resnet: config_DGXA100_2x8x56.sh sets DGXNNODES=2, "
+                                                   r"the system has nodes: 4"):
+        _plan(raw, tmp_path)
+
+
+def test_each_system_description_names_its_system_and_nodes() -> None:
+    probed = {"system_name": "host", "number_of_nodes": "1", "accelerators_per_node": "0",
+              "host_networking": "N/A (single node)"}
+    descs = system_descriptions(probed, {"a": {"nodes": 1, "description": {}},
+                                         "b": {"nodes": 8, "description": {"accelerators_per_node": "8"}}})
+    assert descs["a"] == {**probed, "system_name": "a"}
+    assert (descs["b"]["system_name"], descs["b"]["number_of_nodes"], descs["b"]["accelerators_per_node"]) == \
+        ("b", "8", "8")
+    assert descs["b"]["host_networking"] != "N/A (single node)"
+
+
+def test_one_score_table_per_system_and_benchmark(tmp_path: Path) -> None:
+    args = []
+    for system, minutes in (("a", 1.0), ("b", 2.0)):
+        for i in range(3):
+            result = write_mllog(tmp_path / system / f"{i}.txt", "resnet", 1_700_000_000_000, minutes + i / 10)
+            args.append(f"{system}/resnet={result}")
+    out = tmp_path / "scores.json"
+    subprocess.run([sys.executable, "-m", "mlrepro.score", "--results", *args, "--out", str(out)], check=True)
+    scores = json.loads(out.read_text())
+    assert scores["a"]["resnet"]["minutes"] == pytest.approx(1.1, abs=1e-3)
+    assert scores["b"]["resnet"]["minutes"] == pytest.approx(2.1, abs=1e-3)
+    bad = subprocess.run([sys.executable, "-m", "mlrepro.score", "--results", f"resnet={tmp_path / 'a' / '0.txt'}",
+                          "--out", str(out)], capture_output=True, text=True, check=False)
+    assert bad.returncode == 2 and "expected SYSTEM/BENCHMARK=FILE" in bad.stderr
