@@ -284,7 +284,8 @@ def test_outdir_is_refused_in_reproduce_mode(tiny_package: Path, tmp_path: Path)
 
 def test_package_changed_by_its_own_code_is_an_error_of_the_report(tiny_package: Path, tmp_path: Path) -> None:
     """The package's run_and_time.sh runs with the user's rights and edits a result of the package by its
-    absolute path: the package is hashed again at the end, and the report names the change (not comparable)."""
+    absolute path: the package is hashed again at the end, and the report names the change (not comparable); the
+    whole run fails with it."""
     from mlrepro.package import provenance
 
     org = Path(shutil.copytree(tiny_package / "submission" / "mlrepro", tmp_path / "pkg" / "mlrepro"))
@@ -293,10 +294,11 @@ def test_package_changed_by_its_own_code_is_an_error_of_the_report(tiny_package:
     script.write_text(script.read_text().replace("set -euo pipefail\n", f"set -euo pipefail\necho >> {victim}\n"))
     manifest = json.loads((org / "provenance.json").read_text())
     provenance.write(org, {**manifest, "files": package_files(org)})  # a package that verifies as it is
-    out = _reproduce(tmp_path / "work", org, "runs=1")
+    out = _reproduce(tmp_path / "work", org, "runs=1", check=False)
     doc = json.loads((tmp_path / "work" / "reproduction" / "reproduction.json").read_text())
     change = f"{victim.relative_to(org)}: changed"
     assert doc["package_changes"] == [change] and doc["verdict"] == "not comparable"
     assert f"error: the package {org} changed while it was reproduced: {change}" in out.stderr
+    assert out.returncode != 0 and f"the package {org} changed while it was reproduced ({change})" in out.stderr
     assert "the package changed while it was reproduced" in (tmp_path / "work" / "reproduction" /
                                                              "reproduction.html").read_text()
