@@ -171,6 +171,9 @@ def test_entry_verdicts_and_size_limit(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("override", "key", "value"), [
     ({"org": "a;$(touch CANARY)"}, "org", "a;$(touch CANARY)"),
     ({"system": "x y"}, "system", "x y"),
+    ({"org": ".."}, "org", ".."),  # the package would be written into the output folder itself
+    ({"org": "."}, "org", "."),
+    ({"system": ".."}, "system", ".."),  # its results beside the organisation's
     ({"benchmarks": {"resnet": {"image": "../../../../etc/apt"}}}, "benchmarks.resnet.image", "../../../../etc/apt"),
     ({"benchmarks": {"res net;$(touch CANARY)": {}}}, "benchmarks", "res net;$(touch CANARY)"),
     ({"device": "cpu;$(touch CANARY)"}, "device", "cpu;$(touch CANARY)"),
