@@ -9,11 +9,15 @@ its pages are loaded in headless Chromium.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import re
+import select
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -195,3 +199,50 @@ def test_report_strings_are_shortened_and_nul_free() -> None:
         message="\x00<script>" + "A" * 50_000_000, small="a\x00b")
     assert len(page) < 10_000 and "\x00" not in page
     assert "50000009 characters in all" in page and "&lt;script&gt;" in page
+
+
+def test_a_second_user_of_a_shared_data_root_waits_for_its_lock() -> None:
+    """The first user's lock file is 0644; a second user (nobody, in a forked child) cannot open it for writing
+    and used to go on without the lock: now it takes the lock through a read-only handle and waits for it."""
+    from mlrepro.datasets import steps
+
+    root = Path(tempfile.mkdtemp(prefix="mlrepro-shared-", dir="/tmp"))  # /tmp's pytest folders are 0700
+    root.chmod(0o755)
+    try:
+        read, write = os.pipe()
+        with steps.locked(root):
+            assert ((root / ".lock").stat().st_mode & 0o777) & 0o022 == 0, "the lock file is not writable by others"
+            pid = os.fork()
+            if pid == 0:  # the second user
+                try:
+                    os.setgid(65534)
+                    os.setuid(65534)
+                    with steps.locked(root):
+                        os.write(write, b"locked")
+                except BaseException as e:
+                    os.write(write, repr(e).encode())
+                os._exit(0)
+            assert select.select([read], [], [], 2.0)[0] == [], "the second user went on while the lock was held"
+        assert select.select([read], [], [], 30.0)[0] == [read]
+        assert os.read(read, 1000) == b"locked"
+        os.waitpid(pid, 0)
+    finally:
+        shutil.rmtree(root)
+
+
+def test_a_file_system_without_locks_stops_naming_the_lock_file(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """NFS without its lock service answers flock with ENOLCK (injected here: the kernel's answer): a message
+    naming the lock file and what to do, not a traceback."""
+    import fcntl
+
+    from mlrepro.datasets import fetch, steps
+
+    def no_locks(fd: object, op: int) -> None:
+        raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
+
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    with pytest.raises(fetch.DatasetError, match=rf"^{re.escape(str(tmp_path / '.lock'))}: the file system refuses "
+                       r"the lock .*No locks available.*put data_root on a file system with locks"), \
+            steps.locked(tmp_path):
+        pytest.fail("went on without the lock")

@@ -28,17 +28,29 @@ MADE_BY = ".made-by.json"
 
 @contextlib.contextmanager
 def locked(root: Path) -> Iterator[None]:
-    """Hold ``root/.lock``; on a read-only data_root (nothing can be made there anyway) go on without it."""
+    """Hold ``root/.lock``. Another user's lock file (0644: not writable here) is locked through a read-only
+    handle, which flock allows; only where there is none and none can be made (a read-only data_root, where
+    nothing can be made either) go on without it. A file system that refuses locks stops, naming the file."""
+    lock = root / ".lock"
     try:
         root.mkdir(parents=True, exist_ok=True)
-        handle = (root / ".lock").open("a")
+        handle = lock.open("a")
     except OSError as e:
-        if e.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+        if e.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
+            raise
+        try:
+            handle = lock.open("r")
+        except FileNotFoundError:
             yield
             return
-        raise
     with handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        except OSError as e:  # NFS without its lock service: ENOLCK; some FUSE file systems: EOPNOTSUPP
+            raise fetch.DatasetError(
+                f"{lock}: the file system refuses the lock that keeps two pipelines from building one dataset at "
+                f"once ({e.strerror}); put data_root on a file system with locks (NFS: mount with lockd, without "
+                "nolock), or give each pipeline its own data_root") from None
         try:
             yield
         finally:
