@@ -24,6 +24,9 @@ if not AUDIT_ROOT.is_dir():
     raise WorkflowError(f"audit={config['audit']}: not a folder")
 if AUDIT_OUT.resolve().is_relative_to(AUDIT_ROOT):
     raise WorkflowError(f"audit_out={AUDIT_OUT} lies inside the audited package {AUDIT_ROOT}; choose another folder")
+if AUDIT_ROOT.is_relative_to(AUDIT_OUT.resolve()):  # the audit replaces what it writes there: the package too
+    raise WorkflowError(f"audit_out={AUDIT_OUT} ({AUDIT_OUT.resolve()}) holds the audited package {AUDIT_ROOT}; choose "
+                        "a folder that neither lies inside the package nor holds it")
 
 # Enumerated at parse time, so that a changed, added or removed file re-runs what depends on it;
 # the content-hash cache then re-checks only the files whose bytes changed.

@@ -246,3 +246,19 @@ def test_a_file_system_without_locks_stops_naming_the_lock_file(tmp_path: Path,
                        r"the lock .*No locks available.*put data_root on a file system with locks"), \
             steps.locked(tmp_path):
         pytest.fail("went on without the lock")
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("where", ["inside the package", "holding the package"])
+def test_audit_out_and_the_audited_package_may_not_overlap(where: str, tmp_path: Path) -> None:
+    """Either way the audit would write (and replace folders) where the package lies: refused before any job, the
+    package untouched."""
+    root = tmp_path / "round"
+    shutil.copytree(REPO / "tests" / "fixtures" / "audit" / "round" / "Baidu", root / "Baidu")
+    before = sorted(p.relative_to(root) for p in root.rglob("*"))
+    out = root / "Baidu" / "audit" if where == "inside the package" else tmp_path
+    proc = snakemake(tmp_path, "--config", f"audit={root}", f"audit_out={out}", f"ruleset={RULESET}", check=False)
+    text = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert ("lies inside the audited package" if where == "inside the package" else "holds the audited package") in text
+    assert sorted(p.relative_to(root) for p in root.rglob("*")) == before
