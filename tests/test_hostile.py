@@ -262,3 +262,22 @@ def test_audit_out_and_the_audited_package_may_not_overlap(where: str, tmp_path:
     assert proc.returncode != 0
     assert ("lies inside the audited package" if where == "inside the package" else "holds the audited package") in text
     assert sorted(p.relative_to(root) for p in root.rglob("*")) == before
+
+
+@pytest.mark.parametrize(("listing", "message"), [
+    ("", r"MANIFEST\.sha256: lists no files"),
+    ("{digest}  ../../../etc/hostname\n", r"MANIFEST\.sha256:1: '\.\./\.\./\.\./etc/hostname' is not a file of "),
+    ("{digest}  /etc/hostname\n", r"MANIFEST\.sha256:1: '/etc/hostname' is not a file of "),
+])
+def test_a_given_dataset_folder_is_verified_by_its_own_files(listing: str, message: str, tmp_path: Path) -> None:
+    """data: {path: DIR}: a manifest that lists nothing, or names a file outside DIR (with its right hash), verified
+    nothing of DIR and passed; now it is an error naming the manifest's line."""
+    from mlrepro.core.hashing import sha256_file
+    from mlrepro.datasets import fetch, steps
+
+    folder = tmp_path / "a" / "b" / "c" / "prepared"
+    folder.mkdir(parents=True)
+    (folder / "MANIFEST.sha256").write_text(listing.format(digest=sha256_file(Path("/etc/hostname"))))
+    with pytest.raises(fetch.DatasetError, match=message):
+        steps.adopt(folder, tmp_path / "receipt.json")
+    assert not (tmp_path / "receipt.json").exists()

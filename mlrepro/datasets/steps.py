@@ -19,7 +19,7 @@ from typing import Any
 from mlrepro.core import atomic
 from mlrepro.datasets import extract as _extract
 from mlrepro.datasets import fetch, prepare, stamps
-from mlrepro.datasets.manifest import MANIFEST
+from mlrepro.datasets.manifest import MANIFEST, DataChecksumError, read_manifest
 from mlrepro.datasets.recipe import Recipe
 from mlrepro.datasets.safe_tree import Tree as SafeTree
 
@@ -157,7 +157,13 @@ def adopt(folder: Path, receipt: Path) -> None:
             f"{folder}: no {MANIFEST}; a prepared folder is used only with its manifest. Make one with "
             f"`cd {folder} && find . -type f ! -name {MANIFEST} -printf '%P\\0' | sort -z | "
             f"xargs -0 sha256sum > {MANIFEST}` (or prepare it with data: recipe).")
-    problems, _ = stamps.verify_folders([folder], progress=False)
+    try:  # names that leave the folder, or none at all: nothing would be verified
+        if not read_manifest(folder):
+            raise fetch.DatasetError(f"{folder / MANIFEST}: lists no files; a prepared folder is used only with a "
+                                     "manifest of its files (make one as above)")
+        problems, _ = stamps.verify_folders([folder], progress=False)
+    except DataChecksumError as e:
+        raise fetch.DatasetError(str(e)) from None
     if problems:
         raise fetch.DatasetError("\n".join(map(str, problems)))
     stamps.write_receipt(receipt, folder)
