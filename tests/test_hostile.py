@@ -281,3 +281,28 @@ def test_a_given_dataset_folder_is_verified_by_its_own_files(listing: str, messa
     with pytest.raises(fetch.DatasetError, match=message):
         steps.adopt(folder, tmp_path / "receipt.json")
     assert not (tmp_path / "receipt.json").exists()
+
+
+def test_provenance_records_the_checkout_the_snakefile_runs_from(tmp_path: Path) -> None:
+    """Issue 23: the git state recorded was the installed package's tree, not the checkout the Snakefile runs from;
+    now the checkout's, and an mlrepro imported from another tree is named beside it."""
+    from mlrepro import PROJECT_ROOT
+    from mlrepro.package import provenance
+
+    checkout = tmp_path / "checkout"
+    checkout.mkdir()
+    git = ["git", "-C", str(checkout), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    (checkout / "Snakefile").write_text("# a checkout\n")
+    subprocess.run([*git, "add", "Snakefile"], check=True)
+    subprocess.run([*git, "commit", "-qm", "x"], check=True)
+    (checkout / "Snakefile").write_text("# edited\n")
+    head = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+    (tmp_path / "org").mkdir()
+    manifest = provenance.build(tmp_path / "org", system="s", ruleset="2.0.0", outdir=tmp_path, config={},
+                                config_hash="0", runs={}, data_manifests={}, repo=checkout)
+    assert manifest["git"]["commit"] == head and manifest["git"]["changed"] == [" M Snakefile"]
+    assert manifest["git"]["imported_package"]["path"] == str(PROJECT_ROOT)
+    assert "imported_package" not in provenance.build(
+        tmp_path / "org", system="s", ruleset="2.0.0", outdir=tmp_path, config={}, config_hash="0", runs={},
+        data_manifests={}, repo=PROJECT_ROOT)["git"]

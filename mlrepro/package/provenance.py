@@ -52,7 +52,7 @@ def package_files(org_dir: Path) -> dict[str, str]:
     return files
 
 
-def git_state(repo: Path = PROJECT_ROOT) -> dict[str, Any]:
+def git_state(repo: Path) -> dict[str, Any]:
     def git(*args: str) -> str | None:
         try:
             out = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=False)
@@ -92,9 +92,10 @@ def _run_record(benchmark: str, index: int, result_rel: str, run_dir: Path, outd
 
 
 def build(org_dir: Path, *, system: str, ruleset: str, outdir: Path, config: dict[str, Any], config_hash: str,
-          runs: dict[str, list[str]], data_manifests: dict[str, str]) -> dict[str, Any]:
+          runs: dict[str, list[str]], data_manifests: dict[str, str], repo: Path) -> dict[str, Any]:
     """The manifest of the assembled package ``org_dir``; ``runs`` maps benchmark -> run folders in
-    package order, ``data_manifests`` benchmark -> its dataset's MANIFEST.sha256."""
+    package order, ``data_manifests`` benchmark -> its dataset's MANIFEST.sha256; ``repo`` the checkout the
+    Snakefile runs from (its git state is the package's; an mlrepro imported from another tree is named too)."""
     outdir = outdir.resolve()
     run_records, ledgers, images = [], [], {}
     for benchmark, run_dirs in runs.items():
@@ -115,13 +116,20 @@ def build(org_dir: Path, *, system: str, ruleset: str, outdir: Path, config: dic
         "engines": sorted({str(r["engine"]) for r in run_records}),
         "datasets": {b: {"manifest": os.path.relpath(Path(p).resolve(), outdir), "sha256": sha256_file(Path(p)),
                          "files": len(Path(p).read_text().splitlines())} for b, p in sorted(data_manifests.items())},
-        "git": git_state(),
+        "git": _code_state(repo),
         "config": config,
         "config_hash": config_hash,
         "config_sha256": hashlib.sha256(config_text.encode()).hexdigest(),
         "runs": run_records,
         "ledger": ledgers,
     }
+
+
+def _code_state(repo: Path) -> dict[str, Any]:
+    state = git_state(repo)
+    if PROJECT_ROOT.resolve() != repo.resolve():  # the Python package was imported from another tree (installed)
+        state["imported_package"] = {"path": str(PROJECT_ROOT), **git_state(PROJECT_ROOT)}
+    return state
 
 
 def manifest_bytes(manifest: dict[str, Any]) -> bytes:
@@ -142,5 +150,5 @@ def write_for_package(org_dir: Path, spec: dict[str, Any], provenance: dict[str,
     manifest = build(org_dir, system=spec["system"], ruleset=spec["ruleset"], outdir=Path(provenance["outdir"]),
                      config=provenance["config"], config_hash=provenance["config_hash"],
                      runs={b: [str(Path(f).parent) for f in files] for b, files in spec["runs"].items()},
-                     data_manifests=provenance["data_manifests"])
+                     data_manifests=provenance["data_manifests"], repo=Path(provenance["repo"]))
     return write(org_dir, manifest)
