@@ -306,3 +306,36 @@ def test_provenance_records_the_checkout_the_snakefile_runs_from(tmp_path: Path)
     assert "imported_package" not in provenance.build(
         tmp_path / "org", system="s", ruleset="2.0.0", outdir=tmp_path, config={}, config_hash="0", runs={},
         data_manifests={}, repo=PROJECT_ROOT)["git"]
+
+
+def test_a_shared_prepared_dataset_is_never_rebuilt_in_place(tmp_path: Path) -> None:
+    """Issue 23: a recipe differing in one URL rebuilt a shared data_root's folder under another user's running work.
+    A mirror's recipe (same files and hashes, other URLs) finds the folder made; a recipe that makes another folder
+    stops, naming the folder and its recipe, and the folder is left as it was."""
+    from mlrepro.datasets import fetch, recipe, steps
+    from tests.test_dataset_archives import _recipe
+
+    source = {"file": "ok.tar", "url": "http://127.0.0.1:9/ok.tar", "hash": "sha256:" + "a" * 64}
+    first = recipe.load("minigo", _recipe(_mkdir(tmp_path / "first"), sources=[source]))
+    mirror = recipe.load("minigo", _recipe(_mkdir(tmp_path / "mirror"),
+                                           sources=[{**source, "url": "https://mirror.example/ok.tar"}]))
+    other = recipe.load("minigo", _recipe(_mkdir(tmp_path / "other"), sources=[source],
+                                          extract={"archive": "ok.tar", "into": "sub"}))
+    root, made = tmp_path / "shared", []
+
+    def make(folder: Path) -> None:
+        (folder / "x").write_text(f"made {len(made)}")
+        made.append(folder)
+
+    for r in (first, mirror):
+        steps._build(r, root, "extracted", ("sources", "extract"), 0, make, tmp_path / "receipt.json")
+    assert len(made) == 1
+    with pytest.raises(fetch.DatasetError, match=rf"^{re.escape(str(root / 'extracted'))} was made by another recipe "
+                       rf"\({re.escape(str(first.path))}\) than .*other/recipe\.yaml.*not rebuilt in place"):
+        steps._build(other, root, "extracted", ("sources", "extract"), 0, make, tmp_path / "receipt.json")
+    assert len(made) == 1 and (root / "extracted" / "x").read_text() == "made 0"
+
+
+def _mkdir(folder: Path) -> Path:
+    folder.mkdir(parents=True)
+    return folder

@@ -100,6 +100,16 @@ def _build(recipe: Recipe, root: Path, name: str, parts: tuple[str, ...], needed
     folder = root / name
     digest = recipe.digest(*parts)
     with locked(root):
+        if folder.exists() and not _made(folder, digest):
+            # another pipeline sharing this data_root may be reading it: never swapped under it
+            try:
+                maker = json.loads((folder / MADE_BY).read_text()).get("file")
+            except (OSError, ValueError, AttributeError):
+                maker = None
+            raise fetch.DatasetError(
+                f"{folder} was made by another recipe ({maker or 'unknown'}) than {recipe.path}, and a pipeline "
+                "sharing this data_root may be using it: it is not rebuilt in place. When none uses it, remove it "
+                f"(rm -r {folder}) and run again; or give this pipeline its own data_root.")
         if not _made(folder, digest):
             fetch.check_free_space(root, needed, name, recipe)
             with atomic.atomic_dir(folder) as tmp:
