@@ -339,3 +339,21 @@ def test_a_shared_prepared_dataset_is_never_rebuilt_in_place(tmp_path: Path) -> 
 def _mkdir(folder: Path) -> Path:
     folder.mkdir(parents=True)
     return folder
+
+
+def test_the_provenance_check_hashes_no_file_over_the_size_limit(tmp_path: Path) -> None:
+    """Issue 23: the provenance check hashed every byte of every file whatever its size (a sparse terabyte takes
+    hours); a file over the audit's limit is an error of its own, named with its size, and is never read."""
+    from mlrepro.audit import manifest
+    from mlrepro.package import provenance
+
+    org = tmp_path / "org"
+    write_mllog(org / "results" / "sys" / "resnet" / "result_0.txt", "resnet", 1_000_000, 1.0)
+    (org / "big.bin").write_bytes(b"small at packaging time")
+    provenance.write(org, {"files": provenance.package_files(org)})
+    os.truncate(org / "big.bin", 3 << 30)  # 3 GB, sparse
+    check = manifest.verify(org, max_bytes=1 << 20)
+    errors = [f for f in check.findings if f.severity == "error"]
+    assert [(f.kind, f.path) for f in errors] == [("file too large to verify", "big.bin")]
+    assert "3221225472 bytes, over the limit of 1048576" in errors[0].message
+    assert not check.verified

@@ -206,3 +206,14 @@ def test_contained_launch_file_mounts_the_staged_copy(tmp_path: Path) -> None:
     assert spec.code == str(staged) and spec.folder == str(staged)
     assert str(org) not in spec.to_json()
     assert spec.env == {"DGXNNODES": "1", "DGXNGPU": "0"}
+
+
+def test_a_file_over_the_size_limit_is_named_not_hashed(tmp_path: Path) -> None:
+    """A sparse 3 GB file in a package without a manifest: the reproduction's check names it before anything runs,
+    without reading it (hashing it would take as long as reading 3 GB, a terabyte hours)."""
+    org = _package(tmp_path)
+    with (org / "benchmarks" / "resnet" / "implementations" / "impl" / "weights.bin").open("wb") as f:
+        f.truncate(3 << 30)
+    with pytest.raises(ReproduceError, match=r"files over the size limit of \d+ bytes, which are not hashed: "
+                       r"benchmarks/resnet/implementations/impl/weights\.bin \(3221225472 bytes\)\. Nothing was run"):
+        verify.before(org)

@@ -34,9 +34,13 @@ SIDECAR = "provenance.sha256"
 FORMAT = 1
 
 
-def package_files(org_dir: Path) -> dict[str, str]:
+UNHASHED = "not hashed: "  # a file over the reader's size limit: its size instead of its hash
+
+
+def package_files(org_dir: Path, max_bytes: int | None = None) -> dict[str, str]:
     """Relative path -> sha256 of every file of the package but the manifest and its sidecar.
-    Symlinks are recorded by their target text, never followed."""
+    Symlinks are recorded by their target text, never followed; a file over ``max_bytes`` (an auditor's bound:
+    a hostile package may hold a sparse terabyte) by :data:`UNHASHED` and its size, never read."""
     files: dict[str, str] = {}
     for dirpath, dirnames, filenames in os.walk(org_dir):
         dirnames.sort()
@@ -48,7 +52,9 @@ def package_files(org_dir: Path) -> dict[str, str]:
             if path.is_symlink():
                 files[rel] = "symlink:" + os.readlink(path)
             elif path.is_file():
-                files[rel] = sha256_file(path)
+                size = path.stat().st_size
+                files[rel] = f"{UNHASHED}{size} bytes" if max_bytes is not None and size > max_bytes \
+                    else sha256_file(path)
     return files
 
 
