@@ -343,6 +343,17 @@ def main() -> None:
                      "missed": [c for c in cases if c not in detected]})
         print(rows[-1], flush=True)
 
+        # issue 23: read-only commands on a folder whose package was edited remove nothing (a real run repairs)
+        victim = next(org.glob("results/*/resnet/result_1.txt"))
+        original = victim.read_bytes()
+        victim.write_bytes(original + b"\n")
+        derived = {f: f.read_bytes() for f in (p.out / "report.html", p.out / "package_check.json")}
+        acted = [mode for mode in ("--list-rules", "--summary", "--dag", "-n")
+                 if p.run(mode)[0] != 0 or any(not f.exists() or f.read_bytes() != b for f, b in derived.items())]
+        victim.write_bytes(original)
+        rows.append({"fault": "read-only commands on an edited package", "modes": 4, "acted": acted})
+        print(rows[-1], flush=True)
+
         # hostile logs through the gate and the audit (with every entry type) and its report
         root = base / "round"
         kinds = _hostile_logs(root / "Mallory" / "results" / "sys" / "resnet", base / "outside.txt")

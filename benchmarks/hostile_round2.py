@@ -118,6 +118,28 @@ def datasets(base: Path, rows: list[dict[str, Any]]) -> None:
     _case(rows, "recipe field", "snakemake -n with into ../../../ESC",
           {"verdict": "refused" if proc.returncode and "must stay inside" in proc.stderr + proc.stdout else "accepted",
            "crash": "Traceback" in proc.stderr}, outside=len(list(base.rglob("ESC"))))
+    # a shared data_root: a mirror's recipe (other URLs) and another recipe, beside a folder the first one made
+    source = {"file": "ok.tar", "url": "http://127.0.0.1:9/ok.tar", "hash": "sha256:" + "a" * 64}
+    shared, made = base / "shared", []
+    recipes = {name: recipe.load("minigo", _recipe(_mkdir(base / "recipes" / name), sources=[src], **extra))
+               for name, src, extra in (("first", source, {}),
+                                        ("mirror", {**source, "url": "https://mirror.example/ok.tar"}, {}),
+                                        ("other", source, {"extract": {"archive": "ok.tar", "into": "sub"}}))}
+
+    def make(folder: Path) -> None:
+        (folder / "x").write_text("made")
+        made.append(folder)
+
+    def build(name: str) -> None:
+        steps._build(recipes[name], shared, "extracted", ("sources", "extract"), 0, make, base / "receipt.json")
+
+    build("first")
+    mirror = _expect(DatasetError, lambda: build("mirror"))
+    _case(rows, "shared data_root", "a mirror's recipe (other URLs)",
+          {**mirror, "verdict": "reused" if mirror["verdict"] == "accepted" and len(made) == 1 else mirror["verdict"]},
+          want="reused")
+    _case(rows, "shared data_root", "another recipe, folder in use", _expect(DatasetError, lambda: build("other")),
+          rebuilt_in_place=len(made) - 1)
     # data: {path: DIR} whose manifest verifies nothing of DIR
     for name, listing in {"empty manifest": "", "manifest naming ../../../etc/hostname":
                           f"{'0' * 64}  ../../../etc/hostname\n"}.items():
@@ -267,6 +289,11 @@ def reproduce(base: Path, rows: list[dict[str, Any]], socket: str | None) -> Non
         _case(rows, "reproduce reading", name, _expect(ReproduceError, lambda o=o: (
             plan.plan(o, system="sys1", only=["resnet"], runs=1, overrides={}, default_data_seed=1,
                       data_dirs={"resnet": str(data)}), verify.before(o))))
+    o = _package(base / "sparse")
+    (o / "provenance.json").unlink()
+    _sparse(o / "benchmarks" / "resnet" / "implementations" / "impl" / "weights.bin")
+    _case(rows, "reproduce reading", "3 GB sparse file in the package",
+          _expect(ReproduceError, lambda: verify.before(o)))
     o = _package(base / "device")
     impl = o / "benchmarks" / "resnet" / "implementations" / "impl"
     os.mknod(impl / "zero", stat.S_IFCHR | 0o600, os.makedev(1, 5))  # /dev/zero's numbers
@@ -277,6 +304,16 @@ def reproduce(base: Path, rows: list[dict[str, Any]], socket: str | None) -> Non
     (o / "results/sys1/resnet/result_0.txt").write_text((o / "results/sys1/resnet/result_0.txt").read_text() + "\n")
     _case(rows, "reproduce", "result edited after packaging", _expect(ReproduceError, lambda: verify.before(o)))
     hostile_runs(base, rows, data, socket)
+
+
+def _mkdir(folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def _sparse(path: Path, size: int = 3 << 30) -> None:
+    with path.open("wb") as f:
+        f.truncate(size)
 
 
 def _replace(path: Path, make: Callable[[Path], Any]) -> None:
@@ -335,6 +372,7 @@ def hostile_runs(base: Path, rows: list[dict[str, Any]], data: Path, socket: str
 
 def audit(base: Path, rows: list[dict[str, Any]]) -> None:
     from mlrepro.audit import discover, manifest, scoring
+    from mlrepro.package import provenance
     from mlrepro.package.provenance import MANIFEST
     from tests.test_audit_hostile_files import HOSTILE
 
@@ -354,6 +392,16 @@ def audit(base: Path, rows: list[dict[str, Any]]) -> None:
         result = _expect((), lambda o=org: scoring.load_system_desc(o, o.systems[0]))
         _case(rows, "audit", f"system JSON: {name}", {**result, "verdict": "verdict" if not result["crash"]
                                                         else result["verdict"]}, want="verdict")
+    big = base / "audit_big"
+    _sparse(_mkdir(big / "results") / "big.bin", 1)
+    provenance.write(big, {"files": provenance.package_files(big)})
+    _sparse(big / "results" / "big.bin")
+    t = time.monotonic()
+    found = manifest.verify(big, max_bytes=256 << 20).findings
+    _case(rows, "audit", "3 GB sparse file under a manifest",
+          {"verdict": "error verdict, not hashed" if [f.kind for f in found if f.severity == "error"] ==
+           ["file too large to verify"] else "hashed", "crash": False, "seconds": round(time.monotonic() - t, 2)},
+          want="error verdict, not hashed")
     missing = manifest.verify(base / "audit_files", "ab" * 32)
     _case(rows, "audit", "manifest deleted, published hash given",
           {"verdict": "error verdict" if any(f.severity == "error" for f in missing.findings) else "passed",
