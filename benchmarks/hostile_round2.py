@@ -15,7 +15,6 @@ import errno
 import fcntl
 import json
 import os
-import select
 import shutil
 import signal
 import stat
@@ -153,28 +152,15 @@ def locks(base: Path, rows: list[dict[str, Any]]) -> None:
     """A second user of a shared data_root (nobody, forked) and a file system without locks."""
     from mlrepro.datasets import steps
     from mlrepro.datasets.fetch import DatasetError
+    from tests.test_hostile import second_user_takes_the_lock
 
     root = Path(tempfile.mkdtemp(prefix="mlrepro-shared-", dir="/tmp"))
     root.chmod(0o755)
     try:
-        read, write = os.pipe()
-        with steps.locked(root):
-            pid = os.fork()
-            if pid == 0:
-                try:
-                    os.setgid(65534)
-                    os.setuid(65534)
-                    with steps.locked(root):
-                        os.write(write, b"locked")
-                except BaseException as e:
-                    os.write(write, f"crash {type(e).__name__}".encode())
-                os._exit(0)
-            early = select.select([read], [], [], 2.0)[0]
-        answer = os.read(read, 200).decode() if select.select([read], [], [], 30)[0] else "hang"
-        os.waitpid(pid, 0)
+        early, answer = second_user_takes_the_lock(root)
         _case(rows, "lock", "second user, 0644 lock file",
               {"verdict": "waited for the lock" if not early and answer == "locked" else f"went on ({answer})",
-               "crash": answer.startswith("crash") or answer == "hang"}, want="waited for the lock")
+               "crash": answer not in ("locked",) and not early}, want="waited for the lock")
     finally:
         shutil.rmtree(root)
     real = fcntl.flock
@@ -222,6 +208,7 @@ def reproduce(base: Path, rows: list[dict[str, Any]], socket: str | None) -> Non
     from mlrepro.reproduce import plan, stage, verify
     from mlrepro.reproduce.errors import ReproduceError
     from tests.test_implementations import _points
+    from tests.test_reproduce import held
 
     data = _points(base / "data")
     canary = base / "CANARY"
@@ -258,20 +245,13 @@ def reproduce(base: Path, rows: list[dict[str, Any]], socket: str | None) -> Non
           outside=int(_snapshot(org) != before))
     # two reproductions, one reproduce_out
     shared = base / "shared_out"
-    holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys; from pathlib import Path; from mlrepro.core import outdir_lock; "
-         f"outdir_lock.acquire(Path({str(shared)!r})); print('held', flush=True); sys.stdin.read()"],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=REPO)
-    try:
-        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+    with held(shared):
         clean = _package(base / "clean")
         proc = _smk(base / "second", "--config", f"reproduce={clean}", "system=sys1", "only=[resnet]", "runs=1",
                     f"benchmarks={{resnet: {{data_dir: {data}}}}}", f"reproduce_out={shared}")
         _case(rows, "reproduce", "second reproduction into a reproduce_out in use",
               {"verdict": "refused" if proc.returncode and "in use by another" in proc.stderr + proc.stdout
                else "ran", "crash": "Traceback" in proc.stderr})
-    finally:
-        holder.communicate("")
     # files that would hang or crash the readers, and a device in the implementation folder
     hostile: dict[str, Callable[[Path], None]] = {
         "result symlinked to /dev/zero": lambda o: _replace(o / "results/sys1/resnet/result_0.txt",

@@ -201,31 +201,37 @@ def test_report_strings_are_shortened_and_nul_free() -> None:
     assert "50000009 characters in all" in page and "&lt;script&gt;" in page
 
 
+def second_user_takes_the_lock(root: Path) -> tuple[bool, str]:
+    """Hold ``root``'s data_root lock while a second user (nobody, a forked child) takes it: whether the child went
+    on while it was held, and what it answered ("locked", or its exception, or "hang")."""
+    from mlrepro.datasets import steps
+
+    read, write = os.pipe()
+    with steps.locked(root):
+        pid = os.fork()
+        if pid == 0:  # the second user
+            try:
+                os.setgid(65534)
+                os.setuid(65534)
+                with steps.locked(root):
+                    os.write(write, b"locked")
+            except BaseException as e:
+                os.write(write, repr(e).encode())
+            os._exit(0)
+        early = bool(select.select([read], [], [], 2.0)[0])
+    answer = os.read(read, 1000).decode() if select.select([read], [], [], 30.0)[0] else "hang"
+    os.waitpid(pid, 0)
+    return early, answer
+
+
 def test_a_second_user_of_a_shared_data_root_waits_for_its_lock() -> None:
     """The first user's lock file is 0644; a second user (nobody, in a forked child) cannot open it for writing
     and used to go on without the lock: now it takes the lock through a read-only handle and waits for it."""
-    from mlrepro.datasets import steps
-
     root = Path(tempfile.mkdtemp(prefix="mlrepro-shared-", dir="/tmp"))  # /tmp's pytest folders are 0700
     root.chmod(0o755)
     try:
-        read, write = os.pipe()
-        with steps.locked(root):
-            assert ((root / ".lock").stat().st_mode & 0o777) & 0o022 == 0, "the lock file is not writable by others"
-            pid = os.fork()
-            if pid == 0:  # the second user
-                try:
-                    os.setgid(65534)
-                    os.setuid(65534)
-                    with steps.locked(root):
-                        os.write(write, b"locked")
-                except BaseException as e:
-                    os.write(write, repr(e).encode())
-                os._exit(0)
-            assert select.select([read], [], [], 2.0)[0] == [], "the second user went on while the lock was held"
-        assert select.select([read], [], [], 30.0)[0] == [read]
-        assert os.read(read, 1000) == b"locked"
-        os.waitpid(pid, 0)
+        assert second_user_takes_the_lock(root) == (False, "locked")
+        assert ((root / ".lock").stat().st_mode & 0o777) & 0o022 == 0, "the lock file was not writable by others"
     finally:
         shutil.rmtree(root)
 

@@ -115,3 +115,30 @@ def test_hostile_package_code_run_natively_is_an_error_naming_the_change(home: P
     assert f"the package {org} changed while it was reproduced" in text and all(c in text for c in changes)
     # nothing stops native code from writing outside: what the warning says
     assert (home / "mlrepro_home_canary").exists() and (outside / "canary").exists()
+
+
+@pytest.mark.podman
+def test_our_package_reproduces_in_podman(tiny_package: Path, base: str, socket: str,  # noqa: F811
+                                          tmp_path: Path) -> None:
+    """This pipeline's own package under engine: podman: the image from the package's containers/pytorch/Dockerfile
+    (its implementation folder the context), the package's own data generator and training code in it from the
+    staged copy; the same seeds, metrics and dataset as submitted, and the package unchanged."""
+    org = tiny_package / "submission" / "mlrepro"
+    before = _snapshot(org)
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "reproduce.yaml").write_text(yaml.safe_dump({
+        "reproduce": str(org), "only": ["resnet"], "runs": 1, "telemetry": {"enabled": False}, "engine": "podman",
+        "engine_socket": socket, "build_args": {"BASE_IMAGE": base}, "image_tag_prefix": "localhost/mlrepro-test-"}))
+    out = snakemake(work, "--configfile", str(work / "reproduce.yaml"), check=False)
+    assert out.returncode == 0, (out.stdout + out.stderr)[-6000:]
+    repro = work / "reproduction"
+    doc = json.loads((repro / "reproduction.json").read_text())
+    assert doc["verdict"] == "reproduced", doc["benchmarks"][0]["reasons"]
+    bench = doc["benchmarks"][0]
+    assert bench["dataset"]["identical"] and bench["runs"][0]["metrics_identical"]
+    record = json.loads((repro / "containers" / "resnet.json").read_text())
+    assert record["dockerfile"] == "containers/pytorch/Dockerfile" and record["build_args"] == {"BASE_IMAGE": base}
+    run = json.loads((repro / "runs" / "resnet" / "0" / "run.json").read_text())
+    assert run["engine"] == "podman" and run["image"]["id"] == record["id"]
+    assert _snapshot(org) == before and doc["package_changes"] == []
