@@ -407,6 +407,13 @@ def audit(base: Path, rows: list[dict[str, Any]]) -> None:
     _case(rows, "audit", "names that are not UTF-8",
           {"verdict": "audited, escaped" if "Org_\\udcfe" in (out / "summary.csv").read_text(errors="replace")
            else "missing", "crash": crash}, want="audited, escaped")
+    proc = _smk(base / "audit_utf8", "--config", f"audit={root}", f"audit_out={base / 'audit_utf8' / 'out'}",
+                "ruleset=1.1.0")
+    summary = base / "audit_utf8" / "out" / "summary.csv"
+    _case(rows, "audit", "names that are not UTF-8, through Snakemake",
+          {"verdict": "audited, escaped" if proc.returncode == 0 and "Org_\\udcfe" in summary.read_text() else
+           f"exit {proc.returncode}", "crash": "Traceback" in proc.stderr or "UnicodeEncodeError" in proc.stderr},
+          want="audited, escaped")
     before = _files(root)
     for where, out_dir in (("inside the package", root / "Baidu" / "audit"), ("holding the package", base)):
         proc = _smk(base / "audit_work", "--config", f"audit={root}", f"audit_out={out_dir}", "ruleset=1.1.0")

@@ -363,3 +363,18 @@ def test_the_provenance_check_hashes_no_file_over_the_size_limit(tmp_path: Path)
     assert [(f.kind, f.path) for f in errors] == [("file too large to verify", "big.bin")]
     assert "3221225472 bytes, over the limit of 1048576" in errors[0].message
     assert not check.verified
+
+
+@pytest.mark.integration
+def test_snakemake_audits_names_that_are_not_utf8(tmp_path: Path) -> None:
+    """Issue 23: a file name that is not UTF-8 anywhere in a package stopped Snakemake (UnicodeEncodeError, writing
+    its records of the inputs) before any verdict; now the round is audited and the names reported escaped."""
+    root = tmp_path / "round"
+    shutil.copytree(REPO / "tests" / "fixtures" / "audit" / "round" / "Baidu", root / "Baidu")
+    bench = next(p for p in next((root / "Baidu" / "results").iterdir()).iterdir() if p.is_dir())
+    shutil.copy(bench / "result_0.txt", bench / os.fsdecode(b"result_\xff.txt"))
+    shutil.copytree(root / "Baidu", root / os.fsdecode(b"Org_\xfe"))
+    proc = snakemake(tmp_path, "--config", f"audit={root}", f"audit_out={tmp_path / 'out'}", f"ruleset={RULESET}",
+                     check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Org_\\udcfe" in (tmp_path / "out" / "summary.csv").read_text(encoding="utf-8")
