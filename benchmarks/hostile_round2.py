@@ -243,6 +243,15 @@ def reproduce(base: Path, rows: list[dict[str, Any]], socket: str | None) -> Non
           {"verdict": "refused" if proc.returncode and "does not match its provenance.json" in proc.stderr + proc.stdout
            else "ran", "crash": "Traceback" in proc.stderr}, planning_commands=int(canary.exists()),
           outside=int(_snapshot(org) != before))
+    # a result whose name is not UTF-8, added after packaging: named by the package check, escaped
+    o = _package(base / "utf8")
+    shutil.copy(o / "results/sys1/resnet/result_0.txt", o / "results/sys1/resnet" / os.fsdecode(b"result_\xff.txt"))
+    proc = _smk(base / "utf8" / "work", "--config", f"reproduce={o}", "system=sys1", "only=[resnet]", "runs=1",
+                f"benchmarks={{resnet: {{data_dir: {data}}}}}")
+    _case(rows, "reproduce", "result name that is not UTF-8",
+          {"verdict": "refused" if proc.returncode and "result_\\udcff.txt is in the package but not in the manifest"
+           in proc.stderr else f"exit {proc.returncode}", "crash": "Traceback" in proc.stderr or
+           "UnicodeEncodeError" in proc.stderr})
     # two reproductions, one reproduce_out
     shared = base / "shared_out"
     with held(shared):

@@ -35,10 +35,10 @@ if AUDIT_ROOT.is_relative_to(AUDIT_OUT.resolve()):  # the audit replaces what it
 AUDIT_MAX_BYTES = int(float(config.get("audit_max_file_mb") or discover.DEFAULT_MAX_FILE_MB) * (1 << 20))
 # Names that are not UTF-8 reach Snakemake as their nearest UTF-8 folder, and the rejected entries escaped:
 # Snakemake records both as UTF-8 text.
-AUDIT_RESULT_FILES = discover.utf8_paths([f for f in discover.result_files(discover.find_orgs(AUDIT_ROOT))
+AUDIT_RESULT_FILES = _smk.utf8_paths([f for f in discover.result_files(discover.find_orgs(AUDIT_ROOT))
                                           if discover.entry_problem(Path(f), AUDIT_ROOT, AUDIT_MAX_BYTES) is None],
                                          AUDIT_ROOT)
-AUDIT_ALL_FILES = discover.utf8_paths(discover.input_files(AUDIT_ROOT), AUDIT_ROOT)
+AUDIT_ALL_FILES = _smk.utf8_paths(discover.input_files(AUDIT_ROOT), AUDIT_ROOT)
 AUDIT_REJECTED = [e.encode("utf-8", "backslashreplace").decode() for e in
                   discover.rejected_entries(AUDIT_ROOT, AUDIT_MAX_BYTES)]
 

@@ -103,6 +103,10 @@ onsuccess:
                             "code in a container.")
 
 
+# the submitted results, as Snakemake can record their names (one that is not UTF-8: its folder)
+_RESULT_FILES = _smk.utf8_paths([f for p in REPRO.benchmarks.values() for f in p.result_files], _PACKAGE)
+
+
 def _reproduced(pattern):
     return [str(pattern).format(benchmark=b, run=i) for b, p in REPRO.benchmarks.items() for i in range(len(p.seeds))]
 
@@ -152,7 +156,7 @@ rule reproduce_verify:
     # before anything of the package runs: its manifest (and the published hash) against its files
     input:
         [_PACKAGE / _PROVENANCE] if REPRO.manifest else [],
-        [f for p in REPRO.benchmarks.values() for f in p.result_files],
+        _RESULT_FILES,
     output:
         RO / "package_check.json",
     params:
@@ -313,7 +317,7 @@ rule reproduce_report:
         _reproduced(RO / "runs" / "{benchmark}" / "{run}" / "run.json"),
         _reproduced(RO / "compliance" / "{benchmark}" / "{run}.json"),
         [RO / "data" / b / _DATA_MANIFEST for b, p in REPRO.benchmarks.items() if p.data_dir is None],
-        [f for p in REPRO.benchmarks.values() for f in p.result_files],
+        _RESULT_FILES,
         plan=RO / "plan.json",
         check=RO / "package_check.json",
     output:

@@ -142,3 +142,22 @@ def test_our_package_reproduces_in_podman(tiny_package: Path, base: str, socket:
     run = json.loads((repro / "runs" / "resnet" / "0" / "run.json").read_text())
     assert run["engine"] == "podman" and run["image"]["id"] == record["id"]
     assert _snapshot(org) == before and doc["package_changes"] == []
+
+
+def test_a_result_name_that_is_not_utf8_gets_a_verdict(home: Path, tmp_path: Path) -> None:
+    """A result named with bytes that are not UTF-8, added after packaging: Snakemake used to stop on it
+    (UnicodeEncodeError, recording its inputs); now the package check names it, escaped, before anything runs."""
+    from mlrepro.package import provenance
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    org, _ = _hostile_package(tmp_path, outside)
+    provenance.write(org, {"files": provenance.package_files(org)})
+    results = org / "results" / SYSTEM / "resnet"
+    shutil.copy(results / "result_0.txt", results / os.fsdecode(b"result_\xff.txt"))
+    out = _reproduce(tmp_path / "work", org, _points(tmp_path / "data"), {})
+    text = out.stdout + out.stderr
+    assert out.returncode != 0 and "UnicodeEncodeError" not in text
+    assert f"results/{SYSTEM}/resnet/result_\\udcff.txt is in the package but not in the manifest (added)" in text
+    assert not (tmp_path / "work" / "reproduction" / "implementation").exists()
+    assert not (home / "mlrepro_home_canary").exists()

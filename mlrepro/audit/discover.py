@@ -142,28 +142,6 @@ def input_files(root: Path) -> list[str]:
     return out
 
 
-def utf8_paths(paths: list[str], root: Path) -> list[str]:
-    """``paths`` as Snakemake can record them: it writes its inputs as UTF-8, so a name that is not UTF-8
-    (os.fsdecode's surrogates) would stop it before any verdict. Such a path is replaced by its nearest folder
-    with a UTF-8 name inside ``root`` (an added or removed entry still re-runs the step; the audit itself reads
-    and reports the name, escaped)."""
-    out: dict[str, None] = {}
-    for path in paths:
-        p = Path(path)
-        while not _utf8(str(p)) and p != root and root in p.parents:
-            p = p.parent
-        out[str(p)] = None
-    return list(out)
-
-
-def _utf8(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
 def rejected_entries(root: Path, max_bytes: int | None) -> list[str]:
     """'path: verdict' of every entry under ``root`` that the audit does not read."""
     out = []
