@@ -22,7 +22,7 @@ pytestmark = pytest.mark.integration
 SYSTEM = "sys1"
 
 
-def _hostile_package(root: Path, outside: Path) -> tuple[Path, list[Path]]:
+def _hostile_package(root: Path, outside: Path, config_extra: str = "") -> tuple[Path, list[Path]]:
     """A vendor-style package (tests/fixtures/outside_impl, one submitted result) whose run_and_time.sh and config
     file try to write into the package (a file of it, by its absolute path, and a new one), into $HOME, into a
     folder outside everything, and into the folder they run from; each attempt's outcome is printed. Returns the
@@ -36,7 +36,7 @@ def _hostile_package(root: Path, outside: Path) -> tuple[Path, list[Path]]:
     targets = [impl / "train.py", org / "written_by_package", home / "mlrepro_home_canary", outside / "canary"]
     attempts = "".join(f'if (echo hostile >> "{t}") 2>/dev/null; then echo "WROTE {t}"; else echo "REFUSED {t}"; fi\n'
                        for t in [*targets, Path("./written_in_place")])
-    (impl / f"config_{SYSTEM}.sh").write_text((OUTSIDE / "config_CPU.sh").read_text() + attempts)
+    (impl / f"config_{SYSTEM}.sh").write_text((OUTSIDE / "config_CPU.sh").read_text() + attempts + config_extra)
     script = (OUTSIDE / "run_and_time.sh").read_text()
     (impl / "run_and_time.sh").write_text(script.replace("set -euo pipefail\n", "set -euo pipefail\n" + attempts))
     return org, targets
@@ -161,3 +161,27 @@ def test_a_result_name_that_is_not_utf8_gets_a_verdict(home: Path, tmp_path: Pat
     assert f"results/{SYSTEM}/resnet/result_\\udcff.txt is in the package but not in the manifest (added)" in text
     assert not (tmp_path / "work" / "reproduction" / "implementation").exists()
     assert not (home / "mlrepro_home_canary").exists()
+
+
+@pytest.mark.podman
+def test_a_config_file_cannot_make_the_host_read_its_files(base: str, socket: str, home: Path,  # noqa: F811
+                                                           tmp_path: Path) -> None:
+    """Sourced in the image, a config file puts a link to a host file (in env -0's form, as if written for it) where
+    its variables are then written: the host reads regular files of that folder only, so the launch step
+    stops, naming the link, and nothing of the host file reaches the outputs."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    secret = tmp_path / "host_secret"
+    secret.write_bytes(b"DGXNNODES=1\0DGXNGPU=0\0MLREPRO_LEAKED=host-secret-4711\0")
+    # (python: the test's image has no coreutils)
+    link = f"python3 -c 'import os; os.symlink(\"{secret}\", \"/capture/env\")'\n"
+    org, _ = _hostile_package(tmp_path, outside, link)
+    work = tmp_path / "work"
+    out = _reproduce(work, org, _points(tmp_path / "data"), {
+        "engine": "podman", "engine_socket": socket, "build_args": {"FROM_IMAGE_NAME": base},
+        "image_tag_prefix": "localhost/mlrepro-test-"})
+    text = out.stdout + out.stderr
+    assert out.returncode != 0 and "sourced in its image, it left" in text and "a symlink" in text, text[-4000:]
+    assert not (work / "reproduction" / "runs" / "resnet" / "launch.json").exists()
+    assert not any("host-secret-4711" in p.read_text(errors="replace")
+                   for p in (work / "reproduction").rglob("*") if p.is_file())

@@ -16,6 +16,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from mlrepro.core import safe_read
 from mlrepro.engines import Mount, engine_for
 from mlrepro.reproduce.errors import ReproduceError
 from mlrepro.reproduce.plan import BenchmarkPlan
@@ -82,5 +83,8 @@ def capture_in_image(record: Path, config: Path, staged: Path) -> dict[str, str]
             raise ImplementationError(f"{config}: sourcing it with bash in its image failed (exit {code}):\n"
                                       f"{log.read_text(errors='replace').strip()[-2000:]}\nFix the config file, or "
                                       "choose another with benchmarks.<bm>.system_config.")
-        base, env = parse_env0((out / "base").read_bytes()), parse_env0((out / "env").read_bytes())
+        try:  # regular files inside the folder only: the config file may have put links to host files there
+            base, env = (parse_env0(safe_read.read_bytes(out / name, out)) for name in ("base", "env"))
+        except safe_read.UnsafeInput as e:
+            raise ImplementationError(f"{config}: sourced in its image, it left {e}") from None
     return {k: v for k, v in env.items() if k != "_" and base.get(k) != v}
