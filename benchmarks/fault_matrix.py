@@ -7,8 +7,9 @@ fault brings the step to be hit back into the DAG, injects the fault at a random
 that nothing half-written looks complete, runs `snakemake` again and compares every finished result
 byte for byte. Then: disk full (a small tmpfs, else RLIMIT_FSIZE), a read-only output folder (a
 read-only bind mount, where root may mount), a second invocation on the same output folder,
-tampering, hostile logs through the gate, the audit and its report in headless Chromium, and hostile
-dataset archives through the extraction (``--archives-only``: those alone, in seconds).
+tampering, hostile logs through the gate, the audit and its report in headless Chromium, hostile
+dataset archives through the extraction (``--archives-only``: those alone, in seconds), and every case of
+issue 23 with its closing figures (``--round2``: those alone, benchmarks/hostile_round2.py).
 """
 
 from __future__ import annotations
@@ -189,15 +190,30 @@ def hostile_archives(base: Path) -> dict:
             "files_written_outside": outside}
 
 
+def round2() -> dict:
+    """Issue 23's cases (benchmarks/hostile_round2.py) in a folder of their own; its closing figures."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import hostile_round2
+
+    with tempfile.TemporaryDirectory(prefix="mlrepro-round2-") as tmp:
+        rows = hostile_round2.run(Path(tmp))
+    return hostile_round2.figures(rows)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--runs", type=int, default=2)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--archives-only", action="store_true", help="only the hostile dataset archives (seconds)")
+    ap.add_argument("--round2", action="store_true",
+                    help="only issue 23's hostile cases (benchmarks/hostile_round2.py)")
     args = ap.parse_args()
     if args.archives_only:
         with tempfile.TemporaryDirectory() as tmp:
             print(hostile_archives(Path(tmp)))
+        return
+    if args.round2:
+        print(json.dumps(round2(), indent=1))
         return
     rng = random.Random(args.seed)
     base = Path(tempfile.mkdtemp(prefix="mlrepro-faults-"))
@@ -328,6 +344,17 @@ def main() -> None:
                      "missed": [c for c in cases if c not in detected]})
         print(rows[-1], flush=True)
 
+        # issue 23: read-only commands on a folder whose package was edited remove nothing (a real run repairs)
+        victim = next(org.glob("results/*/resnet/result_1.txt"))
+        original = victim.read_bytes()
+        victim.write_bytes(original + b"\n")
+        derived = {f: f.read_bytes() for f in (p.out / "report.html", p.out / "package_check.json")}
+        acted = [mode for mode in ("--list-rules", "--summary", "--dag", "-n")
+                 if p.run(mode)[0] != 0 or any(not f.exists() or f.read_bytes() != b for f, b in derived.items())]
+        victim.write_bytes(original)
+        rows.append({"fault": "read-only commands on an edited package", "modes": 4, "acted": acted})
+        print(rows[-1], flush=True)
+
         # hostile logs through the gate and the audit (with every entry type) and its report
         root = base / "round"
         kinds = _hostile_logs(root / "Mallory" / "results" / "sys" / "resnet", base / "outside.txt")
@@ -359,6 +386,8 @@ def main() -> None:
                      "injected_scripts_ran": ran, "canary": (p.work / "CANARY").exists()})
         print(rows[-1], flush=True)
         rows.append(hostile_archives(base))
+        print(rows[-1], flush=True)
+        rows.append({"fault": "issue 23's hostile cases", **round2()})
         print(rows[-1], flush=True)
     finally:
         print("\nFAULT MATRIX")

@@ -17,6 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from mlrepro import PROJECT_ROOT
 from mlrepro.audit import manifest
 from mlrepro.core import rulesets
 from mlrepro.package import provenance
@@ -66,7 +67,8 @@ def main() -> None:
         for _ in range(args.repeat):
             start = time.perf_counter()
             doc = provenance.build(org, ruleset=RULESET, outdir=Path(tmp), config={}, config_hash="0" * 16,
-                                   runs={next((org / "results").iterdir()).name: runs}, data_manifests=data)
+                                   runs={next((org / "results").iterdir()).name: runs}, data_manifests=data,
+                                   repo=PROJECT_ROOT)
             provenance.write(org, doc)
             make.append(time.perf_counter() - start)
             start = time.perf_counter()

@@ -24,16 +24,23 @@ if not AUDIT_ROOT.is_dir():
     raise WorkflowError(f"audit={config['audit']}: not a folder")
 if AUDIT_OUT.resolve().is_relative_to(AUDIT_ROOT):
     raise WorkflowError(f"audit_out={AUDIT_OUT} lies inside the audited package {AUDIT_ROOT}; choose another folder")
+if AUDIT_ROOT.is_relative_to(AUDIT_OUT.resolve()):  # the audit replaces what it writes there: the package too
+    raise WorkflowError(f"audit_out={AUDIT_OUT} ({AUDIT_OUT.resolve()}) holds the audited package {AUDIT_ROOT}; choose "
+                        "a folder that neither lies inside the package nor holds it")
 
 # Enumerated at parse time, so that a changed, added or removed file re-runs what depends on it;
 # the content-hash cache then re-checks only the files whose bytes changed.
 # Only regular files inside the package are inputs: a dangling symlink, a FIFO or a device must
 # neither stop Snakemake nor be opened; those entries get their own verdicts in the audit.
 AUDIT_MAX_BYTES = int(float(config.get("audit_max_file_mb") or discover.DEFAULT_MAX_FILE_MB) * (1 << 20))
-AUDIT_RESULT_FILES = [f for f in discover.result_files(discover.find_orgs(AUDIT_ROOT))
-                      if discover.entry_problem(Path(f), AUDIT_ROOT, AUDIT_MAX_BYTES) is None]
-AUDIT_ALL_FILES = discover.input_files(AUDIT_ROOT)
-AUDIT_REJECTED = discover.rejected_entries(AUDIT_ROOT, AUDIT_MAX_BYTES)
+# Names that are not UTF-8 reach Snakemake as their nearest UTF-8 folder, and the rejected entries escaped:
+# Snakemake records both as UTF-8 text.
+AUDIT_RESULT_FILES = _smk.utf8_paths([f for f in discover.result_files(discover.find_orgs(AUDIT_ROOT))
+                                          if discover.entry_problem(Path(f), AUDIT_ROOT, AUDIT_MAX_BYTES) is None],
+                                         AUDIT_ROOT)
+AUDIT_ALL_FILES = _smk.utf8_paths(discover.input_files(AUDIT_ROOT), AUDIT_ROOT)
+AUDIT_REJECTED = [e.encode("utf-8", "backslashreplace").decode() for e in
+                  discover.rejected_entries(AUDIT_ROOT, AUDIT_MAX_BYTES)]
 
 
 # audit_logging=DIR: the mlperf-logging release that judges (one version's folder, or a folder of them

@@ -9,11 +9,15 @@ its pages are loaded in headless Chromium.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import re
+import select
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -171,6 +175,9 @@ def test_entry_verdicts_and_size_limit(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("override", "key", "value"), [
     ({"org": "a;$(touch CANARY)"}, "org", "a;$(touch CANARY)"),
     ({"system": "x y"}, "system", "x y"),
+    ({"org": ".."}, "org", ".."),  # the package would be written into the output folder itself
+    ({"org": "."}, "org", "."),
+    ({"system": ".."}, "system", ".."),  # its results beside the organisation's
     ({"benchmarks": {"resnet": {"image": "../../../../etc/apt"}}}, "benchmarks.resnet.image", "../../../../etc/apt"),
     ({"benchmarks": {"res net;$(touch CANARY)": {}}}, "benchmarks", "res net;$(touch CANARY)"),
     ({"device": "cpu;$(touch CANARY)"}, "device", "cpu;$(touch CANARY)"),
@@ -192,3 +199,182 @@ def test_report_strings_are_shortened_and_nul_free() -> None:
         message="\x00<script>" + "A" * 50_000_000, small="a\x00b")
     assert len(page) < 10_000 and "\x00" not in page
     assert "50000009 characters in all" in page and "&lt;script&gt;" in page
+
+
+def second_user_takes_the_lock(root: Path) -> tuple[bool, str]:
+    """Hold ``root``'s data_root lock while a second user (nobody, a forked child) takes it: whether the child went
+    on while it was held, and what it answered ("locked", or its exception, or "hang")."""
+    from mlrepro.datasets import steps
+
+    read, write = os.pipe()
+    with steps.locked(root):
+        pid = os.fork()
+        if pid == 0:  # the second user
+            try:
+                os.setgid(65534)
+                os.setuid(65534)
+                with steps.locked(root):
+                    os.write(write, b"locked")
+            except BaseException as e:
+                os.write(write, repr(e).encode())
+            os._exit(0)
+        early = bool(select.select([read], [], [], 2.0)[0])
+    answer = os.read(read, 1000).decode() if select.select([read], [], [], 30.0)[0] else "hang"
+    os.waitpid(pid, 0)
+    return early, answer
+
+
+def test_a_second_user_of_a_shared_data_root_waits_for_its_lock() -> None:
+    """The first user's lock file is 0644; a second user (nobody, in a forked child) cannot open it for writing
+    and used to go on without the lock: now it takes the lock through a read-only handle and waits for it."""
+    root = Path(tempfile.mkdtemp(prefix="mlrepro-shared-", dir="/tmp"))  # /tmp's pytest folders are 0700
+    root.chmod(0o755)
+    try:
+        assert second_user_takes_the_lock(root) == (False, "locked")
+        assert ((root / ".lock").stat().st_mode & 0o777) & 0o022 == 0, "the lock file was not writable by others"
+    finally:
+        shutil.rmtree(root)
+
+
+def test_a_file_system_without_locks_stops_naming_the_lock_file(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """NFS without its lock service answers flock with ENOLCK (injected here: the kernel's answer): a message
+    naming the lock file and what to do, not a traceback."""
+    import fcntl
+
+    from mlrepro.datasets import fetch, steps
+
+    def no_locks(fd: object, op: int) -> None:
+        raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
+
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    with pytest.raises(fetch.DatasetError, match=rf"^{re.escape(str(tmp_path / '.lock'))}: the file system refuses "
+                       r"the lock .*No locks available.*put data_root on a file system with locks"), \
+            steps.locked(tmp_path):
+        pytest.fail("went on without the lock")
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("where", ["inside the package", "holding the package"])
+def test_audit_out_and_the_audited_package_may_not_overlap(where: str, tmp_path: Path) -> None:
+    """Either way the audit would write (and replace folders) where the package lies: refused before any job, the
+    package untouched."""
+    root = tmp_path / "round"
+    shutil.copytree(REPO / "tests" / "fixtures" / "audit" / "round" / "Baidu", root / "Baidu")
+    before = sorted(p.relative_to(root) for p in root.rglob("*"))
+    out = root / "Baidu" / "audit" if where == "inside the package" else tmp_path
+    proc = snakemake(tmp_path, "--config", f"audit={root}", f"audit_out={out}", f"ruleset={RULESET}", check=False)
+    text = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert ("lies inside the audited package" if where == "inside the package" else "holds the audited package") in text
+    assert sorted(p.relative_to(root) for p in root.rglob("*")) == before
+
+
+@pytest.mark.parametrize(("listing", "message"), [
+    ("", r"MANIFEST\.sha256: lists no files"),
+    ("{digest}  ../../../etc/hostname\n", r"MANIFEST\.sha256:1: '\.\./\.\./\.\./etc/hostname' is not a file of "),
+    ("{digest}  /etc/hostname\n", r"MANIFEST\.sha256:1: '/etc/hostname' is not a file of "),
+])
+def test_a_given_dataset_folder_is_verified_by_its_own_files(listing: str, message: str, tmp_path: Path) -> None:
+    """data: {path: DIR}: a manifest that lists nothing, or names a file outside DIR (with its right hash), verified
+    nothing of DIR and passed; now it is an error naming the manifest's line."""
+    from mlrepro.core.hashing import sha256_file
+    from mlrepro.datasets import fetch, steps
+
+    folder = tmp_path / "a" / "b" / "c" / "prepared"
+    folder.mkdir(parents=True)
+    (folder / "MANIFEST.sha256").write_text(listing.format(digest=sha256_file(Path("/etc/hostname"))))
+    with pytest.raises(fetch.DatasetError, match=message):
+        steps.adopt(folder, tmp_path / "receipt.json")
+    assert not (tmp_path / "receipt.json").exists()
+
+
+def test_provenance_records_the_checkout_the_snakefile_runs_from(tmp_path: Path) -> None:
+    """Issue 23: the git state recorded was the installed package's tree, not the checkout the Snakefile runs from;
+    now the checkout's, and an mlrepro imported from another tree is named beside it."""
+    from mlrepro import PROJECT_ROOT
+    from mlrepro.package import provenance
+
+    checkout = tmp_path / "checkout"
+    checkout.mkdir()
+    git = ["git", "-C", str(checkout), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    (checkout / "Snakefile").write_text("# a checkout\n")
+    subprocess.run([*git, "add", "Snakefile"], check=True)
+    subprocess.run([*git, "commit", "-qm", "x"], check=True)
+    (checkout / "Snakefile").write_text("# edited\n")
+    head = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+    (tmp_path / "org").mkdir()
+    manifest = provenance.build(tmp_path / "org", ruleset="2.0.0", outdir=tmp_path, config={},
+                                config_hash="0", runs={}, data_manifests={}, repo=checkout)
+    assert manifest["git"]["commit"] == head and manifest["git"]["changed"] == [" M Snakefile"]
+    assert manifest["git"]["imported_package"]["path"] == str(PROJECT_ROOT)
+    assert "imported_package" not in provenance.build(
+        tmp_path / "org", ruleset="2.0.0", outdir=tmp_path, config={}, config_hash="0", runs={},
+        data_manifests={}, repo=PROJECT_ROOT)["git"]
+
+
+def test_a_shared_prepared_dataset_is_never_rebuilt_in_place(tmp_path: Path) -> None:
+    """Issue 23: a recipe differing in one URL rebuilt a shared data_root's folder under another user's running work.
+    A mirror's recipe (same files and hashes, other URLs) finds the folder made; a recipe that makes another folder
+    stops, naming the folder and its recipe, and the folder is left as it was."""
+    from mlrepro.datasets import fetch, recipe, steps
+    from tests.test_dataset_archives import _recipe
+
+    source = {"file": "ok.tar", "url": "http://127.0.0.1:9/ok.tar", "hash": "sha256:" + "a" * 64}
+    first = recipe.load("minigo", _recipe(_mkdir(tmp_path / "first"), sources=[source]))
+    mirror = recipe.load("minigo", _recipe(_mkdir(tmp_path / "mirror"),
+                                           sources=[{**source, "url": "https://mirror.example/ok.tar"}]))
+    other = recipe.load("minigo", _recipe(_mkdir(tmp_path / "other"), sources=[source],
+                                          extract={"archive": "ok.tar", "into": "sub"}))
+    root, made = tmp_path / "shared", []
+
+    def make(folder: Path) -> None:
+        (folder / "x").write_text(f"made {len(made)}")
+        made.append(folder)
+
+    for r in (first, mirror):
+        steps._build(r, root, "extracted", ("sources", "extract"), 0, make, tmp_path / "receipt.json")
+    assert len(made) == 1
+    with pytest.raises(fetch.DatasetError, match=rf"^{re.escape(str(root / 'extracted'))} was made by another recipe "
+                       rf"\({re.escape(str(first.path))}\) than .*other/recipe\.yaml.*not rebuilt in place"):
+        steps._build(other, root, "extracted", ("sources", "extract"), 0, make, tmp_path / "receipt.json")
+    assert len(made) == 1 and (root / "extracted" / "x").read_text() == "made 0"
+
+
+def _mkdir(folder: Path) -> Path:
+    folder.mkdir(parents=True)
+    return folder
+
+
+def test_the_provenance_check_hashes_no_file_over_the_size_limit(tmp_path: Path) -> None:
+    """Issue 23: the provenance check hashed every byte of every file whatever its size (a sparse terabyte takes
+    hours); a file over the audit's limit is an error of its own, named with its size, and is never read."""
+    from mlrepro.audit import manifest
+    from mlrepro.package import provenance
+
+    org = tmp_path / "org"
+    write_mllog(org / "results" / "sys" / "resnet" / "result_0.txt", "resnet", 1_000_000, 1.0)
+    (org / "big.bin").write_bytes(b"small at packaging time")
+    provenance.write(org, {"files": provenance.package_files(org)})
+    os.truncate(org / "big.bin", 3 << 30)  # 3 GB, sparse
+    check = manifest.verify(org, max_bytes=1 << 20)
+    errors = [f for f in check.findings if f.severity == "error"]
+    assert [(f.kind, f.path) for f in errors] == [("file too large to verify", "big.bin")]
+    assert "3221225472 bytes, over the limit of 1048576" in errors[0].message
+    assert not check.verified
+
+
+@pytest.mark.integration
+def test_snakemake_audits_names_that_are_not_utf8(tmp_path: Path) -> None:
+    """Issue 23: a file name that is not UTF-8 anywhere in a package stopped Snakemake (UnicodeEncodeError, writing
+    its records of the inputs) before any verdict; now the round is audited and the names reported escaped."""
+    root = tmp_path / "round"
+    shutil.copytree(REPO / "tests" / "fixtures" / "audit" / "round" / "Baidu", root / "Baidu")
+    bench = next(p for p in next((root / "Baidu" / "results").iterdir()).iterdir() if p.is_dir())
+    shutil.copy(bench / "result_0.txt", bench / os.fsdecode(b"result_\xff.txt"))
+    shutil.copytree(root / "Baidu", root / os.fsdecode(b"Org_\xfe"))
+    proc = snakemake(tmp_path, "--config", f"audit={root}", f"audit_out={tmp_path / 'out'}", f"ruleset={RULESET}",
+                     check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Org_\\udcfe" in (tmp_path / "out" / "summary.csv").read_text(encoding="utf-8")

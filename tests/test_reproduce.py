@@ -3,12 +3,14 @@ hyperparameter named; what is missing named before any run."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -254,22 +256,29 @@ def test_package_edited_after_packaging_stops_before_anything_runs(tiny_package:
     assert not (tmp_path / "work2" / "reproduction" / "implementation").exists()
 
 
-def test_one_reproduction_at_a_time_per_reproduce_out(tiny_package: Path, tmp_path: Path) -> None:
-    """Two working folders, one reproduce_out: the second stops before any job, naming the holder."""
-    out_dir = tmp_path / "shared_out"
+@contextlib.contextmanager
+def held(folder: Path) -> Iterator[int]:
+    """``folder``'s output lock held by another process (another pipeline) while inside; its pid."""
     holder = subprocess.Popen(
         [sys.executable, "-c", "import sys; from pathlib import Path; from mlrepro.core import outdir_lock; "
-         f"outdir_lock.acquire(Path({str(out_dir)!r})); print('held', flush=True); sys.stdin.read()"],
+         f"outdir_lock.acquire(Path({str(folder)!r})); print('held', flush=True); sys.stdin.read()"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=REPO)
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        yield holder.pid
+    finally:
+        holder.communicate("")
+
+
+def test_one_reproduction_at_a_time_per_reproduce_out(tiny_package: Path, tmp_path: Path) -> None:
+    """Two working folders, one reproduce_out: the second stops before any job, naming the holder."""
+    out_dir = tmp_path / "shared_out"
+    with held(out_dir) as pid:
         out = _reproduce(tmp_path / "second", tiny_package / "submission" / "mlrepro", "runs=1",
                          f"reproduce_out={out_dir}", check=False)
         text = out.stdout + out.stderr
-        assert out.returncode != 0 and "in use by another mlrepro pipeline" in text and str(holder.pid) in text
+        assert out.returncode != 0 and "in use by another mlrepro pipeline" in text and str(pid) in text
         assert sorted(p.name for p in out_dir.iterdir()) == [outdir_lock.LOCK_NAME]  # no job ran
-    finally:
-        holder.communicate("")
 
 
 def test_outdir_is_refused_in_reproduce_mode(tiny_package: Path, tmp_path: Path) -> None:
@@ -284,7 +293,8 @@ def test_outdir_is_refused_in_reproduce_mode(tiny_package: Path, tmp_path: Path)
 
 def test_package_changed_by_its_own_code_is_an_error_of_the_report(tiny_package: Path, tmp_path: Path) -> None:
     """The package's run_and_time.sh runs with the user's rights and edits a result of the package by its
-    absolute path: the package is hashed again at the end, and the report names the change (not comparable)."""
+    absolute path: the package is hashed again at the end, and the report names the change (not comparable); the
+    whole run fails with it."""
     from mlrepro.package import provenance
 
     org = Path(shutil.copytree(tiny_package / "submission" / "mlrepro", tmp_path / "pkg" / "mlrepro"))
@@ -293,10 +303,11 @@ def test_package_changed_by_its_own_code_is_an_error_of_the_report(tiny_package:
     script.write_text(script.read_text().replace("set -euo pipefail\n", f"set -euo pipefail\necho >> {victim}\n"))
     manifest = json.loads((org / "provenance.json").read_text())
     provenance.write(org, {**manifest, "files": package_files(org)})  # a package that verifies as it is
-    out = _reproduce(tmp_path / "work", org, "runs=1")
+    out = _reproduce(tmp_path / "work", org, "runs=1", check=False)
     doc = json.loads((tmp_path / "work" / "reproduction" / "reproduction.json").read_text())
     change = f"{victim.relative_to(org)}: changed"
     assert doc["package_changes"] == [change] and doc["verdict"] == "not comparable"
     assert f"error: the package {org} changed while it was reproduced: {change}" in out.stderr
+    assert out.returncode != 0 and f"the package {org} changed while it was reproduced ({change})" in out.stderr
     assert "the package changed while it was reproduced" in (tmp_path / "work" / "reproduction" /
                                                              "reproduction.html").read_text()

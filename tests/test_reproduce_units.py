@@ -176,3 +176,44 @@ def test_package_folders_that_are_symlinks_are_refused(tmp_path: Path) -> None:
     (org / "systems").symlink_to(tmp_path / "systems")
     with pytest.raises(ReproduceError, match=r"org/systems is a symlink \(-> .*\), not a folder of the package"):
         _plan(org)
+
+
+def test_a_container_engine_needs_the_implementations_dockerfile_before_anything_runs(tmp_path: Path) -> None:
+    """engine: podman runs the package's code in the image its Dockerfile builds: without one (or with a link in
+    its place) the plan stops, naming the folder and the native alternative; natively none is needed."""
+    org = _package(tmp_path)
+    impl = org / "benchmarks" / "resnet" / "implementations" / "impl"
+    args = {"system": SYSTEM, "only": [], "runs": None, "overrides": {}, "default_data_seed": 1,
+            "data_dirs": {"resnet": str(tmp_path / "data")}}
+    assert plan.plan(org, **args).benchmarks["resnet"].dockerfile == ""
+    (impl / "Dockerfile").symlink_to("/etc/hostname")
+    with pytest.raises(ReproduceError, match=rf"resnet: engine podman runs the package's code in the image its "
+                       rf"Dockerfile builds, and {impl} has none .*reproduce with engine=native"):
+        plan.plan(org, **args, engine="podman")
+    (impl / "Dockerfile").unlink()
+    (impl / "Dockerfile").write_text("FROM scratch\n")
+    assert plan.plan(org, **args, engine="podman").benchmarks["resnet"].dockerfile == "Dockerfile"
+
+
+def test_contained_launch_file_mounts_the_staged_copy(tmp_path: Path) -> None:
+    """The launch file names the staged copy as the run's code: a container engine mounts it read-only and runs
+    the staged run_and_time.sh there (mlrepro.runs.driver), never the package's. What the config file prints does
+    not run into its variables."""
+    org = _package(tmp_path, "echo printed by the config\nexport DGXNNODES=1\nexport DGXNGPU=0\n")
+    staged = tmp_path / "staged"
+    stage.stage(org / "benchmarks" / "resnet" / "implementations" / "impl", staged)
+    spec = launch_spec(_plan(org).benchmarks["resnet"], staged, tmp_path / "data", threads=1, device="cpu")
+    assert spec.code == str(staged) and spec.folder == str(staged)
+    assert str(org) not in spec.to_json()
+    assert spec.env == {"DGXNNODES": "1", "DGXNGPU": "0"}
+
+
+def test_a_file_over_the_size_limit_is_named_not_hashed(tmp_path: Path) -> None:
+    """A sparse 3 GB file in a package without a manifest: the reproduction's check names it before anything runs,
+    without reading it (hashing it would take as long as reading 3 GB, a terabyte hours)."""
+    org = _package(tmp_path)
+    with (org / "benchmarks" / "resnet" / "implementations" / "impl" / "weights.bin").open("wb") as f:
+        f.truncate(3 << 30)
+    with pytest.raises(ReproduceError, match=r"files over the size limit of \d+ bytes, which are not hashed: "
+                       r"benchmarks/resnet/implementations/impl/weights\.bin \(3221225472 bytes\)\. Nothing was run"):
+        verify.before(org)

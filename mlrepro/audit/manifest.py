@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from mlrepro.core import mllog_reader, safe_read
-from mlrepro.package.provenance import MANIFEST, SIDECAR, package_files
+from mlrepro.package.provenance import MANIFEST, SIDECAR, UNHASHED, package_files
 
 # A result's run window must lie within its launch (the ledger's times are the driver's, in seconds).
 _SLACK_MS = 2000
@@ -84,14 +84,19 @@ def _check_hash(check: ManifestCheck, org_dir: Path, data: bytes, expected: str 
                   f"{expected}: manifest (and sidecar) replaced")
 
 
-def _check_files(check: ManifestCheck, org_dir: Path, recorded: dict[str, str]) -> dict[str, str]:
+def _check_files(check: ManifestCheck, org_dir: Path, recorded: dict[str, str], max_bytes: int | None
+                 ) -> dict[str, str]:
     """Compare the package's files with the manifest's; return the package's (path -> sha256)."""
-    present = package_files(org_dir)
+    present = package_files(org_dir, max_bytes)
+    for rel in sorted(k for k, v in present.items() if v.startswith(UNHASHED)):
+        check.add("error", "file too large to verify", rel, f"{rel}: {present[rel].removeprefix(UNHASHED)}, over "
+                  f"the limit of {max_bytes} (raise it with audit_max_file_mb); not hashed, so not verified")
     for rel in sorted(recorded.keys() - present.keys()):
         check.add("error", "file removed", rel, f"{rel} is in the manifest but not in the package (removed)")
     for rel in sorted(present.keys() - recorded.keys()):
         check.add("error", "file added", rel, f"{rel} is in the package but not in the manifest (added)")
-    for rel in sorted(k for k in recorded.keys() & present.keys() if recorded[k] != present[k]):
+    for rel in sorted(k for k in recorded.keys() & present.keys()
+                      if recorded[k] != present[k] and not present[k].startswith(UNHASHED)):
         if rel.startswith("systems/") and rel.endswith(".json"):
             kind, what = "system description changed", "the system description"
         elif rel.startswith("results/"):
@@ -161,9 +166,10 @@ def _check_runs(check: ManifestCheck, org_dir: Path, manifest: dict[str, Any], p
                       f"{where} ended {rec.get('status')!r} (exit status {rec.get('exit_status')})")
 
 
-def verify(org_dir: Path, expected_sha256: str | None = None) -> ManifestCheck:
+def verify(org_dir: Path, expected_sha256: str | None = None,
+           max_bytes: int | None = safe_read.DEFAULT_MAX_BYTES) -> ManifestCheck:
     """Check the package ``org_dir`` against its manifest; ``expected_sha256``: the hash published
-    with the package (its report), when the auditor has it."""
+    with the package (its report), when the auditor has it; ``max_bytes``: the largest file read or hashed."""
     path = org_dir / MANIFEST
     if not os.path.lexists(path):
         missing = ManifestCheck(False, note=f"The package has no {MANIFEST}: audited as before, without provenance "
@@ -175,7 +181,7 @@ def verify(org_dir: Path, expected_sha256: str | None = None) -> ManifestCheck:
         return missing
     check = ManifestCheck(True)
     try:  # a link out of the package, a FIFO, a device or a huge file is a verdict, never read
-        data = safe_read.read_bytes(path, org_dir)
+        data = safe_read.read_bytes(path, org_dir, max_bytes)
     except safe_read.UnsafeInput as e:
         check.add("error", "manifest unreadable", MANIFEST, f"{MANIFEST} is not read: {e}")
         return check
@@ -187,7 +193,7 @@ def verify(org_dir: Path, expected_sha256: str | None = None) -> ManifestCheck:
     except ValueError as e:  # UnsafeInput too: invalid, or nested too deep
         check.add("error", "manifest unreadable", MANIFEST, f"{MANIFEST} cannot be read: {e}")
         return check
-    present = _check_files(check, org_dir, manifest["files"])
+    present = _check_files(check, org_dir, manifest["files"], max_bytes)
     _check_runs(check, org_dir, manifest, present)
     git = manifest.get("git") or {}
     if git.get("dirty"):

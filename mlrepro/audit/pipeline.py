@@ -70,7 +70,7 @@ def summarize(root: Path, checks: dict[str, Any], usage: str, ruleset: str, mani
             verdict = package.PackageVerdict()
             verdict.error(f"The package check failed on unexpected input: {type(e).__name__}: {e}")
         org_out: dict[str, Any] = {"name": org.name, "package": asdict(verdict), "systems": [],
-                                   "provenance": manifest.verify(org.path, manifest_sha256).to_dict()}
+                                   "provenance": manifest.verify(org.path, manifest_sha256, max_bytes).to_dict()}
         for system in _systems(org):
             desc = scoring.load_system_desc(org, system)
             division = (desc.desc or {}).get("division", "")

@@ -7,8 +7,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from mlrepro.datasets import fetch, stamps, steps
 from mlrepro.datasets import recipe as _recipe
-from mlrepro.datasets import stamps, steps
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -96,4 +96,7 @@ def verify(receipts: list[Path], jobs: int) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except fetch.DatasetError as e:  # a message naming file and what to do, not a traceback
+        sys.exit(f"error: {e}")

@@ -6,7 +6,7 @@ The training loop reads through this module only; writing a dataset is :mod:`mlr
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from mlrepro.core.hashing import sha256_file
 
@@ -30,6 +30,9 @@ def read_manifest(data_dir: Path) -> dict[str, str]:
         digest, sep, name = line.partition("  ")
         if not sep or len(digest) != 64:
             raise DataChecksumError(f"{path}:{n}: not a sha256sum line: {line!r}")
+        if name in ("", ".") or name.startswith("/") or ".." in PurePosixPath(name).parts:
+            raise DataChecksumError(f"{path}:{n}: {name!r} is not a file of {data_dir} (an absolute name, or one "
+                                    "with ..): a manifest lists its folder's own files")
         entries[name] = digest
     return entries
 

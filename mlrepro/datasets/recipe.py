@@ -46,9 +46,18 @@ class Recipe:
         return [s for s in self.sources if s.url is None]
 
     def digest(self, *parts: str) -> str:
-        """A digest of the recipe's ``parts``: a folder made from other settings is not reused."""
+        """A digest of the recipe's ``parts``: a folder made from other settings is not reused. A source with a
+        published hash is that content wherever it comes from: its url (or manual note) and size leave it out,
+        so that a mirror's recipe (``data: {recipe: FILE}``) finds the folder made."""
         raw = yaml.safe_load(self.path.read_text())
-        return hashlib.sha256(json.dumps([raw.get(p) for p in parts], sort_keys=True).encode()).hexdigest()
+
+        def what(part: str) -> Any:
+            if part != "sources":
+                return raw.get(part)
+            return [{k: v for k, v in s.items() if k not in ("url", "manual", "size")} if s.get("hash") else s
+                    for s in raw.get("sources") or []]
+
+        return hashlib.sha256(json.dumps([what(p) for p in parts], sort_keys=True).encode()).hexdigest()
 
 
 def _expand(entry: dict[str, Any]) -> list[dict[str, Any]]:

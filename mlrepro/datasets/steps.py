@@ -19,7 +19,7 @@ from typing import Any
 from mlrepro.core import atomic
 from mlrepro.datasets import extract as _extract
 from mlrepro.datasets import fetch, prepare, stamps
-from mlrepro.datasets.manifest import MANIFEST
+from mlrepro.datasets.manifest import MANIFEST, DataChecksumError, read_manifest
 from mlrepro.datasets.recipe import Recipe
 from mlrepro.datasets.safe_tree import Tree as SafeTree
 
@@ -28,17 +28,29 @@ MADE_BY = ".made-by.json"
 
 @contextlib.contextmanager
 def locked(root: Path) -> Iterator[None]:
-    """Hold ``root/.lock``; on a read-only data_root (nothing can be made there anyway) go on without it."""
+    """Hold ``root/.lock``. Another user's lock file (0644: not writable here) is locked through a read-only
+    handle, which flock allows; only where there is none and none can be made (a read-only data_root, where
+    nothing can be made either) go on without it. A file system that refuses locks stops, naming the file."""
+    lock = root / ".lock"
     try:
         root.mkdir(parents=True, exist_ok=True)
-        handle = (root / ".lock").open("a")
+        handle = lock.open("a")
     except OSError as e:
-        if e.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+        if e.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
+            raise
+        try:
+            handle = lock.open("r")
+        except FileNotFoundError:
             yield
             return
-        raise
     with handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        except OSError as e:  # NFS without its lock service: ENOLCK; some FUSE file systems: EOPNOTSUPP
+            raise fetch.DatasetError(
+                f"{lock}: the file system refuses the lock that keeps two pipelines from building one dataset at "
+                f"once ({e.strerror}); put data_root on a file system with locks (NFS: mount with lockd, without "
+                "nolock), or give each pipeline its own data_root") from None
         try:
             yield
         finally:
@@ -88,6 +100,16 @@ def _build(recipe: Recipe, root: Path, name: str, parts: tuple[str, ...], needed
     folder = root / name
     digest = recipe.digest(*parts)
     with locked(root):
+        if folder.exists() and not _made(folder, digest):
+            # another pipeline sharing this data_root may be reading it: never swapped under it
+            try:
+                maker = json.loads((folder / MADE_BY).read_text()).get("file")
+            except (OSError, ValueError, AttributeError):
+                maker = None
+            raise fetch.DatasetError(
+                f"{folder} was made by another recipe ({maker or 'unknown'}) than {recipe.path}, and a pipeline "
+                "sharing this data_root may be using it: it is not rebuilt in place. When none uses it, remove it "
+                f"(rm -r {folder}) and run again; or give this pipeline its own data_root.")
         if not _made(folder, digest):
             fetch.check_free_space(root, needed, name, recipe)
             with atomic.atomic_dir(folder) as tmp:
@@ -145,7 +167,13 @@ def adopt(folder: Path, receipt: Path) -> None:
             f"{folder}: no {MANIFEST}; a prepared folder is used only with its manifest. Make one with "
             f"`cd {folder} && find . -type f ! -name {MANIFEST} -printf '%P\\0' | sort -z | "
             f"xargs -0 sha256sum > {MANIFEST}` (or prepare it with data: recipe).")
-    problems, _ = stamps.verify_folders([folder], progress=False)
+    try:  # names that leave the folder, or none at all: nothing would be verified
+        if not read_manifest(folder):
+            raise fetch.DatasetError(f"{folder / MANIFEST}: lists no files; a prepared folder is used only with a "
+                                     "manifest of its files (make one as above)")
+        problems, _ = stamps.verify_folders([folder], progress=False)
+    except DataChecksumError as e:
+        raise fetch.DatasetError(str(e)) from None
     if problems:
         raise fetch.DatasetError("\n".join(map(str, problems)))
     stamps.write_receipt(receipt, folder)

@@ -34,9 +34,13 @@ SIDECAR = "provenance.sha256"
 FORMAT = 1
 
 
-def package_files(org_dir: Path) -> dict[str, str]:
+UNHASHED = "not hashed: "  # a file over the reader's size limit: its size instead of its hash
+
+
+def package_files(org_dir: Path, max_bytes: int | None = None) -> dict[str, str]:
     """Relative path -> sha256 of every file of the package but the manifest and its sidecar.
-    Symlinks are recorded by their target text, never followed."""
+    Symlinks are recorded by their target text, never followed; a file over ``max_bytes`` (an auditor's bound:
+    a hostile package may hold a sparse terabyte) by :data:`UNHASHED` and its size, never read."""
     files: dict[str, str] = {}
     for dirpath, dirnames, filenames in os.walk(org_dir):
         dirnames.sort()
@@ -48,11 +52,13 @@ def package_files(org_dir: Path) -> dict[str, str]:
             if path.is_symlink():
                 files[rel] = "symlink:" + os.readlink(path)
             elif path.is_file():
-                files[rel] = sha256_file(path)
+                size = path.stat().st_size
+                files[rel] = f"{UNHASHED}{size} bytes" if max_bytes is not None and size > max_bytes \
+                    else sha256_file(path)
     return files
 
 
-def git_state(repo: Path = PROJECT_ROOT) -> dict[str, Any]:
+def git_state(repo: Path) -> dict[str, Any]:
     def git(*args: str) -> str | None:
         try:
             out = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=False)
@@ -93,9 +99,10 @@ def _run_record(system: str, benchmark: str, index: int, result_rel: str, run_di
 
 
 def build(org_dir: Path, *, ruleset: str, outdir: Path, config: dict[str, Any], config_hash: str,
-          runs: dict[str, dict[str, list[str]]], data_manifests: dict[str, str]) -> dict[str, Any]:
+          runs: dict[str, dict[str, list[str]]], data_manifests: dict[str, str], repo: Path) -> dict[str, Any]:
     """The manifest of the assembled package ``org_dir``; ``runs`` maps system -> benchmark -> run folders in
-    package order, ``data_manifests`` benchmark -> its dataset's MANIFEST.sha256."""
+    package order, ``data_manifests`` benchmark -> its dataset's MANIFEST.sha256; ``repo`` the checkout the
+    Snakefile runs from (its git state is the package's; an mlrepro imported from another tree is named too)."""
     outdir = outdir.resolve()
     run_records, ledgers, images = [], [], {}
     for system, benchmarks in runs.items():
@@ -117,13 +124,20 @@ def build(org_dir: Path, *, ruleset: str, outdir: Path, config: dict[str, Any], 
         "engines": sorted({str(r["engine"]) for r in run_records}),
         "datasets": {b: {"manifest": os.path.relpath(Path(p).resolve(), outdir), "sha256": sha256_file(Path(p)),
                          "files": len(Path(p).read_text().splitlines())} for b, p in sorted(data_manifests.items())},
-        "git": git_state(),
+        "git": _code_state(repo),
         "config": config,
         "config_hash": config_hash,
         "config_sha256": hashlib.sha256(config_text.encode()).hexdigest(),
         "runs": run_records,
         "ledger": ledgers,
     }
+
+
+def _code_state(repo: Path) -> dict[str, Any]:
+    state = git_state(repo)
+    if PROJECT_ROOT.resolve() != repo.resolve():  # the Python package was imported from another tree (installed)
+        state["imported_package"] = {"path": str(PROJECT_ROOT), **git_state(PROJECT_ROOT)}
+    return state
 
 
 def manifest_bytes(manifest: dict[str, Any]) -> bytes:
@@ -145,5 +159,5 @@ def write_for_package(org_dir: Path, spec: dict[str, Any], provenance: dict[str,
                      config=provenance["config"], config_hash=provenance["config_hash"],
                      runs={s: {b: [str(Path(f).parent) for f in files] for b, files in benchmarks.items()}
                            for s, benchmarks in spec["runs"].items()},
-                     data_manifests=provenance["data_manifests"])
+                     data_manifests=provenance["data_manifests"], repo=Path(provenance["repo"]))
     return write(org_dir, manifest)

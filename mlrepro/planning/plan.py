@@ -342,6 +342,7 @@ class Plan:
                 "image_record": None if self.native else str(self.out.image_record(spec.image)),
             } for b, spec in self.benchmarks.items()},
             "provenance": {"outdir": str(self.out.root), "config": c, "config_hash": self.config_hash,
+                           "repo": str(self.repo),  # the Snakefile's checkout, whose git state is recorded
                            "data_manifests": {b: str(self.dataset_dir(b) / MANIFEST) for b in self.benchmarks
                                               if self.benchmarks[b].mini}},
         }

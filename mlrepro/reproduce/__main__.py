@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from mlrepro.core import atomic, safe_read
-from mlrepro.reproduce import compare, launch, plan, report, stage, verify
+from mlrepro.reproduce import compare, image, launch, plan, report, stage, verify
 from mlrepro.reproduce.errors import ReproduceError
 
 
@@ -44,7 +44,26 @@ def _parser() -> argparse.ArgumentParser:
     la.add_argument("--data-dir", type=Path, required=True)
     la.add_argument("--threads", type=int, required=True)
     la.add_argument("--device", required=True)
+    la.add_argument("--image-record", type=Path, default=None, help="source the config file in this image")
     la.add_argument("--out", type=Path, required=True)
+    im = sub.add_parser("image", help="build the image a benchmark's staged copy runs in (a container engine)")
+    im.add_argument("--plan", type=Path, required=True)
+    im.add_argument("--benchmark", required=True)
+    im.add_argument("--staged", type=Path, required=True)
+    im.add_argument("--engine", required=True)
+    im.add_argument("--socket", default=None)
+    im.add_argument("--build-arg", action="append", default=[], metavar="KEY=VALUE")
+    im.add_argument("--tag-prefix", required=True)
+    im.add_argument("--out", type=Path, required=True)
+    im.add_argument("--log", type=Path, required=True)
+    d = sub.add_parser("data", help="the package's data generator, in its image")
+    d.add_argument("--image-record", type=Path, required=True)
+    d.add_argument("--staged", type=Path, required=True)
+    d.add_argument("--benchmark", required=True)
+    d.add_argument("--out", type=Path, required=True)
+    d.add_argument("--params", required=True, help="the benchmark's 'data' block as JSON (the generator's --params)")
+    d.add_argument("--seed", type=int, required=True)
+    d.add_argument("--log", type=Path, required=True)
     r = sub.add_parser("report", help="compare the reproduced runs with the submission")
     r.add_argument("--plan", type=Path, required=True)
     r.add_argument("--package-check", type=Path, required=True, help="what verify recorded before the runs")
@@ -64,7 +83,14 @@ def main(argv: list[str] | None = None) -> None:
             stage.stage(Path(_plan(args.plan).benchmarks[args.benchmark].implementation), args.out)
         elif args.step == "launch":
             launch.write_launch(_plan(args.plan).benchmarks[args.benchmark], args.staged, args.data_dir, args.out,
-                         threads=args.threads, device=args.device)
+                                threads=args.threads, device=args.device, image_record=args.image_record)
+        elif args.step == "image":
+            build_args = dict(a.partition("=")[::2] for a in args.build_arg)
+            image.build(_plan(args.plan).benchmarks[args.benchmark], args.staged.resolve(), args.out, args.log,
+                        engine=args.engine, socket=args.socket, build_args=build_args, tag_prefix=args.tag_prefix)
+        elif args.step == "data":
+            image.generate(args.image_record, args.staged.resolve(), args.benchmark, args.out.resolve(), args.params,
+                           args.seed, args.log)
         else:
             p = _plan(args.plan)
             changes = verify.after(Path(p.package), safe_read.read_json(args.package_check))

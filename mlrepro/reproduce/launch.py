@@ -19,9 +19,14 @@ def staged_run_folder(b: BenchmarkPlan, staged: Path) -> Path:
     return staged / Path(b.run_folder).relative_to(b.implementation)
 
 
-def _checked_env(b: BenchmarkPlan, config: Path) -> dict[str, str]:
+def _checked_env(b: BenchmarkPlan, config: Path, staged: Path, image_record: Path | None) -> dict[str, str]:
     try:
-        env = capture(config)
+        if image_record is None:
+            env = capture(config)
+        else:
+            from mlrepro.reproduce.image import capture_in_image
+
+            env = capture_in_image(image_record, config, staged)
     except ImplementationError as e:
         raise ReproduceError(f"{b.name}: {e}") from None
     try:
@@ -36,18 +41,23 @@ def _checked_env(b: BenchmarkPlan, config: Path) -> dict[str, str]:
     return env
 
 
-def launch_spec(b: BenchmarkPlan, staged: Path, data_dir: Path, *, threads: int, device: str) -> LaunchSpec:
-    """The launch file mlrepro.runs.driver reads, for the staged copy of the package's implementation."""
+def launch_spec(b: BenchmarkPlan, staged: Path, data_dir: Path, *, threads: int, device: str,
+                image_record: Path | None = None) -> LaunchSpec:
+    """The launch file mlrepro.runs.driver reads, for the staged copy of the package's implementation; its config
+    file sourced natively or (``image_record``) in the image the runs use. With a container engine the driver
+    mounts the staged copy (``code``) read-only and runs it there."""
     run_folder = staged_run_folder(b, staged)
-    env = _checked_env(b, run_folder / b.config_file)
+    env = _checked_env(b, run_folder / b.config_file, staged, image_record)
     if b.kind == MINI:  # its training code is the package's: the staged copy comes first on the path
         env["PYTHONPATH"] = str(staged)
     return LaunchSpec(benchmark=b.name, kind=b.kind, name=Path(b.implementation).name, folder=str(run_folder),
                       config_file=b.config_file, script_in_container=f"./{RUN_SCRIPT}", env=env, params=b.params,
                       data_dir=str(data_dir), data_mount=DATA_MOUNTS.get(b.name, "/data"), log_mount=LOG_MOUNT,
                       gpus=b.gpus, threads=threads, nodes=b.nodes, tasks_per_node=1, device=device,
-                      drop_caches=False, submission=b.submission)
+                      drop_caches=False, submission=b.submission, code=str(staged))
 
 
-def write_launch(b: BenchmarkPlan, staged: Path, data_dir: Path, out: Path, *, threads: int, device: str) -> None:
-    launch_spec(b, staged.resolve(), data_dir.resolve(), threads=threads, device=device).write(out)
+def write_launch(b: BenchmarkPlan, staged: Path, data_dir: Path, out: Path, *, threads: int, device: str,
+                 image_record: Path | None = None) -> None:
+    launch_spec(b, staged.resolve(), data_dir.resolve(), threads=threads, device=device,
+                image_record=image_record).write(out)

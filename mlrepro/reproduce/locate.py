@@ -35,6 +35,15 @@ class PackagedImplementation:
     def name(self) -> str:
         return self.folder.name
 
+    @property
+    def dockerfile(self) -> Path | None:
+        """The image's Dockerfile (a regular file): ours ``containers/<image>/Dockerfile`` (exactly one), a
+        vendor's beside its run_and_time.sh; None without one."""
+        found = (sorted(self.folder.glob("containers/*/Dockerfile")) if self.kind == MINI
+                 else [self.run_folder / "Dockerfile"])
+        ok = [f for f in found if f.is_file() and not f.is_symlink()]
+        return ok[0] if len(ok) == 1 == len(found) else None
+
 
 def _config_for(folder: Path, system: str, kind: str, chosen: str | None) -> Path | None:
     """The config file named ``chosen`` (system_config, as the pipeline takes it), else config_<X>.sh for

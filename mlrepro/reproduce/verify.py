@@ -14,15 +14,16 @@ from pathlib import Path
 from typing import Any
 
 from mlrepro.audit import manifest as audit_manifest
+from mlrepro.core import safe_read
 from mlrepro.core.hashing import sha256_file
-from mlrepro.package.provenance import MANIFEST, SIDECAR, package_files
+from mlrepro.package.provenance import MANIFEST, SIDECAR, UNHASHED, package_files
 from mlrepro.reproduce.errors import ReproduceError
 from mlrepro.reproduce.stage import listing, survey
 
 
 def _tree(org_dir: Path) -> dict[str, str]:
     """Every file of the package with its sha256 (links by their target text), the manifest's too."""
-    files = package_files(org_dir)
+    files = package_files(org_dir, safe_read.DEFAULT_MAX_BYTES)  # a sparse terabyte is named, never hashed
     for name in (MANIFEST, SIDECAR):
         if (org_dir / name).is_file() and not (org_dir / name).is_symlink():
             files[name] = sha256_file(org_dir / name)
@@ -41,7 +42,12 @@ def before(org_dir: Path, expected_sha256: str | None = None) -> dict[str, Any]:
     if errors:
         raise ReproduceError(f"The package {org_dir} does not match its {MANIFEST}: {listing(errors)}. "
                              "Nothing was run: a reproduction judges the package as it was made.")
-    return {"package": str(org_dir), "manifest": check.to_dict(), "files": _tree(org_dir)}
+    files = _tree(org_dir)
+    if large := [f"{rel} ({files[rel].removeprefix(UNHASHED)})" for rel in files if files[rel].startswith(UNHASHED)]:
+        raise ReproduceError(f"The package {org_dir} holds files over the size limit of {safe_read.DEFAULT_MAX_BYTES} "
+                             f"bytes, which are not hashed: {listing(large)}. Nothing was run: a package's files are "
+                             "checked unchanged after the reproduction.")
+    return {"package": str(org_dir), "manifest": check.to_dict(), "files": files}
 
 
 def after(org_dir: Path, record: dict[str, Any]) -> list[str]:

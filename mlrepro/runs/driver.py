@@ -75,6 +75,9 @@ def execute(engine: Engine, launch: dict[str, Any], image: str | None, run_dir: 
         mounts = [Mount(data, read_only=True, target=launch["data_mount"]),
                   Mount(run_dir, read_only=False, target=launch["log_mount"])]
         workdir = None
+        if launch.get("code"):  # code from the host (a reproduced package's staged copy): read-only, run in place
+            mounts.append(Mount(Path(launch["code"]), read_only=True))
+            workdir = launch["folder"]
     if processes > 1:  # one run, several processes: srun inside a Slurm allocation, torchrun elsewhere
         argv, env, image, mounts, engine = _multi_process(engine, launch, image, argv, env, mounts, workdir, run_dir,
                                                            log)

@@ -87,8 +87,13 @@ def _bash_env(script: str, config: Path | None, cwd: Path) -> dict[str, str]:
         stderr = proc.stderr.decode(errors="replace").strip()[-2000:]
         raise ImplementationError(f"{config}: sourcing it with bash failed (exit {proc.returncode}):\n{stderr}\n"
                                   "Fix the config file, or choose another with benchmarks.<bm>.system_config.")
+    return parse_env0(proc.stdout)
+
+
+def parse_env0(data: bytes) -> dict[str, str]:
+    """The variables ``env -0`` printed."""
     env = {}
-    for item in proc.stdout.split(b"\0"):
+    for item in data.split(b"\0"):
         key, sep, value = item.decode(errors="replace").partition("=")
         if sep:
             env[key] = value
@@ -112,7 +117,8 @@ def capture(config: Path) -> dict[str, str]:
     if cwd not in _BASELINE:
         _BASELINE[cwd] = _bash_env("env -0", None, cwd)
     base = _BASELINE[cwd]
-    env = _bash_env('set -a; source "$1"; env -0', config.resolve(), cwd)
+    # what the file prints goes to stderr: on stdout it would run into the first variable
+    env = _bash_env('set -a; source "$1" >&2; env -0', config.resolve(), cwd)
     return {k: v for k, v in env.items() if k != "_" and base.get(k) != v}
 
 

@@ -42,6 +42,9 @@ class LaunchSpec:
     script_in_container: str | None = None
     data_mount: str | None = None
     log_mount: str | None = None
+    # container engines only: a host folder holding the run's code, mounted read-only at its own path, and the run
+    # started in ``folder`` there (reproduce: the package's staged copy); None: the code is in the image
+    code: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
