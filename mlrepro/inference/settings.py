@@ -16,7 +16,6 @@ from mlrepro.inference import rounds
 from mlrepro.inference.summary import SCENARIOS
 
 MODES = ("performance", "accuracy")
-QUALITY_FRACTION = 0.99  # the closed target: 99% of the reference model's accuracy
 
 # Shortened settings: a second instead of ten minutes, and the queries early stopping needs however fast
 # the machine is (LoadGen 6.0.17 names them when a run has fewer): SingleStream's p90 estimate needs 64;

@@ -23,6 +23,7 @@ from mlrepro.core.config import Benchmark, config_hash, run_seed, submittable, s
 from mlrepro.core.outputs import Outputs
 from mlrepro.datasets import recipe as data_recipe
 from mlrepro.datasets.manifest import MANIFEST
+from mlrepro.inference import rounds
 from mlrepro.runs.accelerators import machine_gpus
 from mlrepro.runs.implementation import describe as describe_implementation
 from mlrepro.runs.launch_spec import LaunchSpec
@@ -250,6 +251,13 @@ class Plan:
     def inference_benchmarks(self) -> list[str]:
         """Served: our own models only (a vendor implementation's checkpoint is not ours to load)."""
         return [b for b in self.config["inference"]["benchmarks"] if b in self.benchmarks and self.benchmarks[b].mini]
+
+    @cached_property
+    def inference_scenarios(self) -> dict[str, list[str]]:
+        """benchmark -> the scenarios it is served in: inference.scenarios as the declared round requires them of
+        each model for the system type they make (mlrepro/inference/rounds.py)."""
+        inf = self.config["inference"]
+        return rounds.get(inf["round"]).served_scenarios(self.inference_benchmarks, inf["scenarios"])
 
     @cached_property
     def inference_targets(self) -> list[Path]:
