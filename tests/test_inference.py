@@ -35,17 +35,32 @@ def _py(*args: str) -> subprocess.CompletedProcess[str]:
     return proc
 
 
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """One converged mini-ResNet run through the real run driver (the checkpoint hook under test)."""
+def _train(benchmark: str, params: dict[str, Any], root: Path, data_seed: int = 5) -> dict[str, Any]:
+    """One converged run of ``benchmark`` through the real run driver (the checkpoint hook under test): its
+    data folder, run.json, params file and held-out set size."""
     from mlrepro.datasets import generated
-    root = tmp_path_factory.mktemp("inference")
-    data_dir = root / "data"
-    data_dir.mkdir()
-    generated.generate("resnet", data_dir, {"data": TINY["data"]}, 7)
-    run_dir = root / "runs" / "resnet" / "0"
-    _py(*mini_launch("resnet", TINY, data_dir, root), "--seed", "3", "--run-dir", str(run_dir))
-    return {"root": root, "data": data_dir, "run_json": run_dir / "run.json"}
+    (root / "data").mkdir(parents=True)
+    generated.generate(benchmark, root / "data", {"data": params["data"]}, data_seed)
+    run_dir = root / "train" / benchmark / "0"
+    _py(*mini_launch(benchmark, params, root / "data", root), "--seed", "3", "--run-dir", str(run_dir))
+    (root / "params.json").write_text(json.dumps(params))
+    return {"data": root / "data", "run_json": run_dir / "run.json", "params": root / "params.json",
+            "samples": params["data"]["eval_samples"]}
+
+
+def _run_argv(t: dict[str, Any], benchmark: str, scenario: str, mode: str, conf: Path, out: Path,
+              round_name: str = rounds.DEFAULT, shortened: bool = True) -> list[str]:
+    """The inference run module's command line for a run of ``t`` (what _train returned)."""
+    return [sys.executable, "-m", "mlrepro.inference.run", "--benchmark", benchmark, "--scenario", scenario,
+            "--mode", mode, "--runs", str(t["run_json"]), "--data-dir", str(t["data"]), "--params-file",
+            str(t["params"]), "--user-conf", str(conf), *(["--shortened"] if shortened else []),
+            "--round", round_name, "--out", str(out)]
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """One converged mini-ResNet run."""
+    return _train("resnet", TINY, tmp_path_factory.mktemp("inference"), data_seed=7)
 
 
 def test_converged_run_records_its_checkpoint_and_a_changed_one_is_refused(trained: dict[str, Path],
@@ -74,14 +89,9 @@ def _serve_every_scenario(trained: dict[str, Path], out: Path, round_name: str) 
     conf = out / "resnet.user.conf"
     conf.write_text(settings.user_conf("resnet", TINY["data"]["eval_samples"], shortened=True, round_name=round_name))
     runs_dir = out / "runs"
-    params_file = out / "params.json"
-    params_file.write_text(json.dumps(TINY))
 
     def argv(scenario: str, mode: str) -> list[str]:
-        return [sys.executable, "-m", "mlrepro.inference.run", "--benchmark", "resnet", "--scenario", scenario,
-                "--mode", mode, "--runs", str(trained["run_json"]), "--data-dir", str(trained["data"]),
-                "--params-file", str(params_file), "--user-conf", str(conf), "--shortened", "--round", round_name,
-                "--out", str(runs_dir / "resnet" / scenario / mode)]
+        return _run_argv(trained, "resnet", scenario, mode, conf, runs_dir / "resnet" / scenario / mode, round_name)
 
     # accuracy runs do not time anything: all four at once, beside each other; performance runs alone
     accuracy = [subprocess.Popen(argv(s, "accuracy"), cwd=REPO, env=ENV, stdout=subprocess.PIPE,
@@ -234,27 +244,20 @@ def official_check(round_name: str, submission: Path, checker_dir: Path) -> tupl
 OTHERS = ("dlrm", "bert", "ssd", "rnnt", "unet3d")
 
 
+def _defaults(benchmark: str) -> dict[str, Any]:
+    """The workflow's own parameters (each trains to its own target); dlrm one epoch of a smaller set."""
+    import yaml
+    params: dict[str, Any] = yaml.safe_load((REPO / "workflows" / benchmark / "defaults.yaml").read_text())
+    if benchmark == "dlrm":
+        params.update(max_epochs=1, target=0.0)
+        params["data"].update(train_samples=1024, eval_samples=512)
+    return params
+
+
 @pytest.fixture(scope="module")
 def others_trained(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
-    import yaml
-
-    from mlrepro.datasets import generated
     root = tmp_path_factory.mktemp("others")
-    trained: dict[str, dict[str, Any]] = {}
-    for b in OTHERS:
-        params = yaml.safe_load((REPO / "workflows" / b / "defaults.yaml").read_text())
-        if b == "dlrm":
-            params.update(max_epochs=1, target=0.0)
-            params["data"].update(train_samples=1024, eval_samples=512)
-        data = root / b / "data"
-        data.mkdir(parents=True)
-        generated.generate(b, data, {"data": params["data"]}, 5)
-        run_dir = root / b / "runs" / "0"
-        _py(*mini_launch(b, params, data, root / b), "--seed", "3", "--run-dir", str(run_dir))
-        (root / b / "params.json").write_text(json.dumps(params))
-        trained[b] = {"data": data, "run_json": run_dir / "run.json", "params": root / b / "params.json",
-                      "samples": params["data"]["eval_samples"]}
-    return trained
+    return {b: _train(b, _defaults(b), root / b) for b in OTHERS}
 
 
 @pytest.fixture(scope="module")
@@ -273,10 +276,7 @@ def others_served(others_trained: dict[str, dict[str, Any]], tmp_path_factory: p
             confs[b].write_text(settings.user_conf(b, t["samples"], shortened=True, round_name=round_name))
             for mode in settings.MODES:
                 procs.append(subprocess.Popen(
-                    [sys.executable, "-m", "mlrepro.inference.run", "--benchmark", b, "--scenario", "Offline",
-                     "--mode", mode, "--runs", str(t["run_json"]), "--data-dir", str(t["data"]),
-                     "--params-file", str(t["params"]), "--user-conf", str(confs[b]), "--shortened",
-                     "--round", round_name, "--out", str(out / "runs" / b / "Offline" / mode)],
+                    _run_argv(t, b, "Offline", mode, confs[b], out / "runs" / b / "Offline" / mode, round_name),
                     cwd=REPO, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
             for proc in procs[-2:]:  # one model at a time: its accuracy run beside its performance run
                 text, _ = proc.communicate(timeout=300)
@@ -354,22 +354,13 @@ def test_an_official_offline_resnet50_run_is_accepted_by_the_official_v2_0_check
     seeds) on a held-out set of 1,024 images. The official checker counts it as a result; ours agrees."""
     if not CHECKER.is_file():
         pytest.skip(f"{CHECKER} is absent (the official checker is read from ../shared/data)")
-    from mlrepro.datasets import generated
-    params = {**TINY, "data": {**TINY["data"], "eval_samples": 1024}}
-    (tmp_path / "data").mkdir()
-    generated.generate("resnet", tmp_path / "data", {"data": params["data"]}, 7)
-    run_dir = tmp_path / "train" / "resnet" / "0"
-    _py(*mini_launch("resnet", params, tmp_path / "data", tmp_path), "--seed", "3", "--run-dir", str(run_dir))
+    t = _train("resnet", {**TINY, "data": {**TINY["data"], "eval_samples": 1024}}, tmp_path, data_seed=7)
     conf = tmp_path / "resnet.user.conf"
     conf.write_text(settings.user_conf("resnet", 1024, shortened=False))
-    (tmp_path / "params.json").write_text(json.dumps(params))
     for mode in settings.MODES:
         proc = subprocess.run(
-            [sys.executable, "-m", "mlrepro.inference.run", "--benchmark", "resnet", "--scenario", "Offline",
-             "--mode", mode, "--runs", str(run_dir / "run.json"), "--data-dir", str(tmp_path / "data"),
-             "--params-file", str(tmp_path / "params.json"), "--user-conf", str(conf),
-             "--out", str(tmp_path / "runs" / "resnet" / "Offline" / mode)],
-            cwd=REPO, env=ENV, capture_output=True, text=True, timeout=3 * 3600)
+            _run_argv(t, "resnet", "Offline", mode, conf, tmp_path / "runs" / "resnet" / "Offline" / mode,
+                      shortened=False), cwd=REPO, env=ENV, capture_output=True, text=True, timeout=3 * 3600)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     pkg = tmp_path / "package"
     package.build(tmp_path / "runs", {"resnet": conf}, pkg, "testorg", "open", "research", "sys1", "cpu", 1)
@@ -550,24 +541,11 @@ def test_report_shows_the_settings_each_run_stated_and_what_was_measured(tmp_pat
 @pytest.mark.integration
 def test_dlrm_served_offline_auc_from_the_accuracy_log(tmp_path: Path) -> None:
     """The second served model: float32 click scores logged by LoadGen, ROC AUC read back from its log."""
-    import yaml
-
-    from mlrepro.datasets import generated
-    params = yaml.safe_load((REPO / "workflows" / "dlrm" / "defaults.yaml").read_text())
-    params.update(max_epochs=1, target=0.0)
-    params["data"].update(train_samples=1024, eval_samples=512)
-    (tmp_path / "data").mkdir()
-    generated.generate("dlrm", tmp_path / "data", {"data": params["data"]}, 5)
-    run_dir = tmp_path / "runs" / "dlrm" / "0"
-    _py(*mini_launch("dlrm", params, tmp_path / "data", tmp_path), "--seed", "3", "--run-dir", str(run_dir))
+    t = _train("dlrm", _defaults("dlrm"), tmp_path)
     conf = tmp_path / "dlrm.user.conf"
-    conf.write_text(settings.user_conf("dlrm", 512, shortened=True))
-    (tmp_path / "params.json").write_text(json.dumps(params))
+    conf.write_text(settings.user_conf("dlrm", t["samples"], shortened=True))
     for mode in settings.MODES:
-        _py("-m", "mlrepro.inference.run", "--benchmark", "dlrm", "--scenario", "Offline", "--mode", mode,
-            "--runs", str(run_dir / "run.json"), "--data-dir", str(tmp_path / "data"),
-            "--params-file", str(tmp_path / "params.json"),
-            "--user-conf", str(conf), "--shortened", "--out", str(tmp_path / "inf" / mode))
+        _py(*_run_argv(t, "dlrm", "Offline", mode, conf, tmp_path / "inf" / mode)[1:])
     perf = json.loads((tmp_path / "inf" / "performance" / "result.json").read_text())
     assert perf["loadgen_model"] == "dlrm" and perf["summary"]["valid"] is True, perf["summary"]  # v2.0's name
     acc = json.loads((tmp_path / "inf" / "accuracy" / "result.json").read_text())
@@ -657,6 +635,9 @@ def test_the_declared_round_fixes_loadgen_values_seeds_names_and_system_type() -
     # not shortened, a held-out set below the round's performance sample count is refused, naming the key
     with pytest.raises(settings.SettingsError, match=r"eval_samples to 1024 .* inference.shortened"):
         settings.user_conf("resnet", 256, shortened=False)
+    with pytest.raises(settings.SettingsError, match=r"eval_samples to 42 "):  # 3d-unet: the whole KiTS19 set
+        settings.user_conf("unet3d", 16, shortened=False)
+    assert "3d-unet.Offline.performance_sample_count_override = 16" in settings.user_conf("unet3d", 16, True)
     assert rounds.get("v2.0").seeds() == {"qsl_rng_seed": 6655344265603136530,
                                           "sample_index_rng_seed": 15863379492028895792,
                                           "schedule_rng_seed": 12662793979680847247}

@@ -33,7 +33,9 @@ def user_conf(benchmark: str, sample_count: int, shortened: bool, round_name: st
     """A user.conf for every scenario of ``benchmark`` under ``round_name``; ``sample_count`` is the QSL's size."""
     rnd = rounds.get(round_name)
     model = rnd.loadgen_model(benchmark)
-    official = rnd.int_value(benchmark, "*", "performance_sample_count_override") or sample_count
+    # 0 in the round's conf (3d-unet): the whole dataset, as the round's checker counts it
+    official = (rnd.int_value(benchmark, "*", "performance_sample_count_override")
+                or rnd.dataset_size.get(rnd.model(benchmark), sample_count))
     if official > sample_count and not shortened:
         raise SettingsError(
             f"{benchmark}: the held-out set has {sample_count} samples, fewer than the {official} performance "
