@@ -341,17 +341,19 @@ def test_official_checker_finds_only_a_shortened_runs_errors_in_the_package(
         assert any("min_duration 1000" in e for e in mine) and any(f"accuracy over {samples[model]} samples" in e
                                                                    for e in mine), mine
     assert expected.count("min_duration 1000") == len(found)
-    # each model's accuracy, read back from LoadGen's log by ours, is the same weights' FP32 metric, met
+    # each model's accuracy, read back from LoadGen's log by ours, is the same weights' FP32 metric, met; RNN-T's
+    # greedy decoding meets near-ties that batches of another size break otherwise (seen: a word in 1 of 256
+    # utterances), so its metric is held to the target only
     for r in ours["results"]:
         acc = r["accuracy"]
-        assert acc["met"] and acc["value"] == pytest.approx(acc["reference"], abs=2e-6), r
-        assert acc["reference"] > 0, r  # converged models: a metric that could have differed
+        assert acc["met"] and acc["reference"] > 0, r  # converged models: a metric that could have differed
+        assert r["benchmark"] == "rnnt" or acc["value"] == pytest.approx(acc["reference"], abs=2e-6), r
 
 
 @pytest.mark.slow
 def test_an_official_offline_resnet50_run_is_accepted_by_the_official_v2_0_checker(tmp_path: Path) -> None:
     """Not shortened: v2.0's settings (600 s, 24,576 samples at least, 1,024 performance samples, the round's
-    seeds) on a held-out set of 1,024 images. The official checker counts it as a result; ours agrees."""
+    seeds) on a held-out set of 1,024 images. The official checker counts it as a result."""
     if not CHECKER.is_file():
         pytest.skip(f"{CHECKER} is absent (the official checker is read from ../shared/data)")
     t = _train("resnet", {**TINY, "data": {**TINY["data"], "eval_samples": 1024}}, tmp_path, data_seed=7)
@@ -368,8 +370,12 @@ def test_an_official_offline_resnet50_run_is_accepted_by_the_official_v2_0_check
     print(output[-3000:])  # the checker's summary lines, for the record (pytest -s)
     counts = re.search(r"Results=(\d+), NoResults=(\d+)", output)
     assert not errors and counts and int(counts[1]) >= 1 and "SUMMARY: submission looks OK" in output, output[-4000:]
+    # ours: every run valid and at the official settings; it adds the one rule the v2.0 checker leaves unchecked
+    # (v6.1's checks it), an accuracy run over the round's whole dataset (ImageNet's 50,000 images)
     ours = check.check(pkg)
-    assert ours["submittable"] and not ours["shortened"] and ours["expected_errors"] == [], ours["expected_errors"]
+    assert ours["passed"] and ours["all_valid"] and not ours["shortened"], ours["findings"]
+    assert ours["expected_errors"] == ["open/testorg/results/sys1/resnet50/Offline/accuracy: accuracy over 1024 "
+                                       "samples; the v2.0 dataset has 50000: not submittable"], ours["expected_errors"]
 
 
 # A SUT changed under the served model, run through the real inference run module in its own process (LoadGen
