@@ -64,8 +64,8 @@ rule inference_run:
 
 rule inference_package:
     input:
-        runs=[PLAN.out.inference_run(b, s, m) for b in PLAN.inference_benchmarks
-              for s in PLAN.config["inference"]["scenarios"] for m in INF_MODES],
+        runs=[PLAN.out.inference_run(b, s, m) for b, scens in PLAN.inference_scenarios.items()
+              for s in scens for m in INF_MODES],
         confs=[PLAN.out.user_conf(b) for b in PLAN.inference_benchmarks],
     output:
         directory(PLAN.out.inference / "package"),

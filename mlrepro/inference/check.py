@@ -11,7 +11,8 @@ we produce, each reported per file:
   LoadGen's own verdict "Result is : VALID" with every "... satisfied" line Yes; no error in the detail log;
   the round's seeds. The headline result is the one the round's checker reports (early-stopping estimates
   for SingleStream and MultiStream, Server's scheduled (v2.0) or completed (v6.1) samples per second)
-- results/.../accuracy: accuracy.txt with the metric and a hash= line (the sha256 of the full log as
+- results/.../accuracy: accuracy.txt with the model's line as its accuracy script prints it (the metric the
+  official checker reads), ours with reference and target, and a hash= line (the sha256 of the full log as
   LoadGen wrote it), the accuracy log within 10 KiB, the quality target met
 - measurements (measurements/... up to v5.1, the results scenario folder from v6.0): the JSON fields the
   checker requires, user.conf and README.md (and mlperf.conf up to v5.1)
@@ -54,8 +55,8 @@ class Findings:
         self.items: list[dict[str, Any]] = []
 
     def add(self, path: Path, check: str, ok: bool, message: str = "", severity: str = "error") -> bool:
-        """``severity`` of a failure: "error" (the package is broken), "invalid" (LoadGen's verdict) or
-        "not_submittable" (valid under shortened settings)."""
+        """``severity`` of a failure: "error" (the package is broken), "invalid" (LoadGen's verdict),
+        "not_submittable" (valid under shortened settings) or "note" (allowed, reported)."""
         self.items.append({"file": str(path.relative_to(self.root)) if path.is_relative_to(self.root) else str(path),
                            "check": check, "ok": bool(ok), "message": message, "severity": severity})
         return ok
@@ -121,7 +122,9 @@ def _performance(f: Findings, scen_dir: Path, scenario: str, rnd: rounds.Round, 
            "performance_sample_count": int(d.get("effective_performance_sample_count") or 0)}
     need = {"min_duration": rnd.int_value(benchmark, scenario, "min_duration"),
             "min_query_count": rnd.int_value(benchmark, scenario, "min_query_count"),
-            "performance_sample_count": rnd.int_value(benchmark, scenario, "performance_sample_count_override")}
+            # 0 in the conf (3d-unet): the whole dataset
+            "performance_sample_count": (rnd.int_value(benchmark, scenario, "performance_sample_count_override")
+                                         or rnd.dataset_size.get(rnd.model(benchmark), 0))}
     below = [f"{k} {ran[k]} below the {rnd.name} minimum {need[k]}" for k in ran if ran[k] < need[k]]
     metric, units, name = headline(scenario, d, rnd)
     out.update(valid=bool(s.valid) and not unmet and not d["__errors__"] and s.scenario == scenario,
@@ -134,7 +137,7 @@ def _performance(f: Findings, scen_dir: Path, scenario: str, rnd: rounds.Round, 
     return out
 
 
-def _accuracy(f: Findings, scen_dir: Path, rnd: rounds.Round, model: str) -> dict[str, Any]:
+def _accuracy(f: Findings, scen_dir: Path, rnd: rounds.Round, model: str, benchmark: str) -> dict[str, Any]:
     acc = scen_dir / "accuracy"
     txt, log = acc / "accuracy.txt", acc / "mlperf_log_accuracy.json"
     if not f.add(acc, "accuracy files", txt.is_file() and log.is_file(), "accuracy.txt and mlperf_log_accuracy.json"):
@@ -147,16 +150,22 @@ def _accuracy(f: Findings, scen_dir: Path, rnd: rounds.Round, model: str) -> dic
           + (f"{size}" if size is not None else "a size mlrepro does not know") + ": not submittable",
           severity="not_submittable")
     text = txt.read_text(errors="replace")
-    m = {k: re.search(rf"{k}=([0-9.]+)", text) for k in ("accuracy", "target")}
+    kind = rounds.ACCURACY_KIND[benchmark]
+    official = re.search(rounds.ACCURACY_LINES[kind], text, re.M)
+    ours = re.search(r"^mlrepro: .*value=([-0-9.]+), reference=([-0-9.]+), target=([-0-9.]+)", text, re.M)
     h = re.search(r"^hash=([0-9a-f]{64})$", text, re.M)
     f.add(txt, "hash line", h is not None, "a hash=<sha256> line of the full accuracy log")
     f.add(log, "accuracy log size", log.stat().st_size <= ACCURACY_LOG_LIMIT + 16, f"{log.stat().st_size} bytes")
-    if m["accuracy"] is None or m["target"] is None:
-        f.add(txt, "accuracy target", False, "no accuracy=/target= values")
+    if ours is None:
+        f.add(txt, "accuracy target", False, "no 'mlrepro: ... value=, reference=, target=' line")
         return {"met": False}
-    value, target = float(m["accuracy"].group(1)), float(m["target"].group(1))
-    met = f.add(txt, "accuracy target", value >= target, f"{value:.3f} vs target {target:.3f}")
-    return {"met": met, "value": value, "target": target}
+    value, reference, target = (float(g) for g in ours.groups())
+    # the line the official checker reads states the same value, within the digits it is printed with
+    f.add(txt, f"the {kind} line of the model's accuracy script",
+          official is not None and abs(float(official.group(1)) - value) < 1e-3 * max(1.0, abs(value)),
+          f"expected a line matching {rounds.ACCURACY_LINES[kind]} with {value:.4f}")
+    met = f.add(txt, "accuracy target", value >= target, f"{value:.4f} vs target {target:.4f}")
+    return {"met": met, "value": value, "reference": reference, "target": target}
 
 
 def _scenarios_by_result(results: list[dict[str, Any]]) -> dict[tuple[str, str, str, str], set[str]]:
@@ -193,7 +202,7 @@ def check(package: Path, round_name: str = rounds.DEFAULT) -> dict[str, Any]:
                          f"{model} is not a model of {rnd.name} (it has {', '.join(sorted(benchmarks))})"):
                 continue
             perf = _performance(f, scen_dir, scenario, rnd, benchmarks[model])
-            accuracy = _accuracy(f, scen_dir, rnd, model)
+            accuracy = _accuracy(f, scen_dir, rnd, model, benchmarks[model])
             if rnd.results_hold_measurements:
                 _measurements(f, scen_dir, scen_dir / "measurements.json", rnd)
             else:
@@ -209,9 +218,12 @@ def check(package: Path, round_name: str = rounds.DEFAULT) -> dict[str, Any]:
         required = rnd.required_scenarios(kind, model)
         missing = [s for s in (required or ()) if s not in scenarios]
         ok = required is not None and not missing
+        # the open division may submit any scenarios (the checkers ignore missing ones there): a note
+        closed = division == "closed"
         f.add(package / division / org / "results" / system / model, f"scenarios a {kind} system must submit", ok,
               "" if ok else f"{model} has no {kind} category at {rnd.name}" if required is None
-              else f"missing {', '.join(missing)}: not submittable", severity="not_submittable")
+              else f"missing {', '.join(missing)}" + (": not submittable" if closed else " (open division: allowed)"),
+              severity="not_submittable" if closed or required is None else "note")
     not_submittable = [i for i in f.items if not i["ok"] and i["severity"] == "not_submittable"]
     for r in results:  # a finding under a result's folder (or its model's) makes it not submittable
         folder = f"{r['division']}/{r['org']}/results/{r['system']}/{r['benchmark']}"
@@ -243,7 +255,7 @@ def main(argv: list[str] | None = None) -> None:
     atomic.write_json(args.out, report)
     if not report["passed"]:
         bad = [f"  {i['file']}: {i['check']}: {i['message']}" for i in report["findings"]
-               if not i["ok"] and i["severity"] != "not_submittable"]
+               if not i["ok"] and i["severity"] not in ("not_submittable", "note")]
         raise SystemExit("error: the inference package fails its checks:\n" + "\n".join(bad[:40])
                          + f"\n(all findings in {args.out})")
 

@@ -31,7 +31,6 @@ ACCURACY_LOG_LIMIT = 10 * 1024
 _KEEP = 4 * 1024
 PERF_FILES = ("mlperf_log_summary.txt", "mlperf_log_detail.txt")
 ACC_FILES = (*PERF_FILES, "accuracy.txt")
-STREAM_SCENARIOS = ("SingleStream", "MultiStream")
 
 
 def truncate_accuracy_log(src: Path, dst: Path) -> None:
@@ -53,17 +52,6 @@ def measurements(benchmark: str, record: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def system_type(rnd: rounds.Round, served: dict[str, set[str]]) -> str:
-    """The category the served scenarios submit to: datacenter for a Server result or a model the round has
-    only there (DLRM), edge for SingleStream/MultiStream results; both when both."""
-    kinds = []
-    if any("Server" in scens or rnd.required_scenarios("edge", model) is None for model, scens in served.items()):
-        kinds.append("datacenter")
-    if any(scens & set(STREAM_SCENARIOS) for scens in served.values()) or not kinds:
-        kinds.append("edge")
-    return ",".join(kinds)
-
-
 def _network_cards() -> str:
     """Physical network interfaces of this host (/sys/class/net less loopback and virtual ones)."""
     net = Path("/sys/class/net")
@@ -75,7 +63,7 @@ def system_json(rnd: rounds.Round, desc: dict[str, Any], served: dict[str, set[s
     desc = dict(desc)
     if desc["status"] not in ("available", "preview", "rdi"):  # training's "research" is inference's rdi
         desc["status"] = "rdi"
-    desc["system_type"] = system_type(rnd, served)
+    desc["system_type"] = rnd.system_type(served)
     added = {"host_network_card_count": _network_cards(),
              "system_type_detail": (f"one node, {desc['accelerators_per_node']} accelerator(s) "
                                     f"({desc['accelerator_model_name']}); mlrepro's mini models")}

@@ -2,8 +2,8 @@
 Offline and Server, the early-stopping latency estimate for SingleStream and MultiStream, as the declared
 round's official checker reports them (mlrepro/inference/check.py ``headline``), per accelerator where the
 system has accelerators), the LoadGen settings each performance run stated (measured
-on the machine, or from the user's user.conf), LoadGen's latency percentiles as plots, and NVML energy per
-sample where a GPU was sampled.
+on the machine, or from the user's user.conf), LoadGen's latency percentiles as a plot per model (a line per
+scenario), and NVML energy per sample where a GPU was sampled.
 """
 
 from __future__ import annotations
@@ -44,10 +44,22 @@ def cell(result: dict[str, Any], n_acc: int) -> dict[str, Any]:
             "per_acc": per}
 
 
-def latency_plot(stats: dict[str, str], title: str) -> Any:
-    points = sorted((float(m.group(1)), float(v) / 1e6) for k, v in stats.items()
-                    if (m := _PERCENTILE.match(k)) and v.strip().replace(".", "", 1).isdigit())
-    return line_chart({"latency": points}, title=title, x_label="percentile", y_label="latency (ms)")
+def latency_points(stats: dict[str, str]) -> list[tuple[float, float]]:
+    """(percentile, latency in ms) from a summary's "N percentile latency (ns)" lines."""
+    return sorted((float(m.group(1)), float(v) / 1e6) for k, v in stats.items()
+                  if (m := _PERCENTILE.match(k)) and v.strip().replace(".", "", 1).isdigit())
+
+
+def latency_plots(results: list[dict[str, Any]]) -> list[Any]:
+    """One chart per model, a line per latency-bound scenario (Offline's one query has a duration, not a
+    latency worth a percentile)."""
+    by_model: dict[str, dict[str, list[tuple[float, float]]]] = {}
+    for r in results:
+        if r["scenario"] != "Offline":
+            by_model.setdefault(r["benchmark"], {})[r["scenario"]] = latency_points(r.get("stats", {}))
+    return [line_chart({s: series[s] for s in SCENARIOS if s in series},
+                       title=f"{model}: LoadGen latency percentiles", x_label="percentile", y_label="latency (ms)")
+            for model, series in by_model.items()]
 
 
 def measured_text(measured: dict[str, Any]) -> str:
@@ -66,7 +78,7 @@ def measured_text(measured: dict[str, Any]) -> str:
 
 def build(check: dict[str, Any], runs_dir: Path) -> dict[str, Any]:
     rows: dict[str, dict[str, Any]] = {}
-    plots, energy, stated = [], [], []
+    energy, stated = [], []
     n_acc = 0
     for r in check["results"]:
         pkg_sys = Path(check.get("package", "")) / r["division"] / r["org"] / "systems" / f"{r['system']}.json"
@@ -74,7 +86,6 @@ def build(check: dict[str, Any], runs_dir: Path) -> dict[str, Any]:
         row = rows.setdefault(r["benchmark"], {})
         row[r["scenario"]] = {**cell(r, n_acc), "valid": r["valid"], "submittable": r["submittable"],
                               "accuracy": r["accuracy"]}
-        plots.append(latency_plot(r.get("stats", {}), f"{r['benchmark']} {r['scenario']}: LoadGen latency percentiles"))
     for perf in sorted(runs_dir.glob("*/*/performance/result.json")):
         rec = json.loads(perf.read_text())
         if (cal := rec.get("calibration")) is not None:
@@ -87,7 +98,8 @@ def build(check: dict[str, Any], runs_dir: Path) -> dict[str, Any]:
                            "joules_per_sample": rec["energy_per_sample_j"],
                            "energy_j": rec["telemetry"]["accelerator_energy_j"]})
     stated.sort(key=lambda c: (c["benchmark"], SCENARIOS.index(c["scenario"])))
-    return {"rows": rows, "plots": plots, "energy": energy, "stated": stated, "accelerators": n_acc}
+    return {"rows": rows, "plots": latency_plots(check["results"]), "energy": energy, "stated": stated,
+            "accelerators": n_acc}
 
 
 def table_csv(table: dict[str, Any]) -> str:

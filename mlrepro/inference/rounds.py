@@ -67,6 +67,17 @@ BINDING_KEYS = ("performance_sample_count_override", "min_duration", "min_query_
                 "samples_per_query")
 
 
+# The line each model's accuracy script prints (the official checker reads its first group from accuracy.txt):
+# accuracy-imagenet.py, accuracy-coco.py, accuracy-squad.py, accuracy-dlrm.py, accuracy_eval.py (rnnt) and
+# accuracy_kits.py (3d-unet), at both rounds.
+ACCURACY_LINES = {
+    "accuracy": r"^accuracy=([\d.]+)", "mAP": r"^mAP=([\d.]+)",
+    "F1": r"""^\{["']exact_match["']:\s*[\d.]+,\s*["']f1["']:\s*([\d.]+)\}""", "AUC": r"^AUC=([\d.]+)",
+    "WER": r"^Word Error Rate:.*, accuracy=([\d.]+)%", "DICE": r"^Accuracy:\s*mean\s*=\s*([\d.]+)",
+}
+ACCURACY_KIND = {"resnet": "accuracy", "ssd": "mAP", "bert": "F1", "dlrm": "AUC", "rnnt": "WER", "unet3d": "DICE"}
+
+
 class RoundError(ValueError):
     pass
 
@@ -111,6 +122,11 @@ class Round:
         self.model(benchmark)
         return self.loadgen_models[benchmark]
 
+    def quality_fraction(self, benchmark: str) -> float:
+        """The share of the FP32 reference's accuracy the round's target is: 99.9% for the -99.9 variants, 99%
+        for every other model of the seed's six (the rounds' accuracy-target tables)."""
+        return 0.999 if self.model(benchmark).endswith("-99.9") else 0.99
+
     def conf(self) -> str:
         return self.conf_text if self.conf_text is not None else builtin_mlperf_conf()
 
@@ -130,6 +146,30 @@ class Round:
         type has no such category."""
         kind = ",".join(sorted(system_type.split(",")))
         return self.required.get(kind, {}).get(model)
+
+    def system_type(self, served: dict[str, set[str]]) -> str:
+        """The category ``served`` (package model -> scenarios) submits to: datacenter for a Server result or a
+        model the round has only there (DLRM), edge for SingleStream/MultiStream results; both when both."""
+        kinds = []
+        if any("Server" in scens or self.required_scenarios("edge", model) is None for model, scens in served.items()):
+            kinds.append("datacenter")
+        if any(scens & {"SingleStream", "MultiStream"} for scens in served.values()) or not kinds:
+            kinds.append("edge")
+        return ",".join(kinds)
+
+    def served_scenarios(self, benchmarks: list[str], scenarios: list[str]) -> dict[str, list[str]]:
+        """benchmark -> the scenarios of ``scenarios`` it runs: those the round requires of it for the system type
+        all of ``scenarios`` make (rnnt has no MultiStream, dlrm no SingleStream, 3d-unet no Server ...)."""
+        kind = self.system_type({self.model(b): set(scenarios) for b in benchmarks})
+        served = {b: [s for s in scenarios if s in (self.required_scenarios(kind, self.model(b)) or ())]
+                  for b in benchmarks}
+        for b, scens in served.items():
+            if not scens:
+                raise RoundError(f"inference.scenarios {', '.join(scenarios)}: a {kind} system submits "
+                                 f"{self.model(b)} at {self.name} in "
+                                 f"{', '.join(self.required_scenarios(kind, self.model(b)) or ('none',))} only; "
+                                 f"add one of those or leave {b} out of inference.benchmarks")
+        return served
 
 
 # Required scenarios (submission-checker.py at v2.0, MODEL_CONFIG["v2.0"]; submission_checker/constants.py

@@ -2,7 +2,8 @@
 bytes LoadGen logs, and the accuracy script that reads them back.
 
 One adapter per served benchmark; each rebuilds the benchmark's own model from workflows/<bm>/model.py
-(the same file that trained it) and loads the converged run's weights.
+(the same file that trained it) and loads the converged run's weights. ResNet and DLRM are here; the
+models whose Workload holds their held-out set have a module each in mlrepro/inference/models/.
 """
 
 from __future__ import annotations
@@ -13,15 +14,19 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
+from mlrepro.inference.models.bert import BertServed
+from mlrepro.inference.models.rnnt import RNNTServed
+from mlrepro.inference.models.ssd import SSDServed
+from mlrepro.inference.models.unet3d import UNet3DServed
 from mlrepro.training.workload import load_module
 
 
 class Served(Protocol):
     count: int  # the QSL's samples (the benchmark's held-out set)
-    metric: str  # what accuracy() returns, as the inference rules name it
+    metric: str  # what accuracy() returns, as the inference rules name it (higher is better)
 
-    def predict(self, indices: np.ndarray) -> np.ndarray:
-        """One row of bytes-to-log per index (a 2-D array; row i is the response to indices[i])."""
+    def predict(self, indices: np.ndarray) -> np.ndarray | list[np.ndarray]:
+        """The bytes to log per index: a 2-D array (row i answers indices[i]) or a list of 1-D arrays."""
         ...
 
     def accuracy(self, responses: dict[int, bytes]) -> float:
@@ -30,6 +35,11 @@ class Served(Protocol):
 
     def reference(self) -> float:
         """The metric of the same weights evaluated directly (FP32, no LoadGen): the quality reference."""
+        ...
+
+    @staticmethod
+    def accuracy_line(value: float) -> str:
+        """``value`` as the round's accuracy script for the model prints it (what the official checker reads)."""
         ...
 
 
@@ -63,6 +73,10 @@ class ResNetServed:
         preds = np.concatenate([self.predict(np.arange(i, min(i + 512, self.count)))
                                 for i in range(0, self.count, 512)])
         return 100.0 * float((preds[:, 0] == self.labels).mean())
+
+    @staticmethod
+    def accuracy_line(value: float) -> str:
+        return f"accuracy={value:.3f}%"
 
 
 class DLRMServed:
@@ -102,8 +116,14 @@ class DLRMServed:
         return self._auc(indices, np.concatenate([self.predict(indices[i : i + 4096])[:, 0]
                                                   for i in range(0, self.count, 4096)]))
 
+    @staticmethod
+    def accuracy_line(value: float) -> str:
+        return f"AUC={value:.3f}%"
 
-ADAPTERS = {"resnet": ResNetServed, "dlrm": DLRMServed}
+
+ADAPTERS: dict[str, type[Served]] = {
+    "resnet": ResNetServed, "dlrm": DLRMServed, "ssd": SSDServed, "bert": BertServed, "rnnt": RNNTServed,
+    "unet3d": UNet3DServed}
 
 
 def served_benchmarks() -> list[str]:

@@ -12,7 +12,9 @@ from typing import Any
 
 import numpy as np
 
-Predict = Callable[[np.ndarray], np.ndarray]
+# One response per index, as the bytes LoadGen logs: a 2-D array (row i answers indices[i]) or, where responses
+# differ in size (detections, transcripts), a list of 1-D arrays.
+Predict = Callable[[np.ndarray], "np.ndarray | list[np.ndarray]"]
 BATCH = 64  # samples per model call: Offline's one query is cut into batches, Server's queued queries joined
 
 
@@ -48,11 +50,12 @@ class QueueSUT:
                     self.queue.put(None)
                     break
                 samples = samples + more
-            out = np.ascontiguousarray(self.predict(np.array([s.index for s in samples], dtype=np.int64)))
-            row = out.strides[0]
-            responses = [self.lg.QuerySampleResponse(s.id, out.ctypes.data + i * row, row)
-                         for i, s in enumerate(samples)]
-            self.lg.QuerySamplesComplete(responses)  # copies what it logs before returning
+            # kept referenced until QuerySamplesComplete returns: LoadGen copies what it logs from these buffers
+            out = self.predict(np.array([s.index for s in samples], dtype=np.int64))
+            rows = [np.ascontiguousarray(r) for r in out]
+            responses = [self.lg.QuerySampleResponse(s.id, r.ctypes.data, r.nbytes)
+                         for s, r in zip(samples, rows, strict=True)]
+            self.lg.QuerySamplesComplete(responses)
 
     def close(self) -> None:
         self.queue.put(None)

@@ -33,12 +33,12 @@ def start(workflow: Any, config: dict[str, Any]) -> tuple[Plan, Preparation]:
         source = "config/config.yaml and --config"
         full, benchmarks = mlconfig.load(raw, source=source, base_dir=Path.cwd())
         systems, units = mlsystems.load(full, benchmarks, Path.cwd(), source)
-        if "inference" in full:  # every served benchmark is a model of the declared round
-            for benchmark in full["inference"]["benchmarks"]:
-                rounds.get(full["inference"]["round"]).model(benchmark)
+        if "inference" in full:  # every served benchmark is a model of the declared round, with a scenario
+            inf = full["inference"]
+            rounds.get(inf["round"]).served_scenarios(inf["benchmarks"], inf["scenarios"])
     except (mlconfig.ConfigError, data_recipe.RecipeError) as error:
         raise PlanningError(str(error)) from None
     except rounds.RoundError as error:
-        raise PlanningError(f"invalid configuration: inference.benchmarks: {error}") from None
+        raise PlanningError(f"invalid configuration: inference: {error}") from None
     plan = Plan(full, benchmarks, choices, systems, units, Path(workflow.basedir), smk.python_command())
     return plan, Preparation(plan, workflow)

@@ -25,6 +25,7 @@ from mlrepro.core.outputs import Outputs
 from mlrepro.core.systems import System
 from mlrepro.datasets import recipe as data_recipe
 from mlrepro.datasets.manifest import MANIFEST
+from mlrepro.inference import rounds
 from mlrepro.runs.accelerators import machine_gpus
 from mlrepro.runs.implementation import describe as describe_implementation
 from mlrepro.runs.launch_spec import LaunchSpec
@@ -299,6 +300,13 @@ class Plan:
         """The training runs a served model comes from: those of the first system that trains it."""
         system = next(s for s, b in self.ordered_units if b == benchmark)
         return [self.out.summary(system, benchmark, i) for i in self.run_indices(benchmark)]
+
+    @cached_property
+    def inference_scenarios(self) -> dict[str, list[str]]:
+        """benchmark -> the scenarios it is served in: inference.scenarios as the declared round requires them of
+        each model for the system type they make (mlrepro/inference/rounds.py)."""
+        inf = self.config["inference"]
+        return rounds.get(inf["round"]).served_scenarios(self.inference_benchmarks, inf["scenarios"])
 
     @cached_property
     def inference_targets(self) -> list[Path]:
