@@ -171,3 +171,24 @@ def test_filtered_configs_give_the_official_verdicts(ruleset: str, tmp_path: Pat
         assert (rec.valid, rec.messages, rec.crash.split(":")[0]) == (valid, messages, crash), path
     assert any(messages for _, messages, _ in official.values())
 
+
+
+def test_the_cache_file_serves_a_rerun_and_a_bad_entry_is_checked_again(tmp_path: Path) -> None:
+    sources = sorted((FIXTURES / "round").rglob("result_*.txt"))[:3]
+    files = [str(p) for p in sources] + [str(tmp_path / "twin.txt")]
+    (tmp_path / "twin.txt").write_bytes(sources[0].read_bytes())  # same content, another path
+    cache = Cache(tmp_path / "cache", "training", "1.1.0")
+    first = check_files(files, cache, "training", "1.1.0", 2)
+    assert sorted(first.checked) == sorted(files)  # a twin is checked too: only what was cached before counts
+    again = check_files(files, cache, "training", "1.1.0", 2)
+    assert again.checked == [] and {p: r.to_dict() for p, r in again.records.items()} == \
+        {p: r.to_dict() for p, r in first.records.items()}
+    # an entry that does not read as a record, or under another hash, is checked again
+    doc = json.loads(cache.path.read_text())
+    digests = [first.records[f].sha256 for f in files[:3]]
+    doc[digests[1]] = ["not", "a", "record"]
+    doc[digests[2]] = {**doc[digests[2]], "sha256": "0" * 64}
+    cache.path.write_text(json.dumps(doc))
+    assert sorted(check_files(files, cache, "training", "1.1.0", 2).checked) == sorted(files[1:3])
+    cache.path.write_text("{ not json")  # an unreadable cache is an empty one
+    assert sorted(check_files(files, cache, "training", "1.1.0", 2).checked) == sorted(files)
