@@ -10,30 +10,38 @@ from mlrepro.audit import versions
 from mlrepro.audit.runfile import FileCheck
 from mlrepro.core import atomic
 
-# Bump when FileCheck's content or the way it is computed changes: old entries then miss.
-SCHEMA = 2
+# Bump when FileCheck's content, the way it is computed or the cache's layout changes: old entries then miss.
+SCHEMA = 3
 
 
 class Cache:
-    """One JSON file per (content hash, usage, ruleset, mlperf_logging version, schema)."""
+    """One JSON file per (usage, ruleset, mlperf_logging version, schema): content hash -> record.
+
+    Read once before a check run and written once after it: one file per record cost a round's
+    check more than a second in creating, renaming and syncing small files."""
 
     def __init__(self, root: Path, usage: str, ruleset: str) -> None:
         judge = versions.current()  # a version's folder: keyed by its sources, whatever its name says
         release = version("mlperf-logging") if judge is None else f"tree-{judge.digest[:16]}"
-        self.root = root / f"{usage}_{ruleset}" / f"mlperf_logging-{release}-s{SCHEMA}"
+        self.path = root / f"{usage}_{ruleset}" / f"mlperf_logging-{release}-s{SCHEMA}.json"
 
-    def _path(self, sha256: str) -> Path:
-        return self.root / sha256[:2] / f"{sha256}.json"
-
-    def known(self) -> frozenset[str]:
-        """The content hashes cached now (whether their records still read is get's to say)."""
-        return frozenset(p.stem for p in self.root.glob("??/*.json"))
-
-    def get(self, sha256: str) -> FileCheck | None:
+    def load(self) -> dict[str, FileCheck]:
+        """The records cached now, by content hash; an entry that does not read as a record is left out
+        (its file is checked again), an unreadable cache is empty."""
         try:
-            return FileCheck.from_dict(json.loads(self._path(sha256).read_text(encoding="utf-8")))
-        except (OSError, ValueError, TypeError):  # absent or unreadable: check the file again
-            return None
+            doc = json.loads(self.path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+        records = {}
+        for sha256, entry in doc.items() if isinstance(doc, dict) else ():
+            try:
+                rec = FileCheck.from_dict(entry)
+            except (TypeError, AttributeError):
+                continue
+            if rec.sha256 == sha256:
+                records[sha256] = rec
+        return records
 
-    def put(self, rec: FileCheck) -> None:
-        atomic.write_text(self._path(rec.sha256), json.dumps(rec.to_dict()))
+    def save(self, records: dict[str, FileCheck]) -> None:
+        """Replace the cache by ``records`` (content hash -> record), atomically."""
+        atomic.write_text(self.path, json.dumps({sha256: rec.to_dict() for sha256, rec in records.items()}))

@@ -33,20 +33,19 @@ class CheckRun:
 
 @dataclass(frozen=True)
 class _Task:
-    cache: Cache
     usage: str
     ruleset: str
     root: str
     max_bytes: int | None
 
 
-# One file's outcome: ("unreadable", why), ("cached", record) or ("checked", record).
+# One file's outcome: ("unreadable", why), ("cached", content hash) or ("checked", record).
 _Outcome = tuple[str, Any]
 
 
 def _check_one(task: _Task, path: str) -> _Outcome:
     """Read one file once (in the worker, so that reading and hashing run in parallel too), then its
-    cached record or a fresh check, which goes into the cache."""
+    content hash where the cache has it, or a fresh check."""
     try:
         data = discover.read_entry(Path(path), Path(task.root), task.max_bytes)
     except discover.EntryRejected as e:
@@ -54,14 +53,12 @@ def _check_one(task: _Task, path: str) -> _Outcome:
     except OSError as e:
         return "unreadable", f"{type(e).__name__}: {e}"
     digest = hashlib.sha256(data).hexdigest()
-    # Only what was cached before this run counts as cached: a file whose twin another worker checked a
-    # moment ago is checked too, so that what a run reports checked does not depend on the workers' timing.
-    hit = task.cache.get(digest) if digest in _KNOWN else None
-    if hit is not None:
-        return "cached", hit
-    rec = audit_bytes(data, task.usage, task.ruleset, digest)
-    task.cache.put(rec)
-    return "checked", rec
+    # Only what was cached before this run counts as cached (the cache is written once, after the run):
+    # a file whose twin another worker checked a moment ago is checked too, so that what a run reports
+    # checked does not depend on the workers' timing.
+    if digest in _KNOWN:
+        return "cached", digest
+    return "checked", audit_bytes(data, task.usage, task.ruleset, digest)
 
 
 _KNOWN: frozenset[str] = frozenset()  # a worker's copy of the content hashes cached before the run
@@ -92,20 +89,25 @@ def check_files(paths: Iterable[str], cache: Cache, usage: str, ruleset: str, jo
     Only regular files inside ``root`` up to ``max_bytes`` are read; any other entry is
     ``unreadable`` with its verdict (discover.entry_problem)."""
     engine.parser_module(ruleset)  # an unknown ruleset is a configuration error: fail before any work
-    check = functools.partial(_check_one, _Task(cache, usage, ruleset, str(root), max_bytes))
+    check = functools.partial(_check_one, _Task(usage, ruleset, str(root), max_bytes))
     # Largest first, so that one big log is not left for the end while the other workers idle.
     todo = sorted(paths, key=_size, reverse=True)
     run = CheckRun(records={})
     if not todo:
         return run
-    with ProcessPoolExecutor(max_workers=max(1, jobs), initializer=_init_worker, initargs=(cache.known(),)) as pool:
+    cached = cache.load()
+    fresh: dict[str, FileCheck] = {}
+    with ProcessPoolExecutor(max_workers=max(1, jobs), initializer=_init_worker, initargs=(frozenset(cached),)) as pool:
         for path, (kind, value) in zip(todo, pool.map(check, todo, chunksize=4), strict=True):
             if kind == "unreadable":
                 run.unreadable[path] = value
-                continue
-            run.records[path] = value
-            if kind == "checked":
+            elif kind == "cached":
+                run.records[path] = cached[value]
+            else:
+                run.records[path] = fresh[value.sha256] = value
                 run.checked.append(path)
+    if fresh:
+        cache.save({**cached, **fresh})
     return run
 
 
