@@ -207,6 +207,31 @@ def test_runs_from_one_parent_share_no_state(warm_dir: Path, tmp_path: Path) -> 
     assert parent2 not in _parents_alive(warm_dir)
 
 
+def test_a_silent_connection_does_not_hold_up_later_runs(warm_dir: Path) -> None:
+    """A shim stopped between connecting and sending its request: the parent drops it after
+    REQUEST_TIMEOUT_S and serves the next run from the same parent (it used to wait for ever)."""
+    import socket
+
+    owner = warm.owner_here()
+    shim = _shim(warm.parent_dir(owner))
+    env = {**os.environ, "PYTHONPATH": str(REPO), warm.OWNER_ENV: owner, "WARM_TEST_MARKER": "x"}
+    first = subprocess.run([str(shim), "-m", "tests.warm_counter", "1"], env=env, capture_output=True, text=True,
+                           check=True, timeout=120).stdout
+    parent = int((shim.parent / "parent.pid").read_text())
+    assert json.loads(first)["ppid"] == parent
+    silent = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    silent.connect(str(shim.parent / "parent.sock"))  # and never sends
+    try:
+        started = time.monotonic()
+        out = subprocess.run([str(shim), "-m", "tests.warm_counter", "2"], env=env, capture_output=True, text=True,
+                             check=True, timeout=warm.REQUEST_TIMEOUT_S + 60).stdout
+        assert json.loads(out)["ppid"] == parent  # served warm, by the same parent, after the silent one
+        assert time.monotonic() - started >= warm.REQUEST_TIMEOUT_S * 0.9
+        assert silent.recv(1) == b""  # the parent closed the silent connection
+    finally:
+        silent.close()
+
+
 @pytest.mark.integration
 @pytest.mark.parametrize("killed", ["training", "driver"])
 def test_killed_parent_leaves_no_result_and_next_invocation_redoes_the_run(workdir: Path, warm_dir: Path,

@@ -153,6 +153,8 @@ def shim_env(base_path: str) -> dict[str, str]:
     return {"PATH": os.pathsep.join([str(folder), base_path])}
 
 
+REQUEST_TIMEOUT_S = 10.0  # a shim sends its request at once after connecting
+
 # --- the shim ---------------------------------------------------------------------------------------
 
 def _send(conn: socket.socket, message: dict[str, Any]) -> None:
@@ -348,12 +350,17 @@ def _child(conn: socket.socket, request: dict[str, Any], fds: list[int], parent:
 
 
 def _serve_one(conn: socket.socket, listener: socket.socket, start_env: dict[str, str], module: str) -> None:
+    # The parent serves one connection at a time: a shim that connects and then sends nothing (stopped
+    # with its job, say) must not keep every later run waiting. Past the limit it is dropped (its shim
+    # then runs cold); the child gets the connection back in blocking mode for its exit message.
+    conn.settimeout(REQUEST_TIMEOUT_S)
     msg, fds, _flags, _addr = socket.recv_fds(conn, 1 << 20, 3)
     while not msg.endswith(b"\n"):
         more = conn.recv(1 << 20)
         if not more:
             raise OSError("the shim hung up")
         msg += more
+    conn.settimeout(None)
     request = json.loads(msg)
     reason = None
     torch = sys.modules.get("torch")
