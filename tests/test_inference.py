@@ -138,6 +138,9 @@ def test_loadgen_every_scenario_package_check_and_report(trained: dict[str, Path
         assert sorted({e["qsl_idx"] for e in entries}) == list(range(TINY["data"]["eval_samples"]))
         assert acc["accuracy"]["value"] == pytest.approx(acc["accuracy"]["reference"], abs=1e-9)
         assert acc["accuracy"]["met"] is True
+    # a Server accuracy run is not spaced at LoadGen's default of 1 query/s (a second per sample)
+    acc_detail = summary.detail(runs_dir / "resnet" / "Server" / "accuracy" / "mlperf_log_detail.txt")
+    assert float(acc_detail["requested_server_target_qps"]) == run.ACCURACY_SERVER_QPS
 
     pkg = tmp_path / "package"
     package.build(runs_dir, {"resnet": conf}, pkg, "testorg", "open", "research", "sys1", "cpu", 1)
