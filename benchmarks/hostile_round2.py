@@ -423,12 +423,39 @@ def audit(base: Path, rows: list[dict[str, Any]]) -> None:
           {"verdict": "audited, escaped" if proc.returncode == 0 and "Org_\\udcfe" in summary.read_text() else
            f"exit {proc.returncode}", "crash": "Traceback" in proc.stderr or "UnicodeEncodeError" in proc.stderr},
           want="audited, escaped")
+    many_tiny_files(base, rows)
     before = _files(root)
     for where, out_dir in (("inside the package", root / "Baidu" / "audit"), ("holding the package", base)):
         proc = _smk(base / "audit_work", "--config", f"audit={root}", f"audit_out={out_dir}", "ruleset=1.1.0")
         _case(rows, "audit", f"audit_out {where}",
               {"verdict": "refused" if proc.returncode else "ran", "crash": "Traceback" in proc.stderr},
               outside=len(before ^ _files(root)))
+
+
+def many_tiny_files(base: Path, rows: list[dict[str, Any]], count: int = 100_000) -> None:
+    """100,000 tiny junk files through Snakemake: every file a verdict in audit.json, the log and the report
+    bounded (report.FILES_PER_FINDING rows per folder and finding)."""
+    import resource
+
+    from mlrepro.audit import report
+    from tests import test_audit_hostile_files as hostile
+
+    work = _mkdir(base / "audit_many")
+    root = hostile._many_tiny_files(work, count)
+    t = time.monotonic()
+    proc = _smk(work, "--config", f"audit={root}", f"audit_out={work / 'out'}", "ruleset=1.1.0")
+    seconds = round(time.monotonic() - t, 1)
+    verdicts = len(hostile._mallory_files(work / "out")) if proc.returncode == 0 else 0
+    report_mb = sum(p.stat().st_size for p in (work / "out" / "report").rglob("*")) / 1e6 if verdicts else 0.0
+    log_kb = len(proc.stdout + proc.stderr) / 1e3
+    _case(rows, "audit", f"{count:,} tiny files",
+          {"verdict": "every file a verdict, report and log bounded" if verdicts == count and report_mb < 1
+           and log_kb < 100 else f"{verdicts} verdicts, report {report_mb:.1f} MB, log {log_kb:.0f} kB",
+           "crash": "Traceback" in proc.stderr, "seconds": seconds, "log_kb": round(log_kb, 1),
+           "report_mb": round(report_mb, 2), "rows_per_finding": report.FILES_PER_FINDING,
+           # the largest process this benchmark has waited for so far (the audit's steps are among them)
+           "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024)},
+          want="every file a verdict, report and log bounded")
 
 
 def run(base: Path) -> list[dict[str, Any]]:

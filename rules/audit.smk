@@ -51,6 +51,9 @@ AUDIT_LOGGING = ["--logging", str(Path(config["audit_logging"]).resolve())] if c
 AUDIT_COMPARE = config.get("audit_logging_compare")
 AUDIT_COMPARE_ARGS = [] if not AUDIT_COMPARE else [
     "--compare-logging", AUDIT_COMPARE if AUDIT_COMPARE == "installed" else str(Path(AUDIT_COMPARE).resolve())]
+# A rule without a message is announced with every input file: a package of 100,000 files made an 8 MB log.
+# Counts only, no names: Snakemake formats the message ({...}), and a name may hold braces.
+AUDIT_MESSAGE = f"{len(AUDIT_RESULT_FILES):,} result files, {len(AUDIT_REJECTED):,} entries the audit does not read"
 # Each audit step's arguments after the interpreter, as a list the rules quote ({params.args:q}).
 AUDIT_ARGS = {step: ["-m", "mlrepro.audit", step, "--root", str(AUDIT_ROOT), "--out", str(AUDIT_OUT),
                      "--usage", AUDIT_USAGE, "--ruleset", AUDIT_RULESET,
@@ -76,6 +79,8 @@ rule audit_check:
         rejected=AUDIT_REJECTED,
         python=_smk.python_command(),  # the interpreter that runs Snakemake (the project's environment)
     threads: workflow.cores
+    message:
+        f"audit_check: {AUDIT_MESSAGE}"
     log:
         AUDIT_OUT / "logs" / "audit_check.log",
     shell:
@@ -98,6 +103,8 @@ rule audit_summarize:
         manifest=["--manifest-sha256", str(config["manifest_sha256"])] if config.get("manifest_sha256") else [],
         result_ids=lambda wildcards, input: ["--result-ids", input.result_ids] if input.result_ids else [],
         python=_smk.python_command(),
+    message:
+        f"audit_summarize: {AUDIT_MESSAGE}: verdicts, scores, the report"
     log:
         AUDIT_OUT / "logs" / "audit_summarize.log",
     shell:

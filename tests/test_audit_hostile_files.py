@@ -5,6 +5,7 @@ UTF-8 are audited and shown escaped."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -12,10 +13,11 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from mlrepro.audit import discover, manifest, package, scoring
+from mlrepro.audit import discover, manifest, package, report, scoring
 from mlrepro.package.provenance import MANIFEST
 
 DEEP = b"[" * 100_000 + b"]" * 100_000
@@ -106,3 +108,66 @@ def test_names_that_are_not_utf8_are_audited_and_reported_escaped(tmp_path: Path
     assert "Org_\\udcfe" in csv_text and "system_\\udcfe" in csv_text
     html = "".join(p.read_text(encoding="utf-8") for p in (out / "report").rglob("*.html"))
     assert "Org_\\udcfe" in html and "result_\\udcff.txt" in html
+
+
+MANY = 5_000  # tiny files in one benchmark folder: enough to see the caps, quick to audit
+
+
+def _many_tiny_files(tmp_path: Path, count: int = MANY) -> Path:
+    """The fixture round plus an organisation whose one benchmark folder holds ``count`` junk or empty result files."""
+    root = tmp_path / "round"
+    shutil.copytree(Path(__file__).parent / "fixtures" / "audit" / "round" / "Baidu", root / "Baidu")
+    bench = root / "Mallory" / "results" / "sys" / "resnet"
+    bench.mkdir(parents=True)
+    (root / "Mallory" / "systems").mkdir()
+    (root / "Mallory" / "systems" / "sys.json").write_text('{"division": "closed"}')
+    for i in range(count):
+        (bench / f"result_{i}.txt").write_bytes(b"" if i % 2 else b"junk\n")
+    return root
+
+
+def _mallory_files(out: Path) -> list[dict[str, Any]]:
+    audit = json.loads((out / "audit.json").read_text(encoding="utf-8"))
+    return [f for o in audit["orgs"] if o["name"] == "Mallory" for s in o["systems"] for b in s["benchmarks"]
+            for f in b["files"]]
+
+
+def test_many_tiny_files_each_get_a_verdict_and_the_report_stays_bounded(tmp_path: Path) -> None:
+    root, out = _many_tiny_files(tmp_path), tmp_path / "out"
+    logs = ""
+    for step in ("check", "summarize"):
+        proc = subprocess.run([sys.executable, "-m", "mlrepro.audit", step, "--root", str(root), "--out", str(out),
+                               "--ruleset", "1.1.0", "--jobs", "2"], capture_output=True, text=True, check=False)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        logs += proc.stdout + proc.stderr
+    files = _mallory_files(out)  # the machine-readable output: every file, each with its verdict
+    assert sorted(f["name"] for f in files) == sorted(f"result_{i}.txt" for i in range(MANY))
+    assert not any(f["valid"] for f in files)
+    assert len(logs) < 10_000, "the steps' output does not grow with the file count"
+    pages = {p.name: p.read_text(encoding="utf-8") for p in (out / "report").rglob("*.html")}
+    for name in ("index.html", "Mallory__sys.html"):
+        html = pages[name]
+        # per folder and finding: FILES_PER_FINDING rows, then one that counts the rest and names MORE_NAMES
+        rows = re.findall(r"<tr><td>(?:[^<]*</td><td>(?:<a [^>]*>)?sys(?:</a>)?</td><td>resnet</td><td>)?"
+                          r"(result_\d+\.txt)</td>", html)
+        assert len(rows) == report.FILES_PER_FINDING, (name, rows)
+        [more] = re.findall(r"<strong>([\d,]+) more file\(s\) with the same finding</strong>: ([^<]*)", html)
+        assert int(more[0].replace(",", "")) == MANY - report.FILES_PER_FINDING
+        assert len(re.findall(r"result_\d+\.txt", more[1])) == report.MORE_NAMES
+    # a package checker message naming every file ("logs no seed") is cut at MESSAGE_CHARS
+    assert "(whole in audit.json)" in pages["index.html"]
+    assert sum(map(len, pages.values())) < 400_000, "the report does not grow with the file count"
+
+
+@pytest.mark.integration
+def test_many_tiny_files_do_not_fill_the_snakemake_log(tmp_path: Path) -> None:
+    from tests.conftest import snakemake
+
+    root, out = _many_tiny_files(tmp_path), tmp_path / "out"
+    proc = snakemake(tmp_path, "--config", f"audit={root}", f"audit_out={out}", "ruleset=1.1.0")
+    assert len(_mallory_files(out)) == MANY
+    # each audit job is announced by its message (counts), not by its list of MANY input files
+    log = proc.stdout + proc.stderr
+    assert f"audit_check: {len(discover.result_files(discover.find_orgs(root))):,} result files" in log
+    assert "result_1.txt" not in log
+    assert len(log) < 20_000, log[-3000:]

@@ -15,6 +15,15 @@ from mlrepro.report import render
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
+# A package of 100,000 junk files must not make a page of 100,000 rows (hundreds of MB): per benchmark
+# folder, the first FILES_PER_FINDING files with the same finding get a row each, the rest one row that
+# counts them and names the first MORE_NAMES. audit.json keeps every file's verdict.
+FILES_PER_FINDING = 5
+MORE_NAMES = 5
+# A package checker message that lists every file of a folder (seeds, non-compliant files) is cut here
+# on the pages; audit.json keeps it whole.
+MESSAGE_CHARS = 4000
+
 
 def safe_name(text: str) -> str:
     """A file-name-safe form of an organisation or system folder name."""
@@ -38,11 +47,37 @@ def _file_rows(audit: dict[str, Any]) -> list[dict[str, Any]]:
             for org in audit["orgs"] for system in org["systems"] for b in system["benchmarks"] for f in b["files"]]
 
 
+def _finding(f: dict[str, Any]) -> tuple[Any, ...]:
+    """What a file's verdict says, without its name: files whose findings are equal share a summary row."""
+    return (f["valid"], f["crash"], f["status"], tuple(f["messages"]), tuple(f["notes"]), tuple(f["sanity"] or ()))
+
+
+def bounded(files: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``files`` with, per benchmark folder and finding, those past the first FILES_PER_FINDING replaced by
+    one row ``{"more": count, "names": the first MORE_NAMES of them, **the first file's fields}``."""
+    rows: list[dict[str, Any]] = []
+    more: dict[tuple[Any, ...], dict[str, Any]] = {}
+    seen: dict[tuple[Any, ...], int] = {}
+    for f in files:
+        key = (f.get("org"), f.get("system"), f.get("benchmark"), *_finding(f))
+        seen[key] = seen.get(key, 0) + 1
+        if seen[key] <= FILES_PER_FINDING:
+            rows.append(f)
+        elif key in more:
+            more[key]["more"] += 1
+            if len(more[key]["names"]) < MORE_NAMES:
+                more[key]["names"].append(f["name"])
+        else:
+            more[key] = {**f, "more": 1, "names": [f["name"]]}
+    return rows + list(more.values())
+
+
 def write(audit: dict[str, Any], out: Path) -> None:
     """Render the report into the folder ``out`` (replaced as a whole, atomically)."""
     files = _file_rows(audit)
     rows = {(r["org"], r["system_folder"]): r for r in audit["rows"]}
-    common = {"audit": audit, "benchmarks": _benchmarks(audit), "titles": TITLES, "page": system_page,
+    common = {"audit": audit, "message_chars": MESSAGE_CHARS, "file_cap": FILES_PER_FINDING, "bounded": bounded,
+              "benchmarks": _benchmarks(audit), "titles": TITLES, "page": system_page,
               "mlrepro_version": __version__,
               "generated_at": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")}
     # One environment for all pages: render.render() builds and compiles anew on every call,
@@ -51,7 +86,7 @@ def write(audit: dict[str, Any], out: Path) -> None:
     with atomic.atomic_dir(out) as tmp:
         (tmp / "systems").mkdir()
         (tmp / "index.html").write_text(env.get_template("audit.html.j2").render(
-            files=files, failing=sum(not f["valid"] for f in files), **common), encoding="utf-8",
+            files=files, shown=bounded(files), failing=sum(not f["valid"] for f in files), **common), encoding="utf-8",
             errors="backslashreplace")  # names that are not UTF-8: escaped (core/atomic.write_text)
         page = env.get_template("audit_system.html.j2")
         for org in audit["orgs"]:
