@@ -171,3 +171,15 @@ def test_many_tiny_files_do_not_fill_the_snakemake_log(tmp_path: Path) -> None:
     assert f"audit_check: {len(discover.result_files(discover.find_orgs(root))):,} result files" in log
     assert "result_1.txt" not in log
     assert len(log) < 20_000, log[-3000:]
+
+
+def test_only_rows_equal_but_for_the_name_are_counted_together() -> None:
+    run = {"org": "O", "system": "s", "benchmark": "bert", "valid": True, "crash": "", "status": "success",
+           "epochs": 3, "epochs_unit": "samples", "messages": [], "notes": [], "sanity": []}
+    compliant = [{**run, "name": f"result_{i}.txt", "minutes": 10.0 + i} for i in range(10)]
+    assert report.bounded(compliant) == compliant  # a real package's runs: each its own row
+    same = [{**run, "name": f"result_{i}.txt", "minutes": 10.0} for i in range(report.FILES_PER_FINDING + 7)]
+    shown = report.bounded(same)
+    assert shown[:report.FILES_PER_FINDING] == same[:report.FILES_PER_FINDING]
+    assert [(r["more"], r["names"]) for r in shown[report.FILES_PER_FINDING:]] == [
+        (7, [f["name"] for f in same[report.FILES_PER_FINDING:][:report.MORE_NAMES]])]

@@ -48,8 +48,10 @@ def _file_rows(audit: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _finding(f: dict[str, Any]) -> tuple[Any, ...]:
-    """What a file's verdict says, without its name: files whose findings are equal share a summary row."""
-    return (f["valid"], f["crash"], f["status"], tuple(f["messages"]), tuple(f["notes"]), tuple(f["sanity"] or ()))
+    """A file's row without its name: files whose rows would be equal share a summary row (a run's minutes
+    keep compliant runs apart, so a real package's runs are all listed)."""
+    return (f["valid"], f["crash"], f["status"], f["minutes"], f["epochs"], f["epochs_unit"], tuple(f["messages"]),
+            tuple(f["notes"]), tuple(f["sanity"] or ()))
 
 
 def bounded(files: list[dict[str, Any]]) -> list[dict[str, Any]]:
