@@ -50,9 +50,9 @@ def run_figures(workdir: Path) -> dict[str, Any]:
     results = workdir / "results"
     runs: dict[str, dict[str, Any]] = {}
     fixed = []
-    for path in sorted(results.glob("runs/*/*/run.json")):
+    for path in sorted(results.glob("runs/*/*/*/run.json")):  # runs/<system>/<benchmark>/<i>/
         record = json.loads(path.read_text())
-        name = f"run_{record['benchmark']}_{path.parent.name}"
+        name = f"run_{path.parent.parent.parent.name}_{record['benchmark']}_{path.parent.name}"
         with (results / "pipeline_info" / "benchmarks" / f"{name}.tsv").open() as f:
             job_s = float(next(csv.DictReader(f, delimiter="\t"))["s"])
         train_s = (record["run_stop_ms"] - record["run_start_ms"]) / 1000

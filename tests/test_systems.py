@@ -129,3 +129,12 @@ def test_one_score_table_per_system_and_benchmark(tmp_path: Path) -> None:
     bad = subprocess.run([sys.executable, "-m", "mlrepro.score", "--results", f"resnet={tmp_path / 'a' / '0.txt'}",
                           "--out", str(out)], capture_output=True, text=True, check=False)
     assert bad.returncode == 2 and "expected SYSTEM/BENCHMARK=FILE" in bad.stderr
+
+
+def test_a_run_jobs_slurm_comment_names_its_system() -> None:
+    """The executor plugin's job comment (rule and wildcards) read back for the runs Slurm cancelled: a system's
+    name may hold underscores, a benchmark's does not."""
+    from mlrepro.slurm.jobs import RUN_COMMENT
+
+    assert RUN_COMMENT.match("rule_run_wildcards_cpu_n2_dlrm_1").groups() == ("cpu_n2", "dlrm", "1")  # type: ignore[union-attr]
+    assert RUN_COMMENT.match("rule_compliance_wildcards_cpu_n2_dlrm_1") is None

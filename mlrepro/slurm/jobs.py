@@ -96,23 +96,24 @@ def slurm_states(jobs: Iterable[dict[str, Any]]) -> None:
         j["node_list"] = j.get("node_list") or "no node"
 
 
-RUN_COMMENT = re.compile(r"^rule_run_wildcards_([A-Za-z0-9]+)_(\d+)$")
+# the plugin's job comment of a run: its wildcards system (may hold "_"), benchmark, run
+RUN_COMMENT = re.compile(r"^rule_run_wildcards_(.+)_([A-Za-z0-9]+)_(\d+)$")
 
 
-def submitted_runs(workdir: Path) -> dict[tuple[str, str], str]:
-    """Slurm's own list of the run jobs submitted from ``workdir``: (benchmark, run) -> the latest job id.
+def submitted_runs(workdir: Path) -> dict[tuple[str, str, str], str]:
+    """Slurm's own list of the run jobs submitted from ``workdir``: (system, benchmark, run) -> the latest job id.
 
     The executor plugin names each job's rule and wildcards in its comment; sacct has it where the cluster
     stores comments (AccountingStoreFlags=job_comment). This finds a run that was cancelled before its
     driver could record anything."""
     proc = subprocess.run(["sacct", "-X", "-P", "-n", "-S", "now-7days", "-o", "JobIDRaw,Comment,WorkDir"],
                           capture_output=True, text=True, timeout=60, check=False)
-    latest: dict[tuple[str, str], str] = {}
+    latest: dict[tuple[str, str, str], str] = {}
     for line in proc.stdout.splitlines():
         job_id, comment, where = [*line.split("|"), "", ""][:3]
         m = RUN_COMMENT.match(comment)
         if m and where == str(workdir.resolve()) and job_id.isdigit():
-            key = (m.group(1), m.group(2))
+            key = (m.group(1), m.group(2), m.group(3))
             if int(job_id) > int(latest.get(key, "0")):
                 latest[key] = job_id
     return latest
@@ -121,24 +122,25 @@ def submitted_runs(workdir: Path) -> dict[tuple[str, str], str]:
 def run_states(outdir: Path, workdir: Path | None = None) -> list[dict[str, Any]]:
     """Every run's latest Slurm job with Slurm's state for it, and whether the run finished: from the runs'
     own records (slurm_job.json) and from sacct's job comments, the later job where both know one."""
-    runs: dict[tuple[str, str], dict[str, Any]] = {}
-    for record in sorted((outdir / "runs").glob(f"*/*/{SLURM_RECORD}")):
-        runs[(record.parent.parent.name, record.parent.name)] = json.loads(record.read_text())
+    runs: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for record in sorted((outdir / "runs").glob(f"*/*/*/{SLURM_RECORD}")):  # runs/<system>/<benchmark>/<i>/
+        runs[(record.parent.parent.parent.name, record.parent.parent.name, record.parent.name)] = \
+            json.loads(record.read_text())
     try:
         for key, job_id in submitted_runs(workdir or Path.cwd()).items():
             if key not in runs or int(job_id) > int(runs[key]["job_id"]):
                 runs[key] = {"job_id": job_id, "node_list": ""}
     except (OSError, subprocess.TimeoutExpired):
         pass  # no sacct: the runs' own records
-    records = [{"benchmark": b, "run": i, **job, "finished": Outputs(outdir).summary(b, i).is_file()}
-               for (b, i), job in sorted(runs.items())]
+    records = [{"system": s, "benchmark": b, "run": i, **job, "finished": Outputs(outdir).summary(s, b, i).is_file()}
+               for (s, b, i), job in sorted(runs.items())]
     slurm_states(records)
     return records
 
 
 def describe(records: Iterable[Mapping[str, Any]]) -> str:
-    return "\n".join(f"  {r['benchmark']} run {r['run']}: Slurm job {r['job_id']} on {r['node_list']}: {r['state']}"
-                     f"{'' if r['finished'] else ' (no result; the next invocation runs it again)'}"
+    return "\n".join(f"  {r['system']}/{r['benchmark']} run {r['run']}: Slurm job {r['job_id']} on {r['node_list']}: "
+                     f"{r['state']}{'' if r['finished'] else ' (no result; the next invocation runs it again)'}"
                      for r in records)
 
 
