@@ -129,6 +129,7 @@ def test_pipeline_with_a_two_node_run(two_nodes: list[str], plugin: Path, tmp_pa
     names both hosts, and the report shows them per node (tests/test_slurm_telemetry.py)."""
     write_config(tmp_path, {
         "only": ["dlrm"], "allow_fewer_runs": True, "telemetry": {"enabled": True, "hz": 5},
+        "inference": {"benchmarks": []},  # LoadGen is tests/test_inference.py's (3 epochs do not converge)
         "slurm": {"account": "root", "exclusive": False},
         # a run of about 2 s: its telemetry samples host memory once a second
         "benchmarks": {"dlrm": {"runs": 1, "max_epochs": 3, "data": {"train_samples": 16384, "eval_samples": 1024}}},
