@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import re
 import shutil
@@ -460,13 +461,16 @@ def test_a_stated_value_wins_and_a_run_still_invalid_fails_with_one_line(trained
                                                                          tmp_path: Path) -> None:
     base = settings.user_conf("resnet", TINY["data"]["eval_samples"], shortened=True)
     conf = tmp_path / "given.user.conf"
-    conf.write_text(base + "resnet50.Offline.target_qps = 200000\n")  # more than the no-op model serves
-    proc = _changed_run(trained, "noop", "Offline", conf, tmp_path / "given")
+    # Twice what the slowed SUT can serve on any machine (one sleep per batch): its samples outlast the minimum
+    # duration however fast the machine. (A no-op model with 200,000 stated was served in under a second here.)
+    stated_qps = math.ceil(2 * sut.BATCH / SLOW_S)
+    conf.write_text(base + f"resnet50.Offline.target_qps = {stated_qps}\n")
+    proc = _changed_run(trained, str(SLOW_S), "Offline", conf, tmp_path / "given")
     assert proc.returncode == 0, proc.stderr[-3000:]
     stated = json.loads((tmp_path / "given" / "result.json").read_text())["calibration"]
-    assert (stated["source"], stated["value"], stated["measured"]) == (str(conf), 200000.0, {})
+    assert (stated["source"], stated["value"], stated["measured"]) == (str(conf), float(stated_qps), {})
     detail = summary.detail(tmp_path / "given" / "mlperf_log_detail.txt")
-    assert float(detail["requested_offline_expected_qps"]) == 200000
+    assert float(detail["requested_offline_expected_qps"]) == stated_qps
 
     # one query/s stated for a no-op model: its one Offline query ends long before the minimum duration
     conf.write_text(base + "*.Offline.target_qps = 1\n")
