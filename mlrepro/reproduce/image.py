@@ -34,12 +34,12 @@ def build(b: BenchmarkPlan, staged: Path, record: Path, log: Path, *, engine: st
         raise ReproduceError(f"{b.implementation}: no Dockerfile to build the image {b.name} runs in")
     path = staged / b.dockerfile
     if b.kind == MINI:  # containers/<image>/Dockerfile, the implementation folder its context
-        image, root, folder = path.parent.name, staged, None
+        image, folder = path.parent.name, None
     else:  # the vendor's own Dockerfile, its folder the context
-        image, root, folder = re.sub(r"[^a-z0-9_.-]+", "-", f"reproduce-{b.name}".lower()), staged, path.parent
+        image, folder = re.sub(r"[^a-z0-9_.-]+", "-", f"reproduce-{b.name}".lower()), path.parent
     try:
         image_record(image, record, log, engine=engine, socket=socket, mode="build", build_args=build_args,
-                     tag_prefix=tag_prefix, lock_path=record.with_name("images.lock.json"), root=root,
+                     tag_prefix=tag_prefix, lock_path=record.with_name("images.lock.json"), root=staged,
                      folder=folder)
     except (ContainerError, EngineUnavailable, FileNotFoundError) as e:
         raise ReproduceError(f"{b.name}: the image of the package's implementation ({b.dockerfile}) could not be "
