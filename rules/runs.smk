@@ -1,5 +1,6 @@
 # Stage 3: N runs per (system, benchmark), each its own job with its own seed, the telemetry sampler beside it.
 # Every implementation, ours and a vendor's, runs through its run_and_time.sh (mlrepro.runs.driver).
+from mlrepro.core.smk import signature_once
 from mlrepro.slurm.resources import run_resources
 
 
@@ -11,25 +12,26 @@ rule run:
         summary=PLAN.out.summary("{system}", "{benchmark}", "{run}"),
     params:
         # In params, so that they re-run a run when they change; the pipeline keys stay out (the launch file).
-        computes=lambda w: PLAN.launch_digest(w.system, w.benchmark),
-        seed=lambda w: PLAN.run_seed(w.benchmark, int(w.run)),
+        computes=signature_once(lambda w: PLAN.launch_digest(w.system, w.benchmark)),
+        seed=signature_once(lambda w: PLAN.run_seed(w.benchmark, int(w.run))),
         device=PLAN.config["device"],
         drop_caches=PLAN.config["drop_caches"],
         hz=PLAN.telemetry_hz,
         # not run-changing: where the run's folder is, how the engine is reached, which GPUs it may claim
         run_dir=str(PLAN.out.run_dir("{system}", "{benchmark}", "{run}")),
         # native: the same for every run (a value, not a call per job)
-        engine=PLAN.engine_options([]) if PLAN.native else lambda w, input: PLAN.engine_options(input.image),
+        engine=PLAN.engine_options([]) if PLAN.native else signature_once(lambda w, input: PLAN.engine_options(input.image)),
         locks=PLAN.out.gpu_locks,
         # written by PREPARE before any job (mlrepro/planning/prepare.py), pipeline keys included
         launch=str(PLAN.out.launch("{system}", "{benchmark}")),
         # the interpreter running Snakemake runs every stage too (a venv need not be activated)
         python=PLAN.python,
-        machine_gpus=lambda w: PLAN.machine_gpus,  # NVML is asked once a run is planned, not at parse time
+        # NVML is asked once a run is planned, not at parse time
+        machine_gpus=signature_once(lambda w: PLAN.machine_gpus),
     threads: PLAN.config["threads_per_run"]
     resources:
         # GPUs this machine shares out (the default profile passes its count as --resources gpus=N)
-        gpus=lambda w: PLAN.run_gpus(w.system, w.benchmark),
+        gpus=signature_once(lambda w: PLAN.run_gpus(w.system, w.benchmark)),
         # the job's shape on Slurm (profiles/slurm): nodes, tasks, runtime, ... from run_shape
         **run_resources(PLAN.config, PLAN.config["threads_per_run"], PLAN.unit_shapes),
     log:

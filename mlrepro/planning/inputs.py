@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from mlrepro.core import smk
 from mlrepro.planning.plan import Plan
 from mlrepro.planning.prepare import Preparation
 
@@ -23,4 +24,4 @@ def run_inputs(plan: Plan, prepare: Preparation) -> Callable[[Any], dict[str, An
             found["manifest"] = plan.dataset_ready(benchmark)
         return found
 
-    return inputs
+    return smk.signature_once(inputs)

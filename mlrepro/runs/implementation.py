@@ -11,12 +11,13 @@ from __future__ import annotations
 import hashlib
 import re
 import subprocess
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from mlrepro import PROJECT_ROOT
 from mlrepro.core.hashing import sha256_file
+from mlrepro.runs import capture_cache
 from mlrepro.runs.executed_code import mini_run_files
 
 MINI = "mini"
@@ -46,7 +47,6 @@ class Implementation:
     image: str  # the name of its image (its build record is {outdir}/containers/{image}.json)
     data_mount: str
     log_mount: str = LOG_MOUNT
-    files: tuple[str, ...] = field(default=())  # folder-relative files, sorted
 
     @property
     def name(self) -> str:
@@ -58,9 +58,10 @@ class Implementation:
         return self.nodes * self.gpus_per_node
 
     def digest(self) -> str:
-        """Content of what runs: the folder's files and, for ours, every project file a run executes."""
+        """Content of what runs: the folder's files and, for ours, every project file a run executes. Listed
+        here, when a run's params ask (once per folder, mlrepro/planning/plan.py), not when the config is read."""
         h = hashlib.sha256()
-        for rel in self.files:
+        for rel in folder_files(self.folder):
             h.update(f"{rel}\0{sha256_file(self.folder / rel)}\n".encode())
         if self.kind == MINI:
             for path in mini_run_files(self.folder):
@@ -107,19 +108,24 @@ def capture(config: Path) -> dict[str, str]:
     """The variables ``config`` exports (``set -a``: plain assignments too), sourced in a clean environment.
 
     What bash itself sets (PWD, SHLVL, _) and the clean environment's own values are left out unless
-    the file changes them.
+    the file changes them. Reused while no file of its folder changed (mlrepro/runs/capture_cache.py).
     """
     if not config.is_file():
         there = ", ".join(sorted(p.name for p in config.parent.glob("config_*.sh"))) or "none"
         raise ImplementationError(f"{config}: no such config file; set benchmarks.<bm>.system_config to one of "
                                   f"the folder's config_<SYSTEM>.sh files (there: {there})")
+    entry = capture_cache.key(config, CLEAN_ENV)
+    if (cached := capture_cache.get(entry)) is not None:
+        return cached
     cwd = config.parent
     if cwd not in _BASELINE:
         _BASELINE[cwd] = _bash_env("env -0", None, cwd)
     base = _BASELINE[cwd]
     # what the file prints goes to stderr: on stdout it would run into the first variable
     env = _bash_env('set -a; source "$1" >&2; env -0', config.resolve(), cwd)
-    return {k: v for k, v in env.items() if k != "_" and base.get(k) != v}
+    captured = {k: v for k, v in env.items() if k != "_" and base.get(k) != v}
+    capture_cache.put(entry, captured)
+    return captured
 
 
 def _walltime(value: str | None, config: Path) -> float | None:
@@ -178,7 +184,7 @@ def resolve(benchmark: str, choice: str, system: str, system_config: str | None,
         nodes=_count(env, "DGXNNODES", 1, config), gpus_per_node=_count(env, "DGXNGPU", None, config),
         walltime_minutes=_walltime(env.get("WALLTIME"), config), image=str(image),
         data_mount=mounts.get("data", DATA_MOUNTS.get(benchmark, "/data")),
-        log_mount=mounts.get("logs", LOG_MOUNT), files=folder_files(folder))
+        log_mount=mounts.get("logs", LOG_MOUNT))
 
 
 def describe(impl: Implementation) -> dict[str, Any]:

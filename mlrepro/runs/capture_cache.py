@@ -1,0 +1,70 @@
+"""Config files already sourced: the variables bash captured, reused while nothing they could read changed.
+
+Sourcing a vendor's config file costs a bash and the commands it runs (NVIDIA's run ``readlink``, ``dirname``
+and source a shared ``*_common.sh``): about 8 ms each, and every Snakemake invocation plans again, each job's
+too on a cluster. A submission of 10 systems x 8 benchmarks sources about 40 (benchmarks/planning_scale.py).
+
+The key is everything a capture reads as the pipeline sees it: the config file's path, every file of its
+implementation folder (path, size, mtime, inode: the folder is the unit the pipeline re-runs on, as in the
+launch digest), the clean environment, the bash binary and the host. A config file that reads files outside
+its folder is not followed there: touch a file of its folder, or remove the cache folder, after changing them.
+An entry that cannot be read is captured again; a cache folder that cannot be written is only not used.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import socket
+from pathlib import Path
+
+from mlrepro.core import atomic
+
+VERSION = 1  # of what capture() returns: a change of its rules makes every older entry a miss
+
+
+def folder() -> Path:
+    """Where entries are kept: ``$XDG_CACHE_HOME/mlrepro/config-captures`` (else ``~/.cache/...``)."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "mlrepro" / "config-captures"
+
+
+def key(config: Path, clean_env: dict[str, str]) -> str:
+    h = hashlib.sha256()
+    bash = shutil.which("bash", path=clean_env.get("PATH")) or "bash"
+    real = config.resolve()  # what bash sources (a link's target), from the link's folder
+    h.update(json.dumps([VERSION, str(config), str(real), _stamp(str(real)), clean_env, bash, _stamp(bash),
+                         socket.gethostname()]).encode(errors="surrogateescape"))
+    top = config.parent
+    for dirpath, dirnames, filenames in os.walk(top):
+        dirnames.sort()
+        for name in sorted(filenames):
+            path = os.path.join(dirpath, name)
+            h.update(f"{os.path.relpath(path, top)}\0{_stamp(path)}\n".encode(errors="surrogateescape"))
+    return h.hexdigest()
+
+
+def _stamp(path: str) -> str:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return "-"
+    return f"{st.st_size}:{st.st_mtime_ns}:{st.st_ino}"
+
+
+def get(entry: str) -> dict[str, str] | None:
+    try:
+        env = json.loads((folder() / f"{entry}.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
+        return None
+    return env
+
+
+def put(entry: str, env: dict[str, str]) -> None:
+    with contextlib.suppress(OSError):  # a read-only home: every invocation sources again, as before the cache
+        atomic.write_text(folder() / f"{entry}.json", json.dumps(env, sort_keys=True))
