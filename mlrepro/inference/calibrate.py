@@ -45,11 +45,18 @@ SERVER_QUERIES = (50, 5000)
 SERVER_TRIES = 10  # halvings: down to 1/512 of the simulated rate (the simulation knows no per-query cost)
 # A try lasts a second; a queue that grows slowly shows only in the longer timed run (seen on one pinned core:
 # a rate that passed its try missed the bound over the timed run). The timed run is then run again at half
-# the rate. A run within the bound whose early-stopping estimate still fails (on a loaded machine a few of a
-# shortened run's queries come late: 662 queries allow one) is run again with the query count LoadGen names
-# ("Would need to run at least N more queries"), so that early stopping tolerates more late queries. Either
-# rerun this many times at most, each recorded.
+# the rate. Where its queries did not queue (their median latency no longer than one query alone at p99: a
+# growing queue delays most of them), the late ones were slowed by other work on the machine, which a lower
+# rate does not remove, only lengthens the run by: it is run again at the same rate. A run within the bound
+# whose early-stopping estimate still fails (on a loaded machine a few of a shortened run's queries come late:
+# 662 queries allow one) is run again with the query count LoadGen names ("Would need to run at least N more
+# queries"), so that early stopping tolerates more late queries. Any rerun this many times at most, each
+# recorded.
 SERVER_TIMED_RETRIES = 3
+# One query alone measured over the bound at p99 (its measurement lasts CALIBRATION_S) is measured again this
+# many times before no rate is possible: a burst of other work on the machine inflates a quarter-second's p99
+# (seen at a load of 6 on two cores: 15.6 ms against resnet50's 15 ms bound, 3.5 ms on the quiet machine).
+LONE_TRIES = 3
 # The user.conf key a scenario's statement has (LoadGen reads target_latency in ms, target_qps in queries/s).
 KEYS = {"SingleStream": "target_latency", "MultiStream": "target_latency", "Server": "target_qps",
         "Offline": "target_qps"}
@@ -98,10 +105,14 @@ class Calibration:
         rerun: dict[str, Any] = {"rate": self.value, "latency_ms": float(ns) / 1e6 if ns is not None else None,
                                  "queries": detail.get("result_query_count"),
                                  "late_queries": detail.get("result_overlatency_query_count")}
+        median_ns, lone_ms = detail.get("result_50.00_percentile_latency_ns"), self.measured.get("one_query_p99_ms")
         if detail.get("result_perf_constraints_met") is False:
-            rerun["reason"] = "latency bound missed"
-            self.value /= 2
-            self.apply(ts)
+            if median_ns is not None and lone_ms is not None and float(median_ns) / 1e6 <= lone_ms:
+                rerun["reason"] = "latency bound missed, queries not queued"  # the same rate again
+            else:
+                rerun["reason"] = "latency bound missed"
+                self.value /= 2
+                self.apply(ts)
         elif detail.get("early_stopping_met") is False:
             rerun["reason"] = "early stopping not met"
             ts.min_query_count = more_queries(detail)
@@ -233,10 +244,16 @@ def server_rate(one: dict[float, float], full: float, bound: float, percentile: 
 
 
 def _server(predict: Predict, count: int, model: str, ts: Any, work_dir: Path) -> dict[str, Any]:
-    one = _latency(predict, count, "SingleStream", work_dir / "SingleStream")
-    full = _throughput(predict, count, work_dir / "Offline")
     bound, percentile = ts.server_target_latency_ns / 1e9, ts.server_target_latency_percentile
+    lone = []
+    for i in range(LONE_TRIES):  # the first within the bound, else the fastest
+        lone.append(_latency(predict, count, "SingleStream", work_dir / f"SingleStream_{i}"))
+        if lone[-1]["p99_latency_ms"] <= bound * 1e3:
+            break
+    one = min(lone, key=lambda m: m["p99_latency_ms"])
+    full = _throughput(predict, count, work_dir / "Offline")
     measured: dict[str, Any] = {"one_query_p99_ms": one["p99_latency_ms"],
+                                "one_query_p99_ms_tries": [m["p99_latency_ms"] for m in lone],
                                 "batch_samples_per_second": full["samples_per_second"],
                                 "bound_ms": bound * 1e3, "percentile": percentile}
     one_s = {q: ms / 1e3 for q, ms in one["quantiles_ms"].items()}
