@@ -512,6 +512,25 @@ def test_pipeline_schedules_one_job_per_benchmark_scenario_mode(tmp_path: Path) 
     assert counts["inference_run"] == 4 and counts["inference_package"] == 1 and counts["inference_check"] == 1
 
 
+@pytest.mark.integration
+def test_benchmarks_all_serves_the_models_the_declared_round_has(tmp_path: Path) -> None:
+    """The embedded default (inference.benchmarks: all) with only the round changed: v6.1 serves the three of the
+    seed's six it still has; a model named by hand that the round lacks stops planning, naming it."""
+    def served(config: str) -> set[str]:
+        cfg = tmp_path / "c.yaml"
+        cfg.write_text(config)
+        out = snakemake(tmp_path, "-n", "--configfile", str(cfg)).stdout
+        return set(re.findall(r"output: \S*/inference/conf/(\w+)\.user\.conf", out))
+
+    assert served("inference: {round: v6.1}\n") == {"bert", "resnet", "unet3d"}
+    assert served("inference: {round: v2.0}\n") == set(rounds.SERVED)
+    proc = snakemake(tmp_path, "-n", "--config", "inference={'round': 'v6.1', 'benchmarks': ['dlrm']}", check=False)
+    assert proc.returncode != 0 and "inference.round v6.1 has no model for benchmark 'dlrm'" in proc.stdout + proc.stderr
+    from mlrepro.core import config as mlconfig
+    with pytest.raises(mlconfig.ConfigError, match=r"inference\.benchmarks: 'all' was expected"):
+        mlconfig.load({"benchmarks": {"resnet": {}}, "inference": {"benchmarks": "every"}})
+
+
 def test_usage_inference_is_only_for_audits_and_inference_benchmarks_are_checked() -> None:
     from mlrepro.core import config as mlconfig
     with pytest.raises(mlconfig.ConfigError, match="usage: inference is for audits"):

@@ -111,7 +111,8 @@ def test_container_lines_reject_what_would_break_their_syntax() -> None:
         containers.apptainer_run(["srun"], "x.sif", [Mount(Path("/a"), target="/b:c")], False, None, ["true"])
     with pytest.raises(ValueError, match="container name"):
         containers.pyxis_import(["srun"], "img", "bad name;rm")
-    assert containers.container_name("dlrm", Path("/r/runs/dlrm/0")) == "mlrepro_dlrm_0"
+    assert containers.container_name("dlrm", Path("/r/runs/cpu_n2/dlrm/0")) == "mlrepro_cpu_n2_dlrm_0"
+    assert containers.container_name("dlrm", Path("/r/runs/a b/dlrm/0")) == "mlrepro_a_b_dlrm_0"
 
 
 def test_apptainer_line() -> None:

@@ -20,6 +20,7 @@ from pathlib import Path
 from mlrepro.inference.calibrate import stated
 
 ROUNDS = ("v2.0", "v6.1")
+SERVED = ("dlrm", "bert", "resnet", "ssd", "rnnt", "unet3d")  # the seed's inference table, in its order
 DEFAULT = "v2.0"
 
 # The lines of mlcommons/inference mlperf.conf at tag v2.0 (commit 33894a19c4af6207f7cfdda75f84570f04836de5)
@@ -156,6 +157,10 @@ class Round:
         if any(scens & {"SingleStream", "MultiStream"} for scens in served.values()) or not kinds:
             kinds.append("edge")
         return ",".join(kinds)
+
+    def served_benchmarks(self) -> list[str]:
+        """The benchmarks of ours this round has a model for, in the seed table's order (``benchmarks: all``)."""
+        return [b for b in SERVED if b in self.models]
 
     def served_scenarios(self, benchmarks: list[str], scenarios: list[str]) -> dict[str, list[str]]:
         """benchmark -> the scenarios of ``scenarios`` it runs: those the round requires of it for the system type

@@ -35,6 +35,8 @@ def start(workflow: Any, config: dict[str, Any]) -> tuple[Plan, Preparation]:
         systems, units = mlsystems.load(full, benchmarks, Path.cwd(), source)
         if "inference" in full:  # every served benchmark is a model of the declared round, with a scenario
             inf = full["inference"]
+            if inf["benchmarks"] == "all":  # those of ours the declared round has
+                inf["benchmarks"] = rounds.get(inf["round"]).served_benchmarks()
             rounds.get(inf["round"]).served_scenarios(inf["benchmarks"], inf["scenarios"])
     except (mlconfig.ConfigError, data_recipe.RecipeError) as error:
         raise PlanningError(str(error)) from None

@@ -28,8 +28,10 @@ class PluginMissing(RuntimeError):
 
 
 def container_name(benchmark: str, run_dir: Path) -> str:
-    """pyxis' name for a run's container: one per run folder, so two runs in one job never share one."""
-    return re.sub(r"[^A-Za-z0-9_.-]", "_", f"mlrepro_{benchmark}_{run_dir.name}")
+    """pyxis' name for a run's container: one per run folder (runs/<system>/<benchmark>/<i>), so that two runs
+    never share one, of two systems either (a site's pyxis may keep named containers beyond a job)."""
+    system = run_dir.parent.parent.name
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", f"mlrepro_{system}_{benchmark}_{run_dir.name}")
 
 
 def _bind(m: Mount) -> str:
