@@ -591,23 +591,23 @@ def test_a_calibrated_server_rerun_halves_the_rate_or_runs_the_queries_loadgen_n
     stated = calibrate.Calibration("Server", "target_qps", 400.0, source="calibrated")
     missed = {"result_perf_constraints_met": False, "early_stopping_met": False, "result_query_count": 662,
               "result_overlatency_query_count": 40, "result_99.00_percentile_latency_ns": 31_500_000}
-    assert stated.retry_server(missed, 0.99, ts) and ts.server_target_qps == 200.0 and ts.min_query_count == 662
+    assert stated.retry(missed, 0.99, ts) and ts.server_target_qps == 200.0 and ts.min_query_count == 662
     assert stated.measured["timed_reruns"] == [{"rate": 400.0, "latency_ms": 31.5, "queries": 662, "late_queries": 40,
                                                 "reason": "latency bound missed"}]
     # within the bound, two queries late: early stopping asks for more queries, as LoadGen says
     late = {"result_perf_constraints_met": True, "early_stopping_met": False, "result_query_count": 662,
             "result_overlatency_query_count": 2, "early_stopping_result": (
                 " * Run unsuccessful.\n * Processed 662 queries.\n * Would need to run at least 645 more queries,")}
-    assert stated.retry_server(late, 0.99, ts) and ts.server_target_qps == 200.0 and ts.min_query_count == 1307
+    assert stated.retry(late, 0.99, ts) and ts.server_target_qps == 200.0 and ts.min_query_count == 1307
     assert stated.measured["timed_reruns"][-1]["reason"] == "early stopping not met"
     assert calibrate.more_queries({**late, "early_stopping_result": ""}) == 1324  # none named: twice the count
     valid = {"result_perf_constraints_met": True, "early_stopping_met": True}
-    assert not stated.retry_server(valid, 0.99, ts)  # a valid run stands
-    while stated.retry_server(missed, 0.99, ts):
+    assert not stated.retry(valid, 0.99, ts)  # a valid run stands
+    while stated.retry(missed, 0.99, ts):
         pass
-    assert len(stated.measured["timed_reruns"]) == calibrate.SERVER_TIMED_RETRIES
+    assert len(stated.measured["timed_reruns"]) == calibrate.TIMED_RETRIES
     given = calibrate.Calibration("Server", "target_qps", 400.0, source="my.user.conf")
-    assert not given.retry_server(missed, 0.99, ts)  # a stated rate is the user's: never changed
+    assert not given.retry(missed, 0.99, ts)  # a stated rate is the user's: never changed
 
 
 def test_a_server_miss_whose_queries_did_not_queue_reruns_at_the_same_rate() -> None:
@@ -619,12 +619,34 @@ def test_a_server_miss_whose_queries_did_not_queue_reruns_at_the_same_rate() -> 
     missed = {"result_perf_constraints_met": False, "early_stopping_met": False, "result_query_count": 662,
               "result_overlatency_query_count": 9, "result_99.00_percentile_latency_ns": 16_000_000,
               "result_50.00_percentile_latency_ns": 2_100_000}
-    assert stated.retry_server(missed, 0.99, ts) and stated.value == 400.0 and ts.server_target_qps == 0.0
+    assert stated.retry(missed, 0.99, ts) and stated.value == 400.0 and ts.server_target_qps == 0.0
     assert stated.measured["timed_reruns"][-1]["reason"] == "latency bound missed, queries not queued"
     queued = {**missed, "result_50.00_percentile_latency_ns": 9_000_000}
-    assert stated.retry_server(queued, 0.99, ts) and stated.value == 200.0 and ts.server_target_qps == 200.0
+    assert stated.retry(queued, 0.99, ts) and stated.value == 200.0 and ts.server_target_qps == 200.0
     assert stated.measured["timed_reruns"][-1]["reason"] == "latency bound missed"
-    assert stated.retry_server(missed, 0.99, ts) and not stated.retry_server(missed, 0.99, ts)  # three at most
+    assert stated.retry(missed, 0.99, ts) and not stated.retry(missed, 0.99, ts)  # three at most
+
+
+def test_queries_that_ran_out_before_the_minimum_duration_are_run_again_stating_what_the_run_served() -> None:
+    """CI's case: Offline calibrated at 459.7 samples/s under other work, stated 919.3, served 1,041.8 in the timed
+    run, whose one query then ended before the minimum duration."""
+    ts = SimpleNamespace(offline_expected_qps=0.0, single_stream_expected_latency_ns=0)
+    offline = calibrate.Calibration("Offline", "target_qps", 919.328, source="calibrated")
+    short = {"result_min_duration_met": False, "result_samples_per_second": 1041.81}
+    assert offline.retry(short, 0.99, ts) and offline.value == pytest.approx(2083.62)
+    assert ts.offline_expected_qps == pytest.approx(2083.62)
+    assert offline.measured["timed_reruns"] == [{"reason": "minimum duration not met", "value": 919.328,
+                                                 "samples_per_second": 1041.81}]
+    assert offline.retry({**short, "result_samples_per_second": 10.0}, 0.99, ts)
+    assert offline.value == pytest.approx(4167.24)  # at least twice the last statement
+    assert not offline.retry({"result_min_duration_met": True}, 0.99, ts)  # a valid run stands
+    single = calibrate.Calibration("SingleStream", "target_latency", 1.0, source="calibrated")
+    assert single.retry({"result_min_duration_met": False, "result_mean_latency_ns": 300_000}, 0.9, ts)
+    assert single.value == pytest.approx(0.15) and ts.single_stream_expected_latency_ns == 150_000
+    assert single.retry(short, 0.9, ts) and single.value == pytest.approx(0.075)  # no latency recorded: half
+    assert single.retry(short, 0.9, ts) and not single.retry(short, 0.9, ts)  # three at most
+    given = calibrate.Calibration("Offline", "target_qps", 919.328, source="my.user.conf")
+    assert not given.retry(short, 0.99, ts)
 
 
 def test_a_burst_of_other_work_during_the_lone_query_measurement_is_measured_again(tmp_path: Path) -> None:

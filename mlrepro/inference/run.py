@@ -170,12 +170,16 @@ def main(argv: list[str] | None = None) -> None:
                     sampler.stop()
             stop_ms = int(time.time() * 1000)
             detail = summary.detail(tmp / "mlperf_log_detail.txt")  # this run's: the rerun's judge and the record's
-            if stated is None or not stated.retry_server(detail, ts.server_target_latency_percentile, ts):
+            if stated is None or not stated.retry(detail, ts.server_target_latency_percentile, ts):
                 break
             rerun = stated.measured["timed_reruns"][-1]
-            print(f"{model} Server: {rerun['reason']} at {rerun['rate']:.6g} queries/s ({rerun['late_queries']} of "
-                  f"{rerun['queries']} queries late); running it again at {stated.value:.6g} queries/s, "
-                  f"{ts.min_query_count} queries at least", flush=True)
+            if args.scenario == "Server":
+                print(f"{model} Server: {rerun['reason']} at {rerun['rate']:.6g} queries/s ({rerun['late_queries']} of "
+                      f"{rerun['queries']} queries late); running it again at {stated.value:.6g} queries/s, "
+                      f"{ts.min_query_count} queries at least", flush=True)
+            else:
+                print(f"{model} {args.scenario}: {rerun['reason']} with {stated.key} {rerun['value']:.6g} "
+                      f"{stated.unit}; running it again with {stated.value:.6g} {stated.unit}", flush=True)
         record: dict[str, Any] = {
             "benchmark": args.benchmark, "round": rnd.name, "loadgen_model": model, "scenario": args.scenario,
             "mode": args.mode,
