@@ -13,7 +13,6 @@ same machine state). Figures are medians over the pairs; the JSON (default: defa
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
 import shutil
@@ -25,7 +24,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-from benchmarks.pipeline_speed import snakemake  # noqa: E402
+from benchmarks.pipeline_speed import bench_seconds, snakemake  # noqa: E402
 
 BUDGET_S = 240.0
 VARIANTS = {"default": [], "without_inference": ["--config", "inference={'benchmarks': []}"]}
@@ -35,9 +34,7 @@ def job_seconds(results: Path) -> dict[str, float]:
     """Summed job wall time by stage: inference jobs (``inference_*``) and all others."""
     sums = {"inference": 0.0, "other": 0.0}
     for tsv in (results / "pipeline_info" / "benchmarks").glob("*.tsv"):
-        with tsv.open() as f:
-            seconds = float(next(csv.DictReader(f, delimiter="\t"))["s"])
-        sums["inference" if tsv.name.startswith("inference") else "other"] += seconds
+        sums["inference" if tsv.name.startswith("inference") else "other"] += bench_seconds(tsv)
     return sums
 
 

@@ -46,6 +46,12 @@ def p90(values: list[float]) -> float:
     return ordered[min(len(ordered) - 1, math.ceil(0.9 * len(ordered)) - 1)]
 
 
+def bench_seconds(tsv: Path) -> float:
+    """A job's wall time, from its Snakemake benchmark file."""
+    with tsv.open() as f:
+        return float(next(csv.DictReader(f, delimiter="\t"))["s"])
+
+
 def run_figures(workdir: Path) -> dict[str, Any]:
     results = workdir / "results"
     runs: dict[str, dict[str, Any]] = {}
@@ -53,8 +59,7 @@ def run_figures(workdir: Path) -> dict[str, Any]:
     for path in sorted(results.glob("runs/*/*/*/run.json")):  # runs/<system>/<benchmark>/<i>/
         record = json.loads(path.read_text())
         name = f"run_{path.parent.parent.parent.name}_{record['benchmark']}_{path.parent.name}"
-        with (results / "pipeline_info" / "benchmarks" / f"{name}.tsv").open() as f:
-            job_s = float(next(csv.DictReader(f, delimiter="\t"))["s"])
+        job_s = bench_seconds(results / "pipeline_info" / "benchmarks" / f"{name}.tsv")
         train_s = (record["run_stop_ms"] - record["run_start_ms"]) / 1000
         fixed.append(job_s - train_s)
         runs[name] = {"seed": record["seed"], "epochs": record["epochs"], "status": record["status"],

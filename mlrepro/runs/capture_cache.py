@@ -40,7 +40,7 @@ def key(config: Path, clean_env: dict[str, str]) -> str:
     h.update(json.dumps([VERSION, str(config), str(real), _stamp(str(real)), clean_env, bash, _stamp(bash),
                          socket.gethostname()]).encode(errors="surrogateescape"))
     for rel, st in _files(str(config.parent)):
-        h.update(f"{rel}\0{st.st_size}:{st.st_mtime_ns}:{st.st_ino}\n".encode(errors="surrogateescape"))
+        h.update(f"{rel}\0{_triple(st)}\n".encode(errors="surrogateescape"))
     return h.hexdigest()
 
 
@@ -68,10 +68,13 @@ def _stat(entry: os.DirEntry[str]) -> os.stat_result:
 
 def _stamp(path: str) -> str:
     try:
-        st = os.stat(path)
+        return _triple(os.stat(path))
     except OSError:
         return "-"
-    return f"{st.st_size}:{st.st_mtime_ns}:{st.st_ino}"
+
+
+def _triple(st: os.stat_result) -> str:
+    return f"{st.st_size}:{st.st_mtime_ns}:{st.st_ino}"  # as datasets/stamps.py stamps a file
 
 
 def get(entry: str) -> dict[str, str] | None:
