@@ -65,7 +65,7 @@ def append(path: Path, record: dict[str, Any]) -> None:
     """One JSON line, appended whole or not at all, and fsync'd: under an exclusive lock, so that concurrent
     writers never interleave a line and a short write (ENOSPC) is cut back off before :class:`LedgerError`."""
     line = (json.dumps(record, sort_keys=True) + "\n").encode()
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         size = _repair_tail(fd, os.fstat(fd).st_size)
