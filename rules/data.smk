@@ -67,13 +67,14 @@ rule data_extract:
         PLAN.out.receipt("{benchmark}", "extract"),
     params:
         root=lambda w: PLAN.data_root / w.benchmark,
+        group=PLAN.config["data_group"] or "",  # whose folders in a shared data_root are reused (docs/security.md)
         # the interpreter running Snakemake runs every stage too (a venv need not be activated)
         python=PLAN.python,
     log:
         PLAN.out.log("data_extract_{benchmark}"),
     shell:
         "{params.python:q} -m mlrepro.datasets extract --benchmark {wildcards.benchmark:q} --recipe {input.recipe:q} "
-        "--root {params.root:q} --receipt {output:q} > {log:q} 2>&1"
+        "--root {params.root:q} --receipt {output:q} --trust-group {params.group:q} > {log:q} 2>&1"
 
 
 rule data_prepare:
@@ -86,13 +87,14 @@ rule data_prepare:
     params:
         root=lambda w: PLAN.data_root / w.benchmark,
         engine=lambda w, input: PLAN.engine_options(input.image) if input.image else [],
+        group=PLAN.config["data_group"] or "",
         # the interpreter running Snakemake runs every stage too (a venv need not be activated)
         python=PLAN.python,
     log:
         PLAN.out.log("data_prepare_{benchmark}"),
     shell:
         "{params.python:q} -m mlrepro.datasets prepare --benchmark {wildcards.benchmark:q} --recipe {input.recipe:q} "
-        "--root {params.root:q} --receipt {output:q} {params.engine:q} > {log:q} 2>&1"
+        "--root {params.root:q} --receipt {output:q} --trust-group {params.group:q} {params.engine:q} > {log:q} 2>&1"
 
 
 rule data_path:
