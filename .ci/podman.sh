@@ -55,11 +55,6 @@ is_our_service() {
 }
 
 start() {
-  if ! command -v podman >/dev/null || ! command -v runc >/dev/null; then
-    log "installing podman and runc"
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq >&2 && apt-get install -y -qq podman runc >&2
-  fi
   if [ -n "${MLREPRO_PODMAN_STATE:-}" ]; then
     [ -e "$MLREPRO_PODMAN_STATE" ] || [ -L "$MLREPRO_PODMAN_STATE" ] || mkdir -m 700 "$MLREPRO_PODMAN_STATE"
     set_paths "$MLREPRO_PODMAN_STATE"
@@ -67,6 +62,11 @@ start() {
     set_paths "$(mktemp -d "${TMPDIR:-/tmp}/mlrepro-podman.XXXXXXXX")"
   fi
   private_dir "$STATE_DIR"
+  if ! command -v podman >/dev/null || ! command -v runc >/dev/null; then
+    log "installing podman and runc"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq >&2 && apt-get install -y -qq podman runc >&2
+  fi
   local running=""
   if [ -f "$PIDFILE" ] && [ ! -L "$PIDFILE" ]; then
     read -r pid started < "$PIDFILE" || true

@@ -9,7 +9,7 @@ A data_root may be shared by several users: a folder found made is reused only w
 it, its manifest and its ``.made-by.json`` belong to this user (or to the config's ``data_group``) and no
 one else can write them, and its content is the manifest's, hash for hash, with no file beyond it (the
 recipe's digest in ``.made-by.json`` is public, so it proves nothing alone). Otherwise the folder is moved
-aside (``<name>.rejected-<time>-<pid>``, kept for inspection) and built anew, saying so.
+aside (``<name>.rejected-<time>-<random>``, kept for inspection) and built anew, saying so.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import pwd
 import stat
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -129,7 +130,7 @@ def reuse_problems(folder: Path, group: int | None) -> list[str]:
 
 def _set_aside(folder: Path, problems: list[str]) -> Path:
     """Move a folder that may not be reused out of the way (kept, for inspection); say so."""
-    aside = folder.with_name(f"{folder.name}.rejected-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}")
+    aside = folder.with_name(f"{folder.name}.rejected-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}")
     try:
         os.rename(folder, aside)
     except OSError as e:
