@@ -176,32 +176,46 @@ def verify(recipe: Recipe, root: Path, receipt: Path) -> None:
 
 def _build(recipe: Recipe, root: Path, name: str, parts: tuple[str, ...], needed: int,
            make: Any, receipt: Path, group: int | None = None) -> None:
+    with locked(root):
+        _build_held(recipe, root, name, parts, needed, make, group)
+    stamps.write_receipt(receipt, root / name)
+
+
+def _build_held(recipe: Recipe, root: Path, name: str, parts: tuple[str, ...], needed: int, make: Any,
+                group: int | None) -> None:
+    """``root/name`` made (or found made and reusable) by ``make``; the caller holds ``root``'s lock."""
     folder = root / name
     digest = recipe.digest(*parts)
-    with locked(root):
-        if _made(folder, digest) and (problems := reuse_problems(folder, group)):
-            _set_aside(folder, problems)
-        if folder.exists() and not _made(folder, digest):
-            # another pipeline sharing this data_root may be reading it: never swapped under it
-            try:
-                maker = json.loads((folder / MADE_BY).read_text()).get("file")
-            except (OSError, ValueError, AttributeError):
-                maker = None
-            raise fetch.DatasetError(
-                f"{folder} was made by another recipe ({maker or 'unknown'}) than {recipe.path}, and a pipeline "
-                "sharing this data_root may be using it: it is not rebuilt in place. When none uses it, remove it "
-                f"(rm -r {folder}) and run again; or give this pipeline its own data_root.")
-        if not _made(folder, digest):
-            fetch.check_free_space(root, needed, name, recipe)
-            with atomic.atomic_dir(folder) as tmp:
-                make(tmp)
-                stamps.write_manifest(tmp)
-                atomic.write_json(tmp / MADE_BY, {"recipe": digest, "file": str(recipe.path)})
-    stamps.write_receipt(receipt, folder)
+    if _made(folder, digest) and (problems := reuse_problems(folder, group)):
+        _set_aside(folder, problems)
+    if folder.exists() and not _made(folder, digest):
+        # another pipeline sharing this data_root may be reading it: never swapped under it
+        try:
+            maker = json.loads((folder / MADE_BY).read_text()).get("file")
+        except (OSError, ValueError, AttributeError):
+            maker = None
+        raise fetch.DatasetError(
+            f"{folder} was made by another recipe ({maker or 'unknown'}) than {recipe.path}, and a pipeline "
+            "sharing this data_root may be using it: it is not rebuilt in place. When none uses it, remove it "
+            f"(rm -r {folder}) and run again; or give this pipeline its own data_root.")
+    if not _made(folder, digest):
+        fetch.check_free_space(root, needed, name, recipe)
+        with atomic.atomic_dir(folder) as tmp:
+            make(tmp)
+            stamps.write_manifest(tmp)
+            atomic.write_json(tmp / MADE_BY, {"recipe": digest, "file": str(recipe.path)})
 
 
 def extract(recipe: Recipe, root: Path, receipt: Path, group: int | None = None) -> None:
     """Every ``extract`` entry into one temporary folder, written only through it (mlrepro/datasets/extract.py)."""
+    _build(recipe, root, "extracted", EXTRACTED, recipe.sizes.get("extracted", 0), _extractor(recipe, root), receipt,
+           group)
+
+
+EXTRACTED = ("sources", "extract")  # the recipe's parts an extracted folder is made of
+
+
+def _extractor(recipe: Recipe, root: Path) -> Any:
     downloads = root / "downloads"
 
     def make(tmp: Path) -> None:
@@ -224,13 +238,20 @@ def extract(recipe: Recipe, root: Path, receipt: Path, group: int | None = None)
                         _extract.unpack_nested(tree, inner, str(source), budget)
             _extract.check_links(tree)
 
-    _build(recipe, root, "extracted", ("sources", "extract"), recipe.sizes.get("extracted", 0), make, receipt, group)
+    return make
 
 
 def prepare_step(recipe: Recipe, root: Path, receipt: Path, runner: Any = None, group: int | None = None) -> None:
     """Lay the dataset out as the implementation mounts it: its own scripts in its image (``runner``), or ours."""
 
     def make(tmp: Path) -> None:
+        # what it is made from is held to the same rules: a poisoned extracted folder (its files may be the
+        # prepared folder's own, hard-linked) is set aside and extracted anew, under the lock already held
+        extracted = root / "extracted"
+        if _made(extracted, recipe.digest(*EXTRACTED)) and (problems := reuse_problems(extracted, group)):
+            _set_aside(extracted, problems)
+            _build_held(recipe, root, "extracted", EXTRACTED, recipe.sizes.get("extracted", 0),
+                        _extractor(recipe, root), group)
         if runner is not None and recipe.prepare.get("image"):
             runner(recipe.prepare["image"], root / "extracted", root / "downloads", tmp)
         else:
