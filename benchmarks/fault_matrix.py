@@ -9,7 +9,8 @@ byte for byte. Then: disk full (a small tmpfs, else RLIMIT_FSIZE), a read-only o
 read-only bind mount, where root may mount), a second invocation on the same output folder,
 tampering, hostile logs through the gate, the audit and its report in headless Chromium, hostile
 dataset archives through the extraction (``--archives-only``: those alone, in seconds), and every case of
-issue 23 with its closing figures (``--round2``: those alone, benchmarks/hostile_round2.py).
+issue 23 with its closing figures (``--round2``: those alone, benchmarks/hostile_round2.py); issue 36's, a
+shared login node with a second local user (``--round3``: benchmarks/hostile_round3.py).
 """
 
 from __future__ import annotations
@@ -200,6 +201,16 @@ def round2() -> dict:
     return hostile_round2.figures(rows)
 
 
+def round3() -> dict:
+    """Issue 36's cases, a shared login node (benchmarks/hostile_round3.py; root: it makes a second user)."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import hostile_round3
+
+    with tempfile.TemporaryDirectory(prefix="mlrepro-round3-") as tmp:
+        rows = hostile_round3.run(Path(tmp))
+    return hostile_round3.figures(rows)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--runs", type=int, default=2)
@@ -207,6 +218,8 @@ def main() -> None:
     ap.add_argument("--archives-only", action="store_true", help="only the hostile dataset archives (seconds)")
     ap.add_argument("--round2", action="store_true",
                     help="only issue 23's hostile cases (benchmarks/hostile_round2.py)")
+    ap.add_argument("--round3", action="store_true",
+                    help="only issue 36's cases, a shared login node (benchmarks/hostile_round3.py)")
     args = ap.parse_args()
     if args.archives_only:
         with tempfile.TemporaryDirectory() as tmp:
@@ -214,6 +227,9 @@ def main() -> None:
         return
     if args.round2:
         print(json.dumps(round2(), indent=1))
+        return
+    if args.round3:
+        print(json.dumps(round3(), indent=1))
         return
     rng = random.Random(args.seed)
     base = Path(tempfile.mkdtemp(prefix="mlrepro-faults-"))
@@ -388,6 +404,8 @@ def main() -> None:
         rows.append(hostile_archives(base))
         print(rows[-1], flush=True)
         rows.append({"fault": "issue 23's hostile cases", **round2()})
+        print(rows[-1], flush=True)
+        rows.append({"fault": "issue 36's cases (a shared login node)", **round3()})
         print(rows[-1], flush=True)
     finally:
         print("\nFAULT MATRIX")

@@ -14,4 +14,6 @@ rule compliance:
         PLAN.out.log("compliance_{system}_{benchmark}_{run}"),
     shell:
         "{params.python:q} -m mlrepro.gate.compliance {input.result:q} --run-json {input.summary:q} "
-        "--usage {params.usage:q} --ruleset {params.ruleset:q} --out {output:q} 2> {log:q} || (cat {log:q} >&2; exit 1)"
+        "--usage {params.usage:q} --ruleset {params.ruleset:q} --out {output:q} 2> {log:q} "
+        # on failure: the log's end, or why it is empty (a full disk: mlrepro/core/joblog.py)
+        "|| {params.python:q} -m mlrepro.core.joblog {log:q} $?"

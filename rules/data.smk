@@ -23,7 +23,8 @@ rule data:
         PLAN.out.bench("data_{benchmark}")
     shell:
         "{params.python:q} -m mlrepro.datasets.generated --benchmark {wildcards.benchmark:q} --out {params.folder:q} "
-        "--params-file {input.spec:q} --seed {params.seed:q} --receipt {params.receipt:q} > {log:q} 2>&1"
+        "--params-file {input.spec:q} --seed {params.seed:q} --receipt {params.receipt:q} > {log:q} 2>&1 "
+        "|| {params.python:q} -m mlrepro.core.joblog {log:q} $?"
 
 
 rule data_download:
@@ -39,7 +40,8 @@ rule data_download:
         PLAN.out.log("data_download_{benchmark}"),
     shell:
         "{params.python:q} -m mlrepro.datasets download --benchmark {wildcards.benchmark:q} --recipe {input.recipe:q} "
-        "--root {params.root:q} --receipt {output:q} > {log:q} 2>&1"
+        "--root {params.root:q} --receipt {output:q} > {log:q} 2>&1 "
+        "|| {params.python:q} -m mlrepro.core.joblog {log:q} $?"
 
 
 rule data_verify:
@@ -56,7 +58,8 @@ rule data_verify:
         PLAN.out.log("data_verify_{benchmark}"),
     shell:
         "{params.python:q} -m mlrepro.datasets verify --benchmark {wildcards.benchmark:q} --recipe {input.recipe:q} "
-        "--root {params.root:q} --receipt {output:q} > {log:q} 2>&1"
+        "--root {params.root:q} --receipt {output:q} > {log:q} 2>&1 "
+        "|| {params.python:q} -m mlrepro.core.joblog {log:q} $?"
 
 
 rule data_extract:
@@ -67,13 +70,15 @@ rule data_extract:
         PLAN.out.receipt("{benchmark}", "extract"),
     params:
         root=lambda w: PLAN.data_root / w.benchmark,
+        group=PLAN.config["data_group"] or "",  # whose folders in a shared data_root are reused (docs/security.md)
         # the interpreter running Snakemake runs every stage too (a venv need not be activated)
         python=PLAN.python,
     log:
         PLAN.out.log("data_extract_{benchmark}"),
     shell:
         "{params.python:q} -m mlrepro.datasets extract --benchmark {wildcards.benchmark:q} --recipe {input.recipe:q} "
-        "--root {params.root:q} --receipt {output:q} > {log:q} 2>&1"
+        "--root {params.root:q} --receipt {output:q} --trust-group {params.group:q} > {log:q} 2>&1 "
+        "|| {params.python:q} -m mlrepro.core.joblog {log:q} $?"
 
 
 rule data_prepare:
@@ -86,13 +91,15 @@ rule data_prepare:
     params:
         root=lambda w: PLAN.data_root / w.benchmark,
         engine=lambda w, input: PLAN.engine_options(input.image) if input.image else [],
+        group=PLAN.config["data_group"] or "",
         # the interpreter running Snakemake runs every stage too (a venv need not be activated)
         python=PLAN.python,
     log:
         PLAN.out.log("data_prepare_{benchmark}"),
     shell:
         "{params.python:q} -m mlrepro.datasets prepare --benchmark {wildcards.benchmark:q} --recipe {input.recipe:q} "
-        "--root {params.root:q} --receipt {output:q} {params.engine:q} > {log:q} 2>&1"
+        "--root {params.root:q} --receipt {output:q} --trust-group {params.group:q} {params.engine:q} > {log:q} 2>&1 "
+        "|| {params.python:q} -m mlrepro.core.joblog {log:q} $?"
 
 
 rule data_path:
@@ -105,7 +112,8 @@ rule data_path:
     log:
         PLAN.out.log("data_path_{benchmark}"),
     shell:
-        "{params.python:q} -m mlrepro.datasets adopt --folder {params.folder:q} --receipt {output:q} > {log:q} 2>&1"
+        "{params.python:q} -m mlrepro.datasets adopt --folder {params.folder:q} --receipt {output:q} > {log:q} 2>&1 "
+        "|| {params.python:q} -m mlrepro.core.joblog {log:q} $?"
 
 
 # Every configured dataset, ready: `snakemake datasets` prepares them without running anything else.

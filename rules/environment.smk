@@ -14,4 +14,4 @@ rule environment:
         PLAN.out.log("environment"),
     shell:
         "{params.python:q} -m mlrepro.environment.record {params.engine:q} --spec {input.spec:q} "
-        "--out {output:q} 2> {log:q}"
+        "--out {output:q} 2> {log:q} || {params.python:q} -m mlrepro.core.joblog {log:q} $?"

@@ -31,7 +31,8 @@ rule inference_conf:
         PLAN.out.log("inference_conf_{ibench}"),
     shell:
         "{params.python:q} -m mlrepro.inference.settings --benchmark {wildcards.ibench:q} --samples {params.samples:q} "
-        "--round {params.round:q} {params.shortened:q} {params.source:q} --out {output:q} 2> {log:q}"
+        "--round {params.round:q} {params.shortened:q} {params.source:q} --out {output:q} 2> {log:q} "
+        "|| {params.python:q} -m mlrepro.core.joblog {log:q} $?"
 
 
 rule inference_run:
@@ -59,7 +60,8 @@ rule inference_run:
         "{params.python:q} -m mlrepro.inference.run --benchmark {wildcards.ibench:q} --scenario {wildcards.scenario:q} "
         "--mode {wildcards.mode:q} --runs {input.runs:q} --data-dir {params.data:q} --params-file {input.spec:q} "
         "--user-conf {input.conf:q} {params.shortened:q} --out {output:q} --device {params.device:q} "
-        "--threads {threads:q} --telemetry-hz {params.hz:q} --round {params.round:q} > {log:q} 2>&1"
+        "--threads {threads:q} --telemetry-hz {params.hz:q} --round {params.round:q} > {log:q} 2>&1 "
+        "|| {params.python:q} -m mlrepro.core.joblog {log:q} $?"
 
 
 rule inference_package:
@@ -87,7 +89,7 @@ rule inference_package:
         "{params.python:q} -m mlrepro.inference.package --runs-dir {params.runs_dir:q} --user-conf {params.confs:q} "
         "--out {output:q} --org {params.org:q} --division {params.division:q} --status {params.status:q} "
         "--system {params.system:q} --device {params.device:q} --threads {params.threads:q} --round {params.round:q} "
-        "2> {log:q}"
+        "2> {log:q} || {params.python:q} -m mlrepro.core.joblog {log:q} $?"
 
 
 rule inference_check:
@@ -102,7 +104,7 @@ rule inference_check:
         PLAN.out.log("inference_check"),
     shell:
         "{params.python:q} -m mlrepro.inference.check --package {input:q} --round {params.round:q} --out {output:q} "
-        "2> {log:q}"
+        "2> {log:q} || {params.python:q} -m mlrepro.core.joblog {log:q} $?"
 
 
 rule inference_report:
@@ -120,4 +122,4 @@ rule inference_report:
         PLAN.out.log("inference_report"),
     shell:
         "{params.python:q} -m mlrepro.inference.report --check {input.check:q} --runs-dir {params.runs_dir:q} "
-        "--out {output.html:q} --csv {output.table:q} 2> {log:q}"
+        "--out {output.html:q} --csv {output.table:q} 2> {log:q} || {params.python:q} -m mlrepro.core.joblog {log:q} $?"

@@ -21,4 +21,4 @@ rule report:
         PLAN.out.log("report"),
     shell:
         "{params.python:q} -m mlrepro.report.submission --outdir {params.outdir:q} --spec {input.spec:q} "
-        "--out {output:q} 2> {log:q}"
+        "--out {output:q} 2> {log:q} || {params.python:q} -m mlrepro.core.joblog {log:q} $?"

@@ -16,4 +16,5 @@ rule score:
         PLAN.out.log("score"),
     shell:
         "{params.python:q} -m mlrepro.score --verify-hashes --results {params.results:q} --out {output:q} "
-        "--ruleset {params.ruleset:q} --division {params.division:q} 2> {log:q}"
+        "--ruleset {params.ruleset:q} --division {params.division:q} 2> {log:q} "
+        "|| {params.python:q} -m mlrepro.core.joblog {log:q} $?"

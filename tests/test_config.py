@@ -24,7 +24,7 @@ def _default() -> dict[str, Any]:
     ({"benchmark": {}}, "(top level): Additional properties are not allowed ('benchmark' was unexpected)"),
     ({"benchmarks": {"resnet": {"lrr": 0.1}}}, "benchmarks.resnet: Additional properties are not allowed ('lrr'"),
     ({"benchmarks": {"resnet": {"data": {"classes": "ten"}}}}, "benchmarks.resnet.data.classes: 'ten' is not of type"),
-    ({"telemetry": {"hz": 0}}, "telemetry.hz: 0 is less than or equal to the minimum of 0"),
+    ({"telemetry": {"hz": 0}}, "telemetry.hz: 0 is less than the minimum of 0.1"),
     ({"only": ["bert"], "benchmarks": {"resnet": {}}}, "only: bert not among the configured benchmarks"),
 ])
 def test_bad_config_names_the_key(change: dict[str, Any], expected: str) -> None:

@@ -42,7 +42,7 @@ def test_launcher_command_lines() -> None:
     argv = ["python", "-m", "mlrepro.train", "--seed", "1"]
     assert launch.command(argv, "/py", 1, 1, 1, {}) == launch.Launch(["/py", "-m", "mlrepro.train", "--seed", "1"])
     torchrun = launch.command(argv, "/py", 1, 2, 1, {})
-    assert torchrun.argv[:3] == ["/py", "-m", "torch.distributed.run"] and "--nproc-per-node=2" in torchrun.argv
+    assert torchrun.argv[:4] == ["/py", "-P", "-m", "torch.distributed.run"] and "--nproc-per-node=2" in torchrun.argv
     assert torchrun.argv[-4:] == ["-m", "mlrepro.train", "--seed", "1"] and torchrun.env == {} and not torchrun.setup
     with pytest.raises(launch.LaunchError, match="a run on 2 nodes needs a Slurm allocation"):
         launch.command(argv, "/py", 2, 1, 1, {})

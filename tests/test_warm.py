@@ -160,7 +160,7 @@ def test_dataset_job_goes_warm_and_writes_what_the_cold_one_writes(workdir: Path
 
 
 def _shim(folder: Path) -> Path:
-    folder.mkdir(parents=True)
+    warm.private(folder)  # the user's own, mode 700, as the driver makes it
     shim = folder / "python"
     shim.write_text(f"#!{sys.executable} -I\nimport sys\nsys.path.insert(0, {str(REPO)!r})\n"
                     "from mlrepro.runs.warm import shim_main\n"

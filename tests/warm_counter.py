@@ -18,7 +18,8 @@ def main() -> None:
     global RUNS
     RUNS += 1
     print(json.dumps({"runs": RUNS, "pid": os.getpid(), "ppid": os.getppid(), "seed": int(sys.argv[1]),
-                      "cwd": os.getcwd(), "marker": os.environ.get("WARM_TEST_MARKER")}), flush=True)
+                      "cwd": os.getcwd(), "marker": os.environ.get("WARM_TEST_MARKER"),
+                      "cwd_on_path": any(os.path.abspath(p or ".") == os.getcwd() for p in sys.path)}), flush=True)
 
 
 if __name__ == "__main__":

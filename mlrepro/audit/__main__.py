@@ -84,7 +84,7 @@ def _compare(args: argparse.Namespace) -> int:
     other = args.out / "compare"
     judge = [] if args.compare_logging == "installed" else ["--logging", str(args.compare_logging)]
     for step in ("check", "summarize"):
-        status = subprocess.run([sys.executable, "-m", "mlrepro.audit", step, "--root", str(args.root), "--out",
+        status = subprocess.run([sys.executable, "-P", "-m", "mlrepro.audit", step, "--root", str(args.root), "--out",
                                  str(other), "--usage", args.usage, "--ruleset", args.ruleset, "--max-file-mb",
                                  repr(args.max_file_mb), "--jobs", str(args.jobs), *judge], check=False).returncode
         if status:

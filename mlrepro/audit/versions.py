@@ -105,7 +105,7 @@ def run_isolated(folder: Path, args: list[str]) -> int:
     """Run ``python ARGS`` with ``folder``'s mlperf_logging first on the path; its exit status."""
     env = {**os.environ, _ENV: str(folder), "PYTHONPATH": os.pathsep.join([str(folder), str(_PROJECT_ROOT)]),
            "PYTHONNOUSERSITE": "1"}
-    return subprocess.run([sys.executable, *args], env=env, check=False).returncode
+    return subprocess.run([sys.executable, "-P", *args], env=env, check=False).returncode
 
 
 def assert_isolated() -> None:

@@ -49,12 +49,68 @@ def _path(parts: Iterable[Any]) -> str:
     return ".".join(str(p) for p in parts) or "(top level)"
 
 
+# A config is a few hundred values. YAML anchors can make a kilobyte file expand to millions (each level
+# of aliases multiplies): such a config is refused before it is validated, printed or copied.
+MAX_VALUES = 100_000
+EXCERPT = 300  # characters of a bad value shown in an error message
+
+
+def excerpt(text: str, limit: int = EXCERPT) -> str:
+    """``text`` shortened to ``limit`` characters, saying how long it was."""
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
+
+def _count_values(instance: Any, limit: int) -> int:
+    """The values of a parsed config (aliases counted each time they are used), without recursion; stops
+    counting past ``limit``."""
+    count, stack = 0, [instance]
+    while stack and count <= limit:
+        item = stack.pop()
+        count += 1
+        if isinstance(item, Mapping):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+    return count
+
+
 def _validate(instance: Any, schema: dict[str, Any], prefix: list[str], source: str) -> None:
+    if _count_values(instance, MAX_VALUES) > MAX_VALUES:
+        raise ConfigError(f"invalid configuration ({source}):\n  {_path(prefix)}: more than {MAX_VALUES} values "
+                          "(YAML anchors and aliases nested into each other expand like this); write the values out")
     validator = jsonschema.Draft202012Validator(schema)
     errors = sorted(validator.iter_errors(instance), key=lambda e: list(map(str, e.absolute_path)))
     if errors:
-        lines = [f"  {_path([*prefix, *e.absolute_path])}: {e.message}" for e in errors]
-        raise ConfigError(f"invalid configuration ({source}):\n" + "\n".join(lines))
+        lines = [f"  {excerpt(_path([*prefix, *e.absolute_path]), 120)}: {excerpt(e.message)}" for e in errors[:50]]
+        more = [f"  ... and {len(errors) - 50} more"] if len(errors) > 50 else []
+        raise ConfigError(f"invalid configuration ({source}):\n" + "\n".join([*lines, *more]))
+
+
+TEMPLATE_KEY = "__use_yte__"
+
+
+def refuse_templates(files: Iterable[Path | str], allowed: bool) -> None:
+    """ConfigError for a config file that is a YTE template (``__use_yte__: true`` at its top), unless the user
+    allowed templates (``--config allow_templates=true``): a template's expressions are Python, which Snakemake
+    evaluates when it reads the file (docs/security.md). The file is read here as plain YAML, bounded."""
+    if allowed:
+        return
+    for file in files:
+        path = Path(file)
+        try:
+            with path.open("rb") as f:
+                text = f.read(8 << 20)
+            data = yaml.load(text, Loader=_SafeLoader)
+        except (OSError, yaml.YAMLError):
+            continue  # Snakemake read it; a file it could not read has already stopped it
+        if isinstance(data, dict) and data.get(TEMPLATE_KEY):
+            raise ConfigError(
+                f"invalid configuration ({path}):\n  {TEMPLATE_KEY}: this config file is a template whose "
+                "expressions are Python code; mlrepro refuses templates unless you allow them with --config "
+                "allow_templates=true. Snakemake evaluates a template when it loads the file, before mlrepro is "
+                "asked: never pass a config file from someone else without reading it (python -m "
+                "mlrepro.core.config check FILE reads one without running it). See docs/security.md")
 
 
 def _fill_defaults(instance: dict[str, Any], schema: dict[str, Any]) -> None:
@@ -84,10 +140,21 @@ def host_system_name() -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", platform.node() or "localhost").strip("-") or "localhost"
 
 
+# The pattern of config/schema.yaml's system (a folder name of the package): the environment variable
+# that stands for the key is held to it.
+SYSTEM_NAME = re.compile(r"(?!\.\.?\Z)[A-Za-z0-9_.-]{1,200}\Z")
+
+
 def system_name(configured: str) -> str:
     if configured != "auto":
         return configured
-    return os.environ.get(SYSTEM_ENV) or host_system_name()
+    named = os.environ.get(SYSTEM_ENV)
+    if named is None or named == "":
+        return host_system_name()
+    if not SYSTEM_NAME.match(named):
+        raise ConfigError(f"environment variable {SYSTEM_ENV}={excerpt(repr(named), 80)}: not a system name (letters, "
+                          "digits, _ . -; not . or ..), as config key system requires; unset it or fix it")
+    return named
 
 
 def run_seed(base: int, benchmark: str, index: int) -> int:
@@ -237,3 +304,26 @@ def _first_system(config: Mapping[str, Any], benchmark: str) -> tuple[str, str |
 
 def submittable(benchmarks: Mapping[str, Benchmark]) -> bool:
     return all(b.runs == b.required_runs for b in benchmarks.values())
+
+
+def check_file(path: Path) -> str:
+    """What ``python -m mlrepro.core.config check FILE`` says of a config file, read as plain YAML (nothing in it
+    runs): a template, a config of too many values, keys the schema refuses; or that it is well formed."""
+    with path.open("rb") as f:
+        data = yaml.load(f.read(8 << 20), Loader=_SafeLoader)
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: not a mapping of keys at its top level")
+    refuse_templates([path], allowed=False)  # checked before any use, whatever the file allows itself
+    _validate(data, _load_yaml(SCHEMA), [], str(path))
+    return f"{path}: no template, and its keys are those config/schema.yaml allows"
+
+
+if __name__ == "__main__":
+    import sys
+
+    if len(sys.argv) != 3 or sys.argv[1] != "check":
+        sys.exit("usage: python -m mlrepro.core.config check FILE")
+    try:
+        print(check_file(Path(sys.argv[2])))
+    except (ConfigError, OSError, yaml.YAMLError) as e:
+        sys.exit(f"error: {e}")

@@ -20,6 +20,8 @@ def main(argv: list[str] | None = None) -> int:
         s.add_argument("--recipe", type=Path, required=True)
         s.add_argument("--root", type=Path, required=True, help="<data_root>/<benchmark>")
         s.add_argument("--receipt", type=Path, required=True)
+        if step in ("extract", "prepare"):
+            s.add_argument("--trust-group", default="", help="the config's data_group: its members' folders are reused")
         if step == "prepare":  # the implementation's own scripts, in its image (the recipe's prepare.image)
             s.add_argument("--engine", default="native")
             s.add_argument("--engine-socket", default=None)
@@ -45,10 +47,10 @@ def main(argv: list[str] | None = None) -> int:
     elif args.step == "verify":
         steps.verify(recipe, root, args.receipt)
     elif args.step == "extract":
-        steps.extract(recipe, root, args.receipt)
+        steps.extract(recipe, root, args.receipt, steps.group_id(args.trust_group))
     else:
         runner = image_runner(args, root / "prepare.log") if args.image_record else None
-        steps.prepare_step(recipe, root, args.receipt, runner)
+        steps.prepare_step(recipe, root, args.receipt, runner, steps.group_id(args.trust_group))
     return 0
 
 

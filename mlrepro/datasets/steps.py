@@ -4,6 +4,12 @@
 built under a temporary name and renamed into place when complete, under an exclusive lock on
 ``<data_root>/<benchmark>/.lock``, so two pipelines sharing a data_root never see half a folder; the
 second one finds the folder made (for the same recipe) and only writes its own receipt.
+
+A data_root may be shared by several users: a folder found made is reused only when it, every folder in
+it, its manifest and its ``.made-by.json`` belong to this user (or to the config's ``data_group``) and no
+one else can write them, and its content is the manifest's, hash for hash, with no file beyond it (the
+recipe's digest in ``.made-by.json`` is public, so it proves nothing alone). Otherwise the folder is moved
+aside (``<name>.rejected-<time>-<random>``, kept for inspection) and built anew, saying so.
 """
 
 from __future__ import annotations
@@ -11,7 +17,14 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import grp
 import json
+import os
+import pwd
+import stat
+import sys
+import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -64,6 +77,72 @@ def _made(folder: Path, digest: str) -> bool:
         return False
 
 
+def group_id(name: str | None) -> int | None:
+    """The gid of the config's ``data_group``; DatasetError for a group this host does not know."""
+    if not name:
+        return None
+    try:
+        return grp.getgrnam(name).gr_gid
+    except KeyError:
+        raise fetch.DatasetError(f"data_group {name!r}: no such group on this host (getent group {name})") from None
+
+
+def _owner(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"uid {uid}"
+
+
+def _untrusted(path: Path, group: int | None) -> str | None:
+    """Why ``path`` (a built folder, a folder in it, its manifest) is not to be trusted; None when it is."""
+    st = os.lstat(path)
+    in_group = group is not None and st.st_gid == group
+    if stat.S_ISLNK(st.st_mode):
+        return f"{path} is a symlink"
+    if st.st_uid != os.geteuid() and not in_group:
+        return f"{path} is owned by {_owner(st.st_uid)}, not by you" + (" or data_group" if group is not None else "")
+    if st.st_mode & stat.S_IWOTH or (st.st_mode & stat.S_IWGRP and not in_group):  # umask 002 without data_group
+        return f"{path} is writable by other users (mode {stat.S_IMODE(st.st_mode):o})"
+    return None
+
+
+def reuse_problems(folder: Path, group: int | None) -> list[str]:
+    """Why a folder found made may not be reused: who may have written it, and its content against the manifest
+    recorded when it was built (every listed file's sha256; no file beyond the list). Empty: reuse it."""
+    problems = [why for p in (folder, folder / MANIFEST, folder / MADE_BY) if (why := _untrusted(p, group))]
+    for dirpath, dirnames, _files in os.walk(folder):
+        problems += [why for d in dirnames if (why := _untrusted(Path(dirpath) / d, group))]
+    if problems:
+        return problems[:20]
+    try:
+        listed = set(read_manifest(folder))
+        bad, _ = stamps.verify_folders([folder], progress=False)
+    except DataChecksumError as e:
+        return [str(e)]
+    problems = [str(b) for b in bad]
+    extra = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*")
+                   if (p.is_file() or p.is_symlink()) and not p.name.startswith(".") and p.name != MANIFEST
+                   and p.relative_to(folder).as_posix() not in listed)
+    problems += [f"{folder / name}: not in {folder / MANIFEST}" for name in extra[:20]]
+    return problems[:40]
+
+
+def _set_aside(folder: Path, problems: list[str]) -> Path:
+    """Move a folder that may not be reused out of the way (kept, for inspection); say so."""
+    aside = folder.with_name(f"{folder.name}.rejected-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}")
+    try:
+        os.rename(folder, aside)
+    except OSError as e:
+        raise fetch.DatasetError(
+            f"{folder} does not match the manifest recorded when it was built, or others may have written it:\n  "
+            + "\n  ".join(problems) + f"\nand it cannot be moved aside ({e.strerror}); remove it, or give this "
+            "pipeline its own data_root") from None
+    print(f"mlrepro.datasets: {folder} is not reused:\n  " + "\n  ".join(problems)
+          + f"\nmoved aside to {aside}; building it anew", file=sys.stderr, flush=True)
+    return aside
+
+
 def download(recipe: Recipe, root: Path, receipt: Path, progressbar: bool = True) -> None:
     with locked(root):
         files = fetch.download(recipe, root, root / "downloads", progressbar=progressbar)
@@ -96,31 +175,47 @@ def verify(recipe: Recipe, root: Path, receipt: Path) -> None:
 
 
 def _build(recipe: Recipe, root: Path, name: str, parts: tuple[str, ...], needed: int,
-           make: Any, receipt: Path) -> None:
+           make: Any, receipt: Path, group: int | None = None) -> None:
+    with locked(root):
+        _build_held(recipe, root, name, parts, needed, make, group)
+    stamps.write_receipt(receipt, root / name)
+
+
+def _build_held(recipe: Recipe, root: Path, name: str, parts: tuple[str, ...], needed: int, make: Any,
+                group: int | None) -> None:
+    """``root/name`` made (or found made and reusable) by ``make``; the caller holds ``root``'s lock."""
     folder = root / name
     digest = recipe.digest(*parts)
-    with locked(root):
-        if folder.exists() and not _made(folder, digest):
-            # another pipeline sharing this data_root may be reading it: never swapped under it
-            try:
-                maker = json.loads((folder / MADE_BY).read_text()).get("file")
-            except (OSError, ValueError, AttributeError):
-                maker = None
-            raise fetch.DatasetError(
-                f"{folder} was made by another recipe ({maker or 'unknown'}) than {recipe.path}, and a pipeline "
-                "sharing this data_root may be using it: it is not rebuilt in place. When none uses it, remove it "
-                f"(rm -r {folder}) and run again; or give this pipeline its own data_root.")
-        if not _made(folder, digest):
-            fetch.check_free_space(root, needed, name, recipe)
-            with atomic.atomic_dir(folder) as tmp:
-                make(tmp)
-                stamps.write_manifest(tmp)
-                atomic.write_json(tmp / MADE_BY, {"recipe": digest, "file": str(recipe.path)})
-    stamps.write_receipt(receipt, folder)
+    if _made(folder, digest) and (problems := reuse_problems(folder, group)):
+        _set_aside(folder, problems)
+    if folder.exists() and not _made(folder, digest):
+        # another pipeline sharing this data_root may be reading it: never swapped under it
+        try:
+            maker = json.loads((folder / MADE_BY).read_text()).get("file")
+        except (OSError, ValueError, AttributeError):
+            maker = None
+        raise fetch.DatasetError(
+            f"{folder} was made by another recipe ({maker or 'unknown'}) than {recipe.path}, and a pipeline "
+            "sharing this data_root may be using it: it is not rebuilt in place. When none uses it, remove it "
+            f"(rm -r {folder}) and run again; or give this pipeline its own data_root.")
+    if not _made(folder, digest):
+        fetch.check_free_space(root, needed, name, recipe)
+        with atomic.atomic_dir(folder) as tmp:
+            make(tmp)
+            stamps.write_manifest(tmp)
+            atomic.write_json(tmp / MADE_BY, {"recipe": digest, "file": str(recipe.path)})
 
 
-def extract(recipe: Recipe, root: Path, receipt: Path) -> None:
+def extract(recipe: Recipe, root: Path, receipt: Path, group: int | None = None) -> None:
     """Every ``extract`` entry into one temporary folder, written only through it (mlrepro/datasets/extract.py)."""
+    _build(recipe, root, "extracted", EXTRACTED, recipe.sizes.get("extracted", 0), _extractor(recipe, root), receipt,
+           group)
+
+
+EXTRACTED = ("sources", "extract")  # the recipe's parts an extracted folder is made of
+
+
+def _extractor(recipe: Recipe, root: Path) -> Any:
     downloads = root / "downloads"
 
     def make(tmp: Path) -> None:
@@ -143,13 +238,20 @@ def extract(recipe: Recipe, root: Path, receipt: Path) -> None:
                         _extract.unpack_nested(tree, inner, str(source), budget)
             _extract.check_links(tree)
 
-    _build(recipe, root, "extracted", ("sources", "extract"), recipe.sizes.get("extracted", 0), make, receipt)
+    return make
 
 
-def prepare_step(recipe: Recipe, root: Path, receipt: Path, runner: Any = None) -> None:
+def prepare_step(recipe: Recipe, root: Path, receipt: Path, runner: Any = None, group: int | None = None) -> None:
     """Lay the dataset out as the implementation mounts it: its own scripts in its image (``runner``), or ours."""
 
     def make(tmp: Path) -> None:
+        # what it is made from is held to the same rules: a poisoned extracted folder (its files may be the
+        # prepared folder's own, hard-linked) is set aside and extracted anew, under the lock already held
+        extracted = root / "extracted"
+        if _made(extracted, recipe.digest(*EXTRACTED)) and (problems := reuse_problems(extracted, group)):
+            _set_aside(extracted, problems)
+            _build_held(recipe, root, "extracted", EXTRACTED, recipe.sizes.get("extracted", 0),
+                        _extractor(recipe, root), group)
         if runner is not None and recipe.prepare.get("image"):
             runner(recipe.prepare["image"], root / "extracted", root / "downloads", tmp)
         else:
@@ -157,7 +259,7 @@ def prepare_step(recipe: Recipe, root: Path, receipt: Path, runner: Any = None) 
         prepare.check_published(recipe, root / "downloads", tmp)
 
     _build(recipe, root, "prepared", ("sources", "extract", "prepare"), recipe.sizes.get("prepared", 0), make,
-           receipt)
+           receipt, group)
 
 
 def adopt(folder: Path, receipt: Path) -> None:

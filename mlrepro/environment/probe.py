@@ -19,7 +19,7 @@ def _version(dist: str) -> str | None:
 
 
 def pip_freeze() -> list[str]:
-    out = subprocess.run([sys.executable, "-m", "pip", "freeze", "--all"], capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-P", "-m", "pip", "freeze", "--all"], capture_output=True, text=True,
                          check=False)
     return sorted(line for line in out.stdout.splitlines() if line and not line.startswith("#"))
 

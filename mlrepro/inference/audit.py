@@ -20,11 +20,12 @@ import argparse
 import csv
 import io
 import json
+import math
 import time
 from pathlib import Path
 from typing import Any
 
-from mlrepro.core import atomic
+from mlrepro.core import atomic, safe_read
 from mlrepro.inference import summary
 from mlrepro.report.render import render
 
@@ -34,32 +35,58 @@ RESULT_FIELDS = ("division", "org", "system", "benchmark", "scenario", "file", "
                  "metric_name", "units", "inferred", "accelerators", "per_accelerator", "message")
 
 
+def linked(path: Path, root: Path) -> bool:
+    """Whether ``path`` or a folder between it and ``root`` is a symlink (the training audit refuses them: a
+    link may lead out of the round, or count one result twice)."""
+    p = path
+    while p != root and root in p.parents:
+        if p.is_symlink():
+            return True
+        p = p.parent
+    return False
+
+
 def find_orgs(root: Path) -> list[Path]:
-    """Organisation folders (those with results/) at ROOT, one or two levels down."""
+    """Organisation folders (those with results/) at ROOT, one or two levels down; none through a symlink."""
     candidates = [root, *root.glob("*"), *root.glob("*/*")]
-    return sorted(p for p in candidates if p.is_dir() and not p.is_symlink() and (p / "results").is_dir())
+    return sorted(p for p in candidates if p.is_dir() and not linked(p, root) and (p / "results").is_dir()
+                  and not (p / "results").is_symlink())
+
+
+# Far above any real system (accelerators per node, nodes); a count beyond them is not a system description.
+MAX_PER_NODE, MAX_NODES = 100_000, 1_000_000
+
+
+def _count(value: object, key: str, low: int, high: int) -> int:
+    """A count a system JSON states (a number or a string of one): whole, finite, from ``low`` to ``high``."""
+    text = str(value).strip()[:60]
+    try:
+        number = float(text)
+    except ValueError:
+        raise ValueError(f"{key} {text!r} is not a number") from None
+    if not math.isfinite(number) or number != int(number) or not low <= number <= high:
+        raise ValueError(f"{key} {text!r} is not a whole number from {low} to {high}")
+    return int(number)
 
 
 def system_accelerators(path: Path) -> tuple[int | None, str, str]:
     """(accelerators, model name, problem) of one system JSON; None with the reason when unusable."""
-    if path.is_symlink() or not path.is_file():
+    if path.is_symlink():
         return None, "", "not a regular file"
-    try:
-        with path.open("rb") as f:
-            desc = json.loads(f.read(summary.MAX_BYTES))
-    except (OSError, ValueError) as e:
-        return None, "", f"unreadable JSON: {e}"
+    try:  # bounded as the training audit reads a package's JSON: size, depth, regular files only
+        desc = safe_read.read_json(path, max_bytes=summary.MAX_BYTES)
+    except safe_read.UnsafeInput as e:
+        return None, "", str(e).removeprefix(f"{path}: ")
     if not isinstance(desc, dict):
         return None, "", "not a JSON object"
-    model = str(desc.get("accelerator_model_name", ""))
-    try:
-        per_node = int(float(str(desc["accelerators_per_node"]).strip()))
-        nodes = int(float(str(desc.get("number_of_nodes", 1)).strip() or 1))
-    except KeyError:
+    model = str(desc.get("accelerator_model_name", ""))[:200]
+    if "accelerators_per_node" not in desc:
         return None, model, "no accelerators_per_node"
-    except ValueError:
-        return None, model, f"accelerator counts not numbers: {desc.get('accelerators_per_node')!r}, " \
-                            f"{desc.get('number_of_nodes')!r}"
+    try:
+        per_node = _count(desc["accelerators_per_node"], "accelerators_per_node", 0, MAX_PER_NODE)
+        nodes = _count(desc.get("number_of_nodes", 1) or 1, "number_of_nodes", 1, MAX_NODES)
+    except ValueError as e:
+        return None, model, str(e)
     return per_node * nodes, model, ""
 
 
@@ -86,56 +113,94 @@ def summary_file(path: Path, root: Path) -> dict[str, Any]:
             "verdict": None if s.valid is None else ("VALID" if s.valid else "INVALID"), "message": ""}
 
 
+def _failed(path: Path, root: Path, e: Exception) -> str:
+    """An entry's unforeseen failure as its own verdict (the round goes on): the file and what went wrong."""
+    return f"{path.relative_to(root)}: not judged ({type(e).__name__}: {str(e)[:200]})"
+
+
 def audit(root: Path) -> dict[str, Any]:
     results: list[dict[str, Any]] = []
-    summaries = [summary_file(p, root) for p in sorted(root.rglob("mlperf_log_summary.txt"))]
+    summaries = []
+    for p in sorted(root.rglob("mlperf_log_summary.txt")):
+        if linked(p.parent, root):
+            summaries.append({"file": str(p.relative_to(root)), "scenario": None, "mode": None, "verdict": None,
+                              "status": "error", "kind": "unreadable",
+                              "message": "in a folder reached through a symlink; not read"})
+            continue
+        try:
+            summaries.append(summary_file(p, root))
+        except Exception as e:  # one file's failure is its own verdict
+            summaries.append({"file": str(p.relative_to(root)), "scenario": None, "mode": None, "verdict": None,
+                              "status": "error", "kind": "unreadable", "message": _failed(p, root, e)})
     systems: list[dict[str, Any]] = []
     for org_dir in find_orgs(root):
         org = org_dir.name
         division = org_dir.parent.name if org_dir.parent.name in DIVISIONS else "unknown"
         accel: dict[str, tuple[int | None, str, str]] = {}
         for sys_json in sorted((org_dir / "systems").glob("*.json")):
-            n, model, problem = system_accelerators(sys_json)
+            try:
+                n, model, problem = system_accelerators(sys_json)
+            except Exception as e:
+                n, model, problem = None, "", _failed(sys_json, root, e)
             accel[sys_json.stem] = (n, model, problem)
             systems.append({"division": division, "org": org, "system": sys_json.stem,
                             "file": str(sys_json.relative_to(root)), "accelerators": n, "accelerator_model": model,
                             "status": "error" if problem else "ok", "message": problem})
-        for scen_dir in sorted(p for p in org_dir.glob("results/*/*/*") if p.is_dir() and not p.is_symlink()):
-            system, benchmark, folder = scen_dir.parts[-3:]
-            scenario = scenario_name(folder) or folder
-            path = scen_dir / SUMMARY_PATH
-            entry: dict[str, Any] = {"division": division, "org": org, "system": system, "benchmark": benchmark,
-                                     "scenario": scenario, "folder": folder, "file": str(path.relative_to(root)),
-                                     "verdict": None,
-                                     "metric": None, "metric_name": None, "units": None, "per_accelerator": None}
-            n, _, problem = accel.get(system, (None, "", f"no systems/{system}.json"))
-            entry["accelerators"] = n
-            if not path.exists() and not path.is_symlink():
-                results.append({**entry, "status": "error", "message": "no performance/run_1/mlperf_log_summary.txt"})
-                continue
+        for scen_dir in sorted(p for p in org_dir.glob("results/*/*/*") if p.is_dir() and not linked(p, org_dir)):
             try:
-                s = summary.read(path)
-            except summary.SummaryError as e:
-                results.append({**entry, "status": "error", "message": str(e).removeprefix(f"{path}: ")})
-                continue
-            entry.update(verdict="VALID" if s.valid else "INVALID", metric=s.metric, metric_name=s.metric_name,
-                         units=s.units, status="ok", message="", inferred=False)
-            if scenario == "Offline" and s.scenario == "SingleStream" and "QPS w/o loadgen overhead" in s.stats:
-                # Edge systems may infer Offline from a SingleStream run; the official checker then takes
-                # "QPS w/o loadgen overhead" (submission-checker get_inferred_result) and so do we.
-                entry.update(metric=summary.number(s.stats["QPS w/o loadgen overhead"]),
-                             metric_name="QPS w/o loadgen overhead (inferred from SingleStream)",
-                             units="samples/s", inferred=True)
-            if s.scenario != scenario and not entry["inferred"]:
-                entry.update(status="error", message=f"summary says scenario {s.scenario}, folder says {folder}")
-            elif scenario == "Offline" and entry["metric"] is not None:
-                if n:
-                    entry["per_accelerator"] = entry["metric"] / n
-                else:
-                    entry["message"] = ("CPU only (0 accelerators): no per-accelerator value" if n == 0
-                                        else f"no per-accelerator value: {problem}")
-            results.append(entry)
+                results.append(_result(root, scen_dir, org, division, accel))
+            except Exception as e:  # one entry's failure is its own verdict; the round goes on
+                system, benchmark, folder = scen_dir.parts[-3:]
+                results.append({"division": division, "org": org, "system": system, "benchmark": benchmark,
+                                "scenario": scenario_name(folder) or folder, "folder": folder,
+                                "file": str((scen_dir / SUMMARY_PATH).relative_to(root)), "verdict": None,
+                                "metric": None, "metric_name": None, "units": None, "per_accelerator": None,
+                                "accelerators": None, "status": "error", "message": _failed(scen_dir, root, e)})
     return {"root": str(root), "results": results, "systems": systems, "summaries": summaries}
+
+
+def _result(root: Path, scen_dir: Path, org: str, division: str,
+            accel: dict[str, tuple[int | None, str, str]]) -> dict[str, Any]:
+    """The verdict of one ``results/<system>/<benchmark>/<scenario>/`` folder."""
+    system, benchmark, folder = scen_dir.parts[-3:]
+    scenario = scenario_name(folder) or folder
+    path = scen_dir / SUMMARY_PATH
+    entry: dict[str, Any] = {"division": division, "org": org, "system": system, "benchmark": benchmark,
+                             "scenario": scenario, "folder": folder, "file": str(path.relative_to(root)),
+                             "verdict": None,
+                             "metric": None, "metric_name": None, "units": None, "per_accelerator": None}
+    n, _, problem = accel.get(system, (None, "", f"no systems/{system}.json"))
+    entry["accelerators"] = n
+    if not path.exists() and not path.is_symlink():
+        return {**entry, "status": "error", "message": "no performance/run_1/mlperf_log_summary.txt"}
+    if linked(path.parent, root):
+        return {**entry, "status": "error", "message": "performance/run_1 is reached through a symlink; not read"}
+    try:
+        s = summary.read(path)
+    except summary.SummaryError as e:
+        return {**entry, "status": "error", "message": str(e).removeprefix(f"{path}: ")}
+    entry.update(verdict="VALID" if s.valid else "INVALID", metric=s.metric, metric_name=s.metric_name,
+                 units=s.units, status="ok", message="", inferred=False)
+    if scenario == "Offline" and s.scenario == "SingleStream" and "QPS w/o loadgen overhead" in s.stats:
+        # Edge systems may infer Offline from a SingleStream run; the official checker then takes
+        # "QPS w/o loadgen overhead" (submission-checker get_inferred_result) and so do we.
+        text = s.stats["QPS w/o loadgen overhead"]
+        try:
+            qps = summary.number(text)
+        except ValueError as e:
+            return {**entry, "verdict": None, "metric": None, "status": "error",
+                    "message": f"QPS w/o loadgen overhead: {e}; not a measurement"}
+        entry.update(metric=qps, metric_name="QPS w/o loadgen overhead (inferred from SingleStream)",
+                     units="samples/s", inferred=True)
+    if s.scenario != scenario and not entry["inferred"]:
+        entry.update(status="error", message=f"summary says scenario {s.scenario}, folder says {folder}")
+    elif scenario == "Offline" and entry["metric"] is not None:
+        if n:
+            entry["per_accelerator"] = entry["metric"] / n
+        else:
+            entry["message"] = ("CPU only (0 accelerators): no per-accelerator value" if n == 0
+                                else f"no per-accelerator value: {problem}")
+    return entry
 
 
 def seed_table(report: dict[str, Any], division: str = "closed") -> tuple[list[str], list[dict[str, Any]]]:
@@ -196,7 +261,9 @@ def write(report: dict[str, Any], out: Path) -> None:
     flat = [{"org": r["org"], "system": r["system"], "accelerator": r["accelerator"],
              "accelerators": r["accelerators"],
              **{b: r["values"].get(b, {}).get("per_accelerator") for b in benchmarks}} for r in rows]
-    atomic.write_json(out / "inference_results.json", report)
+    # strict JSON: a number that is not finite has no place in it (json.dumps would write NaN or Infinity)
+    atomic.write_text(out / "inference_results.json",
+                      json.dumps(report, indent=2, sort_keys=True, default=str, allow_nan=False) + "\n")
     atomic.write_text(out / "inference_results.csv", _csv(report["results"], RESULT_FIELDS))
     atomic.write_text(out / "inference_table.csv",
                       _csv(flat, ["org", "system", "accelerator", "accelerators", *benchmarks]))

@@ -29,7 +29,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from mlrepro.core import atomic
+from mlrepro.core import atomic, safe_read
 from mlrepro.inference import rounds, summary
 from mlrepro.inference.package import ACCURACY_LOG_LIMIT
 
@@ -64,9 +64,9 @@ class Findings:
 
 def _system(f: Findings, path: Path, org: str, division: str, rnd: rounds.Round) -> dict[str, Any]:
     try:
-        desc = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        f.add(path, "system description", False, f"unreadable: {e}")
+        desc = safe_read.read_json(path)
+    except safe_read.UnsafeInput as e:
+        f.add(path, "system description", False, f"unreadable: {str(e).removeprefix(f'{path}: ')}")
         return {}
     missing = [k for k in (*SYSTEM_FIELDS, *rnd.system_fields)
                if k not in desc or (str(desc[k]).strip() == "" and k not in OPTIONAL_EMPTY)]
@@ -91,7 +91,12 @@ def headline(scenario: str, detail: dict[str, Any], rnd: rounds.Round) -> tuple[
     key, units, name = HEADLINE.get(scenario, (rnd.server_result, "samples/s",
                                                rnd.server_result.removeprefix("result_").replace("_", " ")))
     value = detail.get(key)
-    return (float(value) if value is not None else None), units, f"{name} ({key})"
+    if value is None:
+        return None, units, f"{name} ({key})"
+    try:  # finite and in range, as the audit holds a summary's numbers
+        return summary.number(str(value)), units, f"{name} ({key})"
+    except ValueError:
+        return None, units, f"{name} ({key}: {str(value)[:40]!r}, not a measurement)"
 
 
 def _performance(f: Findings, scen_dir: Path, scenario: str, rnd: rounds.Round, benchmark: str) -> dict[str, Any]:
@@ -252,7 +257,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--round", default=rounds.DEFAULT, choices=rounds.ROUNDS, help="the declared inference round")
     args = p.parse_args(argv)
     report = check(args.package, args.round)
-    atomic.write_json(args.out, report)
+    atomic.write_text(args.out, json.dumps(report, indent=2, sort_keys=True, default=str, allow_nan=False) + "\n")
     if not report["passed"]:
         bad = [f"  {i['file']}: {i['check']}: {i['message']}" for i in report["findings"]
                if not i["ok"] and i["severity"] not in ("not_submittable", "note")]

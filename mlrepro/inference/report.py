@@ -26,8 +26,12 @@ _PERCENTILE = re.compile(r"^(\d+(?:\.\d+)?) percentile latency \(ns\)$")
 
 def accelerators(system_json: Path) -> int:
     """accelerators_per_node x number_of_nodes (strings in published JSONs); 0 for CPU-only systems."""
-    desc = json.loads(system_json.read_text())
-    return int(float(desc.get("accelerators_per_node") or 0)) * int(float(desc.get("number_of_nodes") or 1))
+    from mlrepro.inference.audit import system_accelerators  # finite, whole, in range; bounded reads
+
+    n, _, problem = system_accelerators(system_json)
+    if n is None:
+        raise ValueError(f"{system_json}: {problem}")
+    return n
 
 
 def cell(result: dict[str, Any], n_acc: int) -> dict[str, Any]:

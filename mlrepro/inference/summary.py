@@ -8,6 +8,7 @@ and the constraint lines under it. Anything that is not a LoadGen summary raises
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,8 +50,25 @@ class Summary:
                 "errors_reported": self.errors_reported}
 
 
+# Far above any real metric (samples per second, latencies in ns, samples per query); a number a package
+# states beyond it (1e308) is not a measurement.
+MAX_METRIC = 1e15
+
+
+class OutOfRange(ValueError):
+    """A number that is one, but no measurement: not finite, negative, or beyond MAX_METRIC."""
+
+
 def number(text: str) -> float:
-    return float(text.replace(",", "").split()[0])
+    """The number a LoadGen line states: finite, not negative, at most MAX_METRIC; ValueError otherwise (inf,
+    nan, 1e400, -5 are not measurements)."""
+    parts = text.replace(",", "").split()
+    if not parts:
+        raise ValueError("no number")
+    value = float(parts[0])
+    if not math.isfinite(value) or value < 0 or value > MAX_METRIC:
+        raise OutOfRange(f"{parts[0][:40]!r} is not a finite number from 0 to {MAX_METRIC:g}")
+    return value
 
 
 def parse(text: str, source: str = "summary") -> Summary:
@@ -77,7 +95,9 @@ def parse(text: str, source: str = "summary") -> Summary:
             metric_name = hit.split(":", 1)[0].strip()
             try:
                 metric = number(hit.split(":", 1)[1])
-            except (ValueError, IndexError):
+            except OutOfRange as e:
+                raise SummaryError(f"{source}: metric line {hit.strip()[:80]!r}: {e}; not a measurement") from None
+            except (IndexError, ValueError):
                 raise SummaryError(f"{source}: metric line {hit.strip()[:80]!r} has no number; truncated?") from None
             units = unit
             break

@@ -97,7 +97,7 @@ def assemble(out: Path, org: str, system_descs: dict[str, dict[str, Any]], runs:
 def check(org_dir: Path, usage: str, ruleset: str, log: Path) -> PackageVerdict:
     """Run ``python -m mlperf_logging.package_checker``; it always exits 0, so read its output."""
     proc = subprocess.run(
-        [sys.executable, "-m", "mlperf_logging.package_checker", str(org_dir), usage, ruleset,
+        [sys.executable, "-P", "-m", "mlperf_logging.package_checker", str(org_dir), usage, ruleset,
          "--log_output", str(log.with_suffix(".checker.log"))],
         capture_output=True, text=True, check=False,
     )

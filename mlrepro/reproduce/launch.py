@@ -33,6 +33,9 @@ def _checked_env(b: BenchmarkPlan, config: Path, staged: Path, image_record: Pat
         nodes, per_node = int(env.get("DGXNNODES") or 1), int(env.get("DGXNGPU") or 0)
     except ValueError:
         raise ReproduceError(f"{config}: DGXNNODES or DGXNGPU is not a whole number.") from None
+    if nodes < 1 or per_node < 0:
+        raise ReproduceError(f"{config}: DGXNNODES={nodes}, DGXNGPU={per_node}: a run needs DGXNNODES >= 1 and "
+                             "DGXNGPU >= 0.")
     if (nodes, nodes * per_node) != (b.nodes, b.gpus):
         raise ReproduceError(
             f"{config}: sourced by bash it gives {nodes} node(s) and {nodes * per_node} GPU(s), but its text (read "

@@ -1,8 +1,9 @@
 """The run ledger: one line when a run is launched and one when it ends, in its run folder.
 
-``<run folder>/ledger.jsonl`` is append-only: every line is written with ``O_APPEND`` in one
-``write`` and fsync'd, so a failed, aborted or re-run launch stays on record next to the one that
-was packaged, and a killed launch leaves its ``launch`` line without an ``end`` line. The
+``<run folder>/ledger.jsonl`` is append-only: every line is written whole under a lock (a short write,
+the disk full, is cut back off and fails loudly) and fsync'd; a torn last line left by a crash is
+skipped by readers and cut off by the next append. So a failed, aborted or re-run launch stays on
+record next to the one that was packaged, and a killed launch leaves its ``launch`` line without an ``end`` line. The
 provenance manifest (mlrepro/package/provenance.py) copies every ledger of a package's benchmarks, so
 that no run can be dropped silently.
 
@@ -12,6 +13,8 @@ The run driver wraps its work in :func:`recorded`.
 from __future__ import annotations
 
 import contextlib
+import errno
+import fcntl
 import json
 import os
 import signal
@@ -35,13 +38,51 @@ def _on_sigterm(signum: int, frame: object) -> None:
     raise Terminated(f"signal {signum}")
 
 
+class LedgerError(OSError):
+    """A line that could not be appended whole (the disk full, say): the ledger is left as it was."""
+
+
+def _repair_tail(fd: int, size: int) -> int:
+    """Cut a torn last line (one without its newline: a writer killed mid-write on an older version, or a
+    crash of the file system) so that the next line starts on its own; the new size."""
+    end = size
+    while end > 0:
+        start = max(0, end - (1 << 16))
+        chunk = os.pread(fd, end - start, start)
+        if end == size and chunk.endswith(b"\n"):
+            return size
+        cut = chunk.rfind(b"\n")
+        if cut >= 0:
+            os.ftruncate(fd, start + cut + 1)
+            return start + cut + 1
+        end = start
+    if size:
+        os.ftruncate(fd, 0)
+    return 0
+
+
 def append(path: Path, record: dict[str, Any]) -> None:
-    """One JSON line, appended in one write and fsync'd: concurrent writers never interleave a line."""
+    """One JSON line, appended whole or not at all, and fsync'd: under an exclusive lock, so that concurrent
+    writers never interleave a line and a short write (ENOSPC) is cut back off before :class:`LedgerError`."""
     line = (json.dumps(record, sort_keys=True) + "\n").encode()
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
     try:
-        os.write(fd, line)
-        os.fsync(fd)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        size = _repair_tail(fd, os.fstat(fd).st_size)
+        written = 0
+        try:
+            while written < len(line):
+                n = os.write(fd, line[written:])
+                if n <= 0:
+                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+                written += n
+            os.fsync(fd)
+        except OSError as e:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, size)
+            raise LedgerError(e.errno, f"{path}: the run ledger's {record.get('event', '')} line could not be "
+                                       f"written whole ({e.strerror}); the ledger is kept as it was. Free space "
+                                       "and run again") from e
     finally:
         os.close(fd)
 
@@ -92,12 +133,16 @@ def read(path: Path) -> list[dict[str, Any]]:
     """One record per launch (launch and end lines joined), in launch order. A launch without an end
     line has ``status`` "no end record" (killed, or still running)."""
     launches: dict[str, dict[str, Any]] = {}
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    text = path.read_text(encoding="utf-8", errors="replace")
+    lines = text.splitlines()
+    for n, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
             rec = json.loads(line)
         except json.JSONDecodeError as e:
+            if n == len(lines) and not text.endswith("\n"):
+                break  # a torn last line (cut off mid-write): no record; the next append cuts it off
             raise ValueError(f"{path}:{n}: not a JSON line ({e})") from None
         if rec.get("event") == "launch":
             launches[rec["launch"]] = {

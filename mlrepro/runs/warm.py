@@ -14,7 +14,12 @@ reach makes the shim exec the real interpreter: the cold path, exactly.
 
 Lifetime: the parent serves one owner, the Snakemake process that parsed rules/runs.smk on this host
 (``MLREPRO_WARM_OWNER`` = host:pid:start time), and exits within half a second of it, removing its
-folder. Under Slurm
+folder. Its folder (shim, socket, pid file, log) is one of the user's own, mode 0700, under
+``$XDG_RUNTIME_DIR`` or ``~/.cache`` (mlrepro/core/private_dir.py), checked on every use by the driver,
+the shim, ``hand_over`` and the parent itself: one owned by another user, open to others, a symlink or
+not a folder is refused (the run goes cold, saying why); nothing is trusted because it exists. The
+parent and its children run with ``-P`` semantics: the working folder is never put on ``sys.path``.
+Under Slurm
 each job's own Snakemake parses the workflow on its node, so a parent never serves another node.
 The child dies with the parent (PR_SET_PDEATHSIG) and with the shim; the shim then exits non-zero,
 so the run fails without a result and the next invocation redoes it.
@@ -42,14 +47,15 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
 OWNER_ENV = "MLREPRO_WARM_OWNER"
-DIR_ENV = "MLREPRO_WARM_DIR"  # where the parents' folders live (default: the temp folder)
+# where the parents' folders live: a folder of this user's, not writable by others (default: the user's
+# runtime folder, mlrepro/core/private_dir.py)
+DIR_ENV = "MLREPRO_WARM_DIR"
 MODULE = "mlrepro.train"  # the training module a parent runs for the pipeline
 DRIVER = "mlrepro.runs.driver"  # the run driver, served by its own parent
 # Other jobs of the pipeline that import torch and a workload, each served by its own parent: a
@@ -115,10 +121,21 @@ def alive(owner: str) -> bool:
 
 def parent_dir(owner: str, module: str = MODULE) -> Path:
     """One folder per owner, interpreter and served module: the shim, the socket, the parent's pid and
-    log. Short, as a Unix socket's path must be."""
-    base = Path(os.environ.get(DIR_ENV) or tempfile.gettempdir()) / f"mlrepro-warm-{os.getuid()}"
+    log. Short, as a Unix socket's path must be. Only a name: :func:`private` makes and checks it."""
+    from mlrepro.core import private_dir
+
+    root = Path(os.environ[DIR_ENV]) if os.environ.get(DIR_ENV) else private_dir.base()
     key = f"{owner}\0{sys.executable}\0{os.environ.get('PYTHONPATH', '')}" + ("" if module == MODULE else f"\0{module}")
-    return base / hashlib.sha256(key.encode()).hexdigest()[:12]
+    return root / "warm" / hashlib.sha256(key.encode()).hexdigest()[:12]
+
+
+def private(folder: Path) -> Path:
+    """``folder`` (a parent's) made where missing and checked: this user's, mode 0700, in a folder of this
+    user's that no one else can write; PrivateDirError (naming the folder and its owner) otherwise."""
+    from mlrepro.core import private_dir
+
+    private_dir.make(folder.parent)
+    return private_dir.make(folder)
 
 
 def _start_env(env: dict[str, str]) -> dict[str, str]:
@@ -142,14 +159,19 @@ def shim_env(base_path: str) -> dict[str, str]:
     owner = os.environ.get(OWNER_ENV)
     if not owner or not alive(owner):
         return {}
-    folder = parent_dir(owner)
+    from mlrepro.core.private_dir import PrivateDirError
+
+    try:
+        folder = private(parent_dir(owner))
+    except (PrivateDirError, OSError) as e:
+        print(f"mlrepro.runs.warm: cold start: {e}", file=sys.stderr, flush=True)
+        return {}
     shim = folder / "python"
     if not shim.is_file():
         from mlrepro import PROJECT_ROOT
         from mlrepro.core import atomic
-        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
         atomic.write_text(shim, _SHIM.format(python=sys.executable, root=str(PROJECT_ROOT)))
-        shim.chmod(0o755)
+        shim.chmod(0o700)
     return {"PATH": os.pathsep.join([str(folder), base_path])}
 
 
@@ -213,7 +235,7 @@ def _connect(folder: Path, env: dict[str, str], module: str) -> socket.socket:
             pass
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)  # a dead parent's
-        _spawn([sys.executable, "-m", "mlrepro.runs.warm", "--dir", str(folder), "--owner", env[OWNER_ENV],
+        _spawn([sys.executable, "-P", "-m", "mlrepro.runs.warm", "--dir", str(folder), "--owner", env[OWNER_ENV],
                 "--module", module], env, folder)
         deadline = time.monotonic() + 30
         while not os.path.exists(path):  # it binds before it imports anything heavy
@@ -235,12 +257,18 @@ def _add_root(pid: int) -> None:
 def _through_parent(folder: Path, module: str, args: list[str], env: dict[str, str]) -> str:
     """Have the folder's parent run ``python -m module args`` with this process's stdio, working folder
     and ``env``; exit with its status. Returns (the reason) only where it did not start there."""
+    from mlrepro.core.private_dir import PrivateDirError
+
     try:
+        private(folder)  # checked on every use: the socket, the lock and the log live there
         conn = _connect(folder, env, module)
         request = json.dumps({"argv": args, "env": env, "cwd": os.getcwd()}).encode() + b"\n"
         socket.send_fds(conn, [request], [0, 1, 2])
         replies = _lines(conn)
         first = next(replies)
+    except PrivateDirError as e:
+        print(f"mlrepro.runs.warm: cold start: {e}", file=sys.stderr, flush=True)
+        return str(e)
     except (OSError, StopIteration, ValueError) as e:
         return f"parent unreachable: {e}"
     if "cold" in first:
@@ -271,8 +299,9 @@ def shim_main(python: str, module: str = MODULE) -> None:
         path = path[1:]
     env = {**os.environ, "PATH": os.pathsep.join(path)}
     reason = "not a run of " + module
-    if args[:2] == ["-m", module] and OWNER_ENV in env:
-        reason = _through_parent(folder, module, args[2:], env)
+    run = args[1:] if args[:1] == ["-P"] else args  # the parent runs with -P's import path, always
+    if run[:2] == ["-m", module] and OWNER_ENV in env:
+        reason = _through_parent(folder, module, run[2:], env)
     _debug(reason)
     os.execve(python, [python, *args], env)
 
@@ -286,11 +315,12 @@ def hand_over(module: str) -> None:
     owner = os.environ.get(OWNER_ENV)
     if _serving is not None or not owner or not alive(owner):
         return
-    folder = parent_dir(owner, module)
+    from mlrepro.core.private_dir import PrivateDirError
+
     try:
-        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-    except OSError as e:
-        _debug(f"no folder for the warm parent: {e}")
+        folder = parent_dir(owner, module)
+    except (PrivateDirError, OSError) as e:
+        print(f"mlrepro.runs.warm: cold start: {e}", file=sys.stderr, flush=True)
         return
     _debug(_through_parent(folder, module, sys.argv[1:], dict(os.environ)))
 
@@ -325,7 +355,8 @@ def _child(conn: socket.socket, request: dict[str, Any], fds: list[int], parent:
     import traceback
 
     sys.argv = ["-m", *request["argv"]]  # runpy puts the module's file in argv[0], as python -m does
-    sys.path[0] = request["cwd"]
+    # sys.path is the parent's, started with -P: the working folder (an audited round, a package) is never on
+    # it, as in `python -P -m`, which is how every entry point of the project is started
     sys.modules.pop(module, None)  # as in a new interpreter, the module runs once, as __main__ only
     code: Any = 0
     try:
@@ -388,6 +419,7 @@ def _serve_one(conn: socket.socket, listener: socket.socket, start_env: dict[str
 
 def serve(folder: Path, owner: str, module: str = MODULE) -> None:
     """Bind first (the shim waits for the socket), import the training code, then fork per request."""
+    private(folder)
     path = folder / "parent.sock"
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     partial = folder / f"parent.sock.{os.getpid()}"

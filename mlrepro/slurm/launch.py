@@ -128,7 +128,7 @@ def command(train_argv: Sequence[str], python: str, nodes: int, tasks_per_node: 
         raise LaunchError(f"{what} needs a Slurm allocation (SLURM_JOB_ID is not set or srun is missing); run it "
                           "through `snakemake --profile profiles/slurm`")
     free = {"MASTER_ADDR": socket.gethostname(), "MASTER_PORT": str(free_port())}
-    torchrun = [python, "-m", "torch.distributed.run", "--nnodes=1", f"--nproc-per-node={tasks_per_node}",
+    torchrun = [python, "-P", "-m", "torch.distributed.run", "--nnodes=1", f"--nproc-per-node={tasks_per_node}",
                 f"--master-addr={free['MASTER_ADDR']}", f"--master-port={free['MASTER_PORT']}"]
     # A Python module runs as torchrun's own child; any other command (run_and_time.sh) as it is.
     target = ["-m", *argv[2:]] if argv[0] == python and argv[1:2] == ["-m"] else ["--no-python", *argv]

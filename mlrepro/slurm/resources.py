@@ -54,6 +54,9 @@ def shape_from_config_sh(env: Mapping[str, str]) -> JobShape:
         nodes, gpus = int(env.get("DGXNNODES", 1)), int(env.get("DGXNGPU", 0))
     except ValueError as e:
         raise ShapeError(f"DGXNNODES/DGXNGPU must be integers: {e}") from None
+    if nodes < 1 or gpus < 0:
+        raise ShapeError(f"DGXNNODES={nodes}, DGXNGPU={gpus}: a run needs at least one node (DGXNNODES >= 1) and "
+                         "no negative GPU count, as systems.<name>.nodes and job_shapes require")
     wall = str(env.get("WALLTIME", "30"))
     walltime = f"{int(wall) // 60:02d}:{int(wall) % 60:02d}:00" if wall.isdigit() else wall
     walltime_minutes(walltime)

@@ -200,7 +200,7 @@ def start_sampler(
         out_dir.mkdir(parents=True, exist_ok=True)
         _clear_previous(out_dir)
         cmd = [
-            sys.executable, "-m", "mlrepro.telemetry.sampler", "--out-dir", str(out_dir), "--hz", str(hz),
+            sys.executable, "-P", "-m", "mlrepro.telemetry.sampler", "--out-dir", str(out_dir), "--hz", str(hz),
             "--parent-pid", str(os.getpid()), "--backend", backend, "--flush-every-s", str(flush_every_s),
         ]
         if watch_pid is not None:
@@ -209,7 +209,7 @@ def start_sampler(
             cmd.append("--no-host")
         env = sampler_env()
         if fork:
-            proc = _fork_sampler(cmd[3:], out_dir / LOG)
+            proc = _fork_sampler(cmd[4:], out_dir / LOG)
         else:
             with (out_dir / LOG).open("ab") as log:
                 proc = subprocess.Popen(

@@ -52,7 +52,7 @@ def start_on_nodes(out_dir: Path, job_id: str, names: list[str], hz: float, back
     record: dict[str, Any] = {"hosts": names, "job_id": job_id, "status": status}
     proc = None
     try:
-        argv = [*on_each(job_id, names), sys.executable, "-m", "mlrepro.telemetry.sampler",
+        argv = [*on_each(job_id, names), sys.executable, "-P", "-m", "mlrepro.telemetry.sampler",
                 "--out-dir", str(out_dir / NODES_DIR), "--host-dir", "--hz", str(hz), "--backend", backend,
                 "--flush-every-s", str(flush_every_s)]
         record["command"] = argv
