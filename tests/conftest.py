@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from mlrepro.core.config import system_name
+from mlrepro.config import system_name
 from mlrepro.runs.launch_spec import LaunchSpec
 
 REPO = Path(__file__).resolve().parent.parent

@@ -23,8 +23,8 @@ from typing import Any
 
 import pytest
 
+from mlrepro import config as mlconfig
 from mlrepro.audit import discover
-from mlrepro.core import config as mlconfig
 from tests.chromium import PAYLOADS, assert_no_injection
 from tests.conftest import REPO, snakemake, write_mllog
 

@@ -527,13 +527,13 @@ def test_benchmarks_all_serves_the_models_the_declared_round_has(tmp_path: Path)
     proc = snakemake(tmp_path, "-n", "--config", "inference={'round': 'v6.1', 'benchmarks': ['dlrm']}", check=False)
     said = proc.stdout + proc.stderr  # Snakemake prints a parse error on stdout
     assert proc.returncode != 0 and "inference.round v6.1 has no model for benchmark 'dlrm'" in said
-    from mlrepro.core import config as mlconfig
+    from mlrepro import config as mlconfig
     with pytest.raises(mlconfig.ConfigError, match=r"inference\.benchmarks: 'all' was expected"):
         mlconfig.load({"benchmarks": {"resnet": {}}, "inference": {"benchmarks": "every"}})
 
 
 def test_usage_inference_is_only_for_audits_and_inference_benchmarks_are_checked() -> None:
-    from mlrepro.core import config as mlconfig
+    from mlrepro import config as mlconfig
     with pytest.raises(mlconfig.ConfigError, match="usage: inference is for audits"):
         mlconfig.load({"usage": "inference", "benchmarks": {"resnet": {}}})
     with pytest.raises(mlconfig.ConfigError, match=r"inference\.benchmarks\.0"):

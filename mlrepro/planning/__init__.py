@@ -11,9 +11,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from mlrepro.core import config as mlconfig
+from mlrepro import config as mlconfig
+from mlrepro import systems as mlsystems
 from mlrepro.core import smk
-from mlrepro.core import systems as mlsystems
 from mlrepro.datasets import recipe as data_recipe
 from mlrepro.inference import rounds
 from mlrepro.planning import inputs, jobs

@@ -18,7 +18,7 @@ from pathlib import Path
 
 def machine_gpus() -> int:
     """GPUs NVML sees on this machine; 0 without NVML or a driver (the default profile's --resources gpus)."""
-    from mlrepro.environment.probe import gpus
+    from mlrepro.core.probe import gpus
 
     return len(gpus()["devices"])
 
