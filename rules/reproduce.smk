@@ -26,7 +26,7 @@ from mlrepro.datasets.manifest import MANIFEST as _DATA_MANIFEST
 from mlrepro.package.provenance import MANIFEST as _PROVENANCE
 from mlrepro.reproduce import plan as _plan
 from mlrepro.reproduce.errors import ReproduceError
-from mlrepro.core.accelerators import machine_gpus
+from mlrepro.runs.accelerators import machine_gpus
 from mlrepro.slurm.resources import ShapeError, run_resources, shape_from_config_sh
 
 # Every step runs with the interpreter that runs Snakemake (a venv need not be activated): each rule's

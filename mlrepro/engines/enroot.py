@@ -14,9 +14,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from mlrepro.core.accelerators import visible_env
 from mlrepro.engines import Mount, register
-from mlrepro.engines._tools import require_tool
+from mlrepro.engines._tools import require_tool, visible_env
 from mlrepro.engines.docker_api import DESCRIBE
 
 INSTALL = "https://github.com/NVIDIA/enroot/blob/master/doc/installation.md (enroot and enroot+caps .deb packages)"

@@ -17,12 +17,12 @@ from pathlib import Path
 from typing import Any
 
 from mlrepro.core import atomic
-from mlrepro.core.accelerators import claim
 from mlrepro.core.errors import MlreproError
 from mlrepro.core.hashing import sha256_file
 from mlrepro.core.mllog_reader import mllog_lines, run_summary
 from mlrepro.engines import Engine, Mount, engine_for, get_engine
 from mlrepro.runs import ledger
+from mlrepro.runs.accelerators import claim
 from mlrepro.runs.launch_spec import LaunchSpec, LaunchSpecError
 from mlrepro.slurm import containers
 from mlrepro.slurm import launch as launcher

@@ -23,12 +23,6 @@ def machine_gpus() -> int:
     return len(gpus()["devices"])
 
 
-def visible_env(indices: list[int]) -> dict[str, str]:
-    # "void" keeps NVIDIA's container runtimes from exposing any GPU to a CPU-only run
-    value = ",".join(map(str, indices))
-    return {"CUDA_VISIBLE_DEVICES": value, "NVIDIA_VISIBLE_DEVICES": value or "void"}
-
-
 @contextmanager
 def claim(lock_dir: Path, total: int, count: int, timeout_s: float = 600.0) -> Iterator[list[int]]:
     """Hold ``count`` of the ``total`` GPUs (their indices) until the block ends; RuntimeError after ``timeout_s``."""
