@@ -192,3 +192,21 @@ def test_the_cache_file_serves_a_rerun_and_a_bad_entry_is_checked_again(tmp_path
     assert sorted(check_files(files, cache, "training", "1.1.0", 2).checked) == sorted(files[1:3])
     cache.path.write_text("{ not json")  # an unreadable cache is an empty one
     assert sorted(check_files(files, cache, "training", "1.1.0", 2).checked) == sorted(files)
+
+
+def _worker_is_unpatched(fast: bool) -> bool:
+    engine.start_worker(fast)
+    return mlp_compliance.yaml.__class__.__name__ == "module" and not fastpath._FAST
+
+
+def test_without_fast_paths_the_check_gives_the_same_records(tmp_path: Path) -> None:
+    """audit_fast_paths: false (check_files(fast=False)): workers run the checker as it ships, with the same records."""
+    with cf.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        assert pool.submit(_worker_is_unpatched, False).result()
+    with cf.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        assert not pool.submit(_worker_is_unpatched, True).result()
+    files = [str(p) for p in sorted(FIXTURES.rglob("result_*.txt"))]
+    runs = [check_files(files, Cache(tmp_path / str(fast), "training", "1.1.0"), "training", "1.1.0", 2, FIXTURES,
+                        fast=fast) for fast in (True, False)]
+    assert len(runs[0].records) > 10
+    assert {p: r.to_dict() for p, r in runs[0].records.items()} == {p: r.to_dict() for p, r in runs[1].records.items()}
