@@ -68,19 +68,16 @@ def _compare(root: Path) -> tuple[int, int]:
     return len(files), sum(o[0] for o in official)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _archive() -> None:
-    require(rounds.V11.is_file(), f"{rounds.V11} is absent")
-
-
 @pytest.mark.integration
 def test_the_gate_judges_a_sample_of_the_round_as_the_official_checker(tmp_path: Path) -> None:
+    require(rounds.V11.is_file(), f"{rounds.V11} is absent")
     files, valid = _compare(rounds.extract(rounds.V11, tmp_path, rounds.SAMPLE))
     assert files == 175 and 0 < valid < files  # both verdicts occur
 
 
 @pytest.mark.round
 def test_the_gate_judges_the_whole_round_as_the_official_checker(tmp_path: Path) -> None:
+    require(rounds.V11.is_file(), f"{rounds.V11} is absent")
     files, valid = _compare(rounds.extract(rounds.V11, tmp_path))
     assert files > 1500 and 0 < valid < files
 

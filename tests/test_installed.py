@@ -20,6 +20,9 @@ import pytest
 
 from tests.conftest import REPO, write_mllog
 
+# A wheel built and installed into a fresh venv: half a minute before the first test, so not the fast tier's.
+pytestmark = pytest.mark.integration
+
 
 def _tracked(dest: Path) -> Path:
     files = subprocess.run(["git", "-C", str(REPO), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
@@ -79,7 +82,6 @@ def test_the_wheel_gates_a_result(installed: tuple[Path, Path], tmp_path: Path) 
     assert json.loads((tmp_path / "verdict.json").read_text())["valid"] is True
 
 
-@pytest.mark.integration
 def test_the_checkouts_snakefile_plans_the_default_with_the_wheel(installed: tuple[Path, Path]) -> None:
     python, checkout = installed
     proc = _run(python, checkout, "-m", "snakemake", "-n", "--cores", "2")
