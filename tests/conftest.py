@@ -83,6 +83,18 @@ def snakemake(workdir: Path, *args: str, check: bool = True, timeout: int = 900)
     return proc
 
 
+def refused(proc: subprocess.CompletedProcess[str], *says: str) -> str:
+    """``proc`` (a Snakemake run) stopped before its jobs with a clear message: a non-zero exit status, each of
+    ``says`` in what it printed, and no traceback (a refusal names the key or file and what to do; it is not a
+    crash). Snakemake prints a parse error on stdout, the rest on stderr: the two together, returned."""
+    text = proc.stdout + proc.stderr
+    assert proc.returncode != 0, f"not refused:\n{text[-4000:]}"
+    for said in says:
+        assert said in text, f"{said!r} not said:\n{text[-4000:]}"
+    assert "Traceback" not in text, f"a refusal with a traceback:\n{text[-4000:]}"
+    return text
+
+
 def write_mllog(path: Path, benchmark: str, run_start_ms: int, minutes: float, status: str = "success",
                 seed: int = 1, extra: list[dict[str, Any]] | None = None, division: str = "open") -> Path:
     """A result file the open-division compliance checker accepts, with a chosen time to train."""
