@@ -67,7 +67,8 @@ def _profile_executor(profile: str, environ: Mapping[str, str]) -> str | None:
         Path(d) / "snakemake" / profile for d in (environ.get("XDG_CONFIG_HOME", ""), str(Path.home() / ".config"),
                                                   "/etc/xdg") if d]
     for folder in folders:
-        for name in ("config.yaml", "profile.yaml"):
+        # Snakemake 9 reads the file for the highest major version it is, then the plain one
+        for name in ("config.v9+.yaml", "config.v8+.yaml", "config.yaml", "profile.yaml"):
             file = folder / name if folder.is_dir() else folder
             if file.is_file():
                 data = yaml.safe_load(file.read_text(encoding="utf-8")) or {}
