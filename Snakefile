@@ -10,7 +10,8 @@ from mlrepro import planning
 configfile: Path(workflow.basedir) / "config" / "config.yaml"
 
 # The one planning step: the validated config with its defaults, every output path, every spec (PLAN, read by
-# each rules file); PREPARE checks results and datasets, and acts only in a real run (mlrepro/planning/).
+# each rules file); PREPARE checks results and datasets while the DAG is built (it only reads, and refuses what
+# must be fixed first) and takes the lock and writes the launch files from onstart (mlrepro/planning/).
 PLAN, PREPARE = planning.start(workflow, config)
 config = PLAN.config
 
@@ -49,7 +50,7 @@ else:
 
     rule all:
         input:
-            PREPARE,  # checks (and in a real run repairs) before the DAG looks at any file
+            PREPARE.again,  # checks before the DAG looks at any file; names removed files to make again
             PLAN.out.report,
             PLAN.inference_targets,  # empty unless inference.benchmarks names one
         default_target: True
@@ -68,6 +69,7 @@ else:
     # build through the host's engine socket; runs and data generation are cluster jobs.
     localrules:
         all,
+        repair,
         spec,
         compliance,
         package,

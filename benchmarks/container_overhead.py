@@ -13,6 +13,7 @@ import argparse
 import json
 import os
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -23,7 +24,6 @@ import yaml
 from mlrepro import PROJECT_ROOT
 from mlrepro.containers.build import build_image
 from mlrepro.containers.bundle import save_image
-from mlrepro.containers.localbase import ensure_base_image
 from mlrepro.datasets import generated
 from mlrepro.engines import Mount, get_engine
 from mlrepro.engines.client import connect
@@ -61,6 +61,9 @@ def main() -> None:
     figures: dict[str, Any] = {"engine": args.engine, "cpus": os.cpu_count(), "load_avg_start": os.getloadavg()}
     with tempfile.TemporaryDirectory(prefix="mlrepro-bench-") as tmp:
         work = Path(tmp)
+        sys.path.insert(0, str(PROJECT_ROOT))  # the CI helper that builds the base image lives in tests/
+        from tests.localbase import ensure_base_image
+
         figures["base_image"] = ensure_base_image(client, workdir=work)
         build_args = {"BASE_IMAGE": figures["base_image"]["ref"]}
         cold = build_image(client, "pytorch", build_args=build_args, log=work / "cold.log", nocache=True,

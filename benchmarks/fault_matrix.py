@@ -352,21 +352,22 @@ def main() -> None:
             cases.append(what)
             victim = next(org.glob("results/*/resnet/result_1.txt"))
             edit(victim)
-            code, log, _ = p.run()
-            if code == 0 and "submission package:" in log and (str(victim) in log or "systems" in log) \
-                    and victim.exists() and (org / "systems").is_dir():
+            code, log, _ = p.run()  # refused, naming the change; `snakemake repair` removes what derives from it
+            if code != 0 and "snakemake repair" in log and (str(victim) in log or "systems" in log) \
+                    and p.run("repair")[0] == 0 and p.run()[0] == 0 and victim.exists() and (org / "systems").is_dir():
                 detected.append(what)
         rows.append({"fault": "tampering", "cases": len(cases), "detected": len(detected),
                      "missed": [c for c in cases if c not in detected]})
         print(rows[-1], flush=True)
 
-        # issue 23: read-only commands on a folder whose package was edited remove nothing (a real run repairs)
+        # issue 23: read-only commands on a folder whose package was edited remove nothing (`snakemake repair` does)
         victim = next(org.glob("results/*/resnet/result_1.txt"))
         original = victim.read_bytes()
         victim.write_bytes(original + b"\n")
         derived = {f: f.read_bytes() for f in (p.out / "report.html", p.out / "package_check.json")}
         acted = [mode for mode in ("--list-rules", "--summary", "--dag", "-n")
-                 if p.run(mode)[0] != 0 or any(not f.exists() or f.read_bytes() != b for f, b in derived.items())]
+                 if (p.run(mode)[0] != 0) != (mode != "--list-rules")  # those that build the DAG refuse
+                 or any(not f.exists() or f.read_bytes() != b for f, b in derived.items())]
         victim.write_bytes(original)
         rows.append({"fault": "read-only commands on an edited package", "modes": 4, "acted": acted})
         print(rows[-1], flush=True)

@@ -88,8 +88,8 @@ def main() -> int:
 
     import torch
 
+    from mlrepro.core.workflows import load_module
     from mlrepro.datasets import generated
-    from mlrepro.training.workload import load_module
 
     params = yaml.safe_load((PROJECT_ROOT / "workflows/resnet/defaults.yaml").read_text())
     params["max_epochs"] = 10_000  # the schedule's length; trials stop on time

@@ -179,7 +179,7 @@ def locks(base: Path, rows: list[dict[str, Any]]) -> None:
 
 
 def names(rows: list[dict[str, Any]]) -> None:
-    from mlrepro.core import config as mlconfig
+    from mlrepro import config as mlconfig
 
     for key, value in (("org", ".."), ("org", "."), ("system", "..")):
         _case(rows, "name", f"{key}: {value!r}", _expect(mlconfig.ConfigError, lambda k=key, v=value: mlconfig.load(
@@ -315,8 +315,8 @@ def hostile_runs(base: Path, rows: list[dict[str, Any]], data: Path, socket: str
     and into a folder outside: natively (reported as an error) and in Podman (refused there)."""
     engines: dict[str, dict[str, Any]] = {"native": {}}
     if socket:
-        from mlrepro.containers.localbase import ensure_base_image
         from mlrepro.engines.client import connect
+        from tests.localbase import ensure_base_image
 
         ref = ensure_base_image(connect("podman", socket), workdir=base)["ref"]
         engines["podman"] = {"engine": "podman", "engine_socket": socket, "build_args": {"FROM_IMAGE_NAME": ref},

@@ -2,6 +2,8 @@
 # (mlrepro/planning/plan.py), which the Snakefile builds once; nothing here is shared by include order.
 import sys
 
+from mlrepro.core import smk
+
 
 wildcard_constraints:
     benchmark="|".join(PLAN.benchmarks) or "none",
@@ -23,11 +25,24 @@ rule spec:
         planning.jobs.write_spec(output[0], params.text, log[0])
 
 
+# `snakemake repair`: what planning refused for a damaged output folder, made right. Its message (also with -n)
+# names each change; nothing else changes (mlrepro/planning/prepare.py).
+rule repair:
+    params:
+        changes=lambda w: "; ".join(r.what for r in PREPARE.repairs()) or "nothing to repair",
+    message:
+        "repair: {params.changes}"
+    log:
+        PLAN.out.log("repair"),
+    run:
+        planning.prepare.repair(PREPARE, log[0])
+
+
 onstart:
-    # the lock and the repairs, where the DAG did not already run them (a target outside `all`)
-    PREPARE.prepare()
+    # a real run, before its first job: the lock, the launch files (never for -n, --summary, --dag, --lint)
+    PREPARE.before_jobs()
     # profiles/slurm: one line on what would stop the cluster's jobs, before the first is submitted
-    if workflow.executor_plugin is not None and workflow.executor_plugin.name.endswith("slurm"):
+    if smk.executor() == smk.SLURM_EXECUTOR:
         from mlrepro.slurm.checks import PreflightError, preflight
 
         try:
@@ -38,7 +53,7 @@ onstart:
 
 onerror:
     # On Slurm, say what Slurm recorded for each run that did not finish (CANCELLED, TIMEOUT, NODE_FAIL...).
-    if workflow.executor_plugin is not None and workflow.executor_plugin.name.endswith("slurm"):
+    if smk.executor() == smk.SLURM_EXECUTOR:
         from mlrepro.slurm.jobs import describe, run_states
 
         unfinished = [r for r in run_states(PLAN.out.root) if not r["finished"]]

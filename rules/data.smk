@@ -3,8 +3,8 @@
 #   recipe: workflows/<bm>/dataset.yaml, steps download -> verify -> extract -> prepare into <data_root>/<bm>/;
 #   {path: DIR}: an already prepared folder, verified once against DIR/MANIFEST.sha256, never written to.
 # Every folder is hashed once when it is made; a receipt in <outdir>/data_receipts/ keeps each file's
-# stamp (size, mtime_ns, inode), and a start compares stamps only (PREPARE, mlrepro/planning/prepare.py,
-# regenerates a generated dataset that no longer matches its manifest). `snakemake verify_data` hashes it all.
+# stamp (size, mtime_ns, inode), and a start compares stamps only (PREPARE, mlrepro/planning/prepare.py; a generated
+# dataset that no longer matches its manifest: `snakemake repair`). `snakemake verify_data` hashes it all.
 rule data:
     input:
         PREPARE,

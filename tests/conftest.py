@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from mlrepro.core.config import system_name
+from mlrepro.config import system_name
 from mlrepro.runs.launch_spec import LaunchSpec
 
 REPO = Path(__file__).resolve().parent.parent
@@ -81,6 +81,18 @@ def snakemake(workdir: Path, *args: str, check: bool = True, timeout: int = 900)
         raise AssertionError(f"snakemake {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout[-4000:]}"
                              f"\n{proc.stderr[-8000:]}")
     return proc
+
+
+def refused(proc: subprocess.CompletedProcess[str], *says: str) -> str:
+    """``proc`` (a Snakemake run) stopped before its jobs with a clear message: a non-zero exit status, each of
+    ``says`` in what it printed, and no traceback (a refusal names the key or file and what to do; it is not a
+    crash). Snakemake prints a parse error on stdout, the rest on stderr: the two together, returned."""
+    text = proc.stdout + proc.stderr
+    assert proc.returncode != 0, f"not refused:\n{text[-4000:]}"
+    for said in says:
+        assert said in text, f"{said!r} not said:\n{text[-4000:]}"
+    assert "Traceback" not in text, f"a refusal with a traceback:\n{text[-4000:]}"
+    return text
 
 
 def write_mllog(path: Path, benchmark: str, run_start_ms: int, minutes: float, status: str = "success",

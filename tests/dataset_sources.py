@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-from mlrepro.training.workload import workflow_dir
+from mlrepro.core.workflows import workflow_dir
 
 
 class Server:

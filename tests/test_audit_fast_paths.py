@@ -1,4 +1,4 @@
-"""The engine's fast paths (``engine.install_fast_paths``) give the official checker's own results.
+"""The audit's fast paths (``fastpath.install``) give the official checker's own results.
 
 orjson gives ``json.loads``'s values wherever ``parse`` lets it decode (every fixture line, edge
 cases, random numbers), and the parse of a worker equals the untouched parser's, errors included;
@@ -21,7 +21,7 @@ import orjson
 import pytest
 from mlperf_logging.compliance_checker import mlp_compliance
 
-from mlrepro.audit import engine
+from mlrepro.audit import engine, fastpath
 from mlrepro.audit.cache import Cache
 from mlrepro.audit.check import check_files
 
@@ -64,7 +64,7 @@ def test_orjson_gives_json_values_where_parse_uses_it() -> None:
     bodies += [f'{{"v": {n}}}' for n in _random_numbers(20_000)]
     used = 0
     for body in bodies:
-        if not engine._orjson_exact([TOKEN + body], TOKEN):
+        if not fastpath._orjson_exact([TOKEN + body], TOKEN):
             continue
         used += 1
         mine, theirs = _outcome(orjson.loads, body), _outcome(json.loads, body)
@@ -76,15 +76,15 @@ def test_orjson_gives_json_values_where_parse_uses_it() -> None:
     # integers beyond 64 bits, which orjson turns into floats, keep a log from orjson; fractions do not
     for body in ('{"a": 18446744073709551616}', '{"a": -9223372036854775809}', '{"a": [1, 123456789012345678901]}',
                  '{"a": 1e-0000000000000000000400}'):
-        assert not engine._orjson_exact([TOKEN + '{"a": 1}', TOKEN + body], TOKEN), body
+        assert not fastpath._orjson_exact([TOKEN + '{"a": 1}', TOKEN + body], TOKEN), body
     big = '{"a": 18446744073709551616}'
     assert json.dumps(orjson.loads(big)) != json.dumps(json.loads(big))  # 1.8446744073709552e+19 (== 2**64)
-    assert engine._orjson_exact([TOKEN + '{"a": 0.0020739051266588176, "b": -123456789012345678}'], TOKEN)
-    assert not engine._orjson_exact([TOKEN + '{"a": 1}', TOKEN + ' {"a": 1}'], TOKEN)  # an object first only
+    assert fastpath._orjson_exact([TOKEN + '{"a": 0.0020739051266588176, "b": -123456789012345678}'], TOKEN)
+    assert not fastpath._orjson_exact([TOKEN + '{"a": 1}', TOKEN + ' {"a": 1}'], TOKEN)  # an object first only
     # nested about the recursion limit deep, json raises RecursionError where orjson gives a value
     deep = '{"a": ' + "[" * 1000 + "]" * 1000 + "}"
     assert _outcome(json.loads, deep)[1][0] is RecursionError and _outcome(orjson.loads, deep)[0] == "value"
-    assert not engine._orjson_exact([TOKEN + deep], TOKEN)
+    assert not fastpath._orjson_exact([TOKEN + deep], TOKEN)
 
 
 def _parse_outcome(lines: list[str], ruleset: str) -> tuple[str, Any]:
@@ -98,7 +98,7 @@ def _parse_outcome(lines: list[str], ruleset: str) -> tuple[str, Any]:
 
 def _fast_parse(task: tuple[list[str], str]) -> tuple[str, Any]:
     """engine.parse in a process with the fast paths installed, as the audit's workers have them."""
-    engine.install_fast_paths()
+    fastpath.install()
     return _parse_outcome(*task)
 
 
@@ -116,7 +116,7 @@ def test_fast_parse_equals_the_official_parser(ruleset: str) -> None:
              lines(paths[0], ["[1]"]), lines(paths[0], [good.replace('"time_ms": 1', '"time_ms": "1.2.3"') % 1])]
     with cf.ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn")) as pool:
         fast = list(pool.map(_fast_parse, [(log, ruleset) for log in logs]))
-    assert not engine._FAST  # this process parses with the untouched parser
+    assert not fastpath._FAST  # this process parses with the untouched parser
     official = [_parse_outcome(log, ruleset) for log in logs]
     assert fast == official
     assert {kind for kind, _ in official} == {"value", "error"} and any(v[1] for k, v in official if k == "value")
@@ -127,8 +127,8 @@ def test_with_keys_skips_unhashable_keys_as_the_official_loop_does() -> None:
     line = mlp_compliance.mlp_parser.ruleset_110.LogLine
     lines = [line("", 0.0, key, {"value": None, "metadata": {}}, i)
              for i, key in enumerate(["run_start", ["run_start"], 5, "run_stop", {"a": 1}, "run_start"])]
-    assert [ll.lineno for ll in engine._with_keys(lines, frozenset({"run_start", "run_stop"}))] == [0, 3, 5]
-    assert [ll.lineno for ll in engine._with_keys(lines[:1] + lines[3:4], frozenset({"run_stop"}))] == [3]
+    assert [ll.lineno for ll in fastpath._with_keys(lines, frozenset({"run_start", "run_stop"}))] == [0, 3, 5]
+    assert [ll.lineno for ll in fastpath._with_keys(lines[:1] + lines[3:4], frozenset({"run_stop"}))] == [3]
 
 
 def _official(task: tuple[str, str]) -> tuple[bool, list[str], str]:
@@ -192,3 +192,21 @@ def test_the_cache_file_serves_a_rerun_and_a_bad_entry_is_checked_again(tmp_path
     assert sorted(check_files(files, cache, "training", "1.1.0", 2).checked) == sorted(files[1:3])
     cache.path.write_text("{ not json")  # an unreadable cache is an empty one
     assert sorted(check_files(files, cache, "training", "1.1.0", 2).checked) == sorted(files)
+
+
+def _worker_is_unpatched(fast: bool) -> bool:
+    engine.start_worker(fast)
+    return mlp_compliance.yaml.__class__.__name__ == "module" and not fastpath._FAST
+
+
+def test_without_fast_paths_the_check_gives_the_same_records(tmp_path: Path) -> None:
+    """audit_fast_paths: false (check_files(fast=False)): workers run the checker as it ships, with the same records."""
+    with cf.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        assert pool.submit(_worker_is_unpatched, False).result()
+    with cf.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        assert not pool.submit(_worker_is_unpatched, True).result()
+    files = [str(p) for p in sorted(FIXTURES.rglob("result_*.txt"))]
+    runs = [check_files(files, Cache(tmp_path / str(fast), "training", "1.1.0"), "training", "1.1.0", 2, FIXTURES,
+                        fast=fast) for fast in (True, False)]
+    assert len(runs[0].records) > 10
+    assert {p: r.to_dict() for p, r in runs[0].records.items()} == {p: r.to_dict() for p, r in runs[1].records.items()}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from mlrepro.audit.engine import _LineCuttingRe
+from mlrepro.audit.fastpath import _LineCuttingRe
 
 TOKEN = ":::MLLOG "
 FIXTURES = Path(__file__).parent / "fixtures" / "audit"

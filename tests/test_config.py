@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 import yaml
 
-from mlrepro.core import config
+from mlrepro import config
 from tests.conftest import REPO
 
 

@@ -1,7 +1,7 @@
 """Containers with a real engine: Podman's Docker-compatible API, as on CI (.ci/podman.sh starts it).
 
 No registry: the base image is this machine's own Python environment imported as a rootfs
-(mlrepro.containers.localbase), and the project's Dockerfile is built on it via BASE_IMAGE.
+(tests/localbase.py), and the project's Dockerfile is built on it via BASE_IMAGE.
 """
 
 from __future__ import annotations
@@ -20,12 +20,12 @@ import yaml
 from mlrepro.containers import BaseImageMissing, BuildFailed, ImageMismatch, image_ref
 from mlrepro.containers.build import build_image
 from mlrepro.containers.jobs import image_record, lock, make_bundle
-from mlrepro.containers.localbase import ensure_base_image
 from mlrepro.datasets import generated
 from mlrepro.engines import Mount, get_engine
 from mlrepro.engines.client import connect
 from mlrepro.gate.compliance import check
 from tests.conftest import SYSTEM, require
+from tests.localbase import ensure_base_image
 
 pytestmark = pytest.mark.podman
 REPO = Path(__file__).resolve().parent.parent

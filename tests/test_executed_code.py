@@ -10,14 +10,14 @@ from pathlib import Path
 import pytest
 
 from mlrepro import PROJECT_ROOT
+from mlrepro.core.workflows import implemented_benchmarks, workflow_dir
 from mlrepro.runs.executed_code import ENTRY, mini_run_files, project_files
-from mlrepro.training.workload import implemented_benchmarks, workflow_dir
 
 # Imports the training entry point and one benchmark's model as a run does, then lists the project files
 # the interpreter loaded.
 _LOADED = """
 import json, sys, runpy
-from mlrepro.training.workload import load_module
+from mlrepro.core.workflows import load_module
 import mlrepro.train
 load_module(sys.argv[1])
 root = sys.argv[2]
@@ -55,7 +55,7 @@ def test_imports_inside_functions_and_relative_imports_are_followed(tmp_path: Pa
     (pkg / "unused.py").write_text("")
     entry = tmp_path / "entry.py"
     entry.write_text("import mlrepro.sub\n")
-    monkeypatch.setattr(executed_code, "PROJECT_ROOT", tmp_path)
+    monkeypatch.setattr(executed_code, "PACKAGE_ROOT", tmp_path)
     found = {p.relative_to(tmp_path).as_posix() for p in project_files([entry])}
     assert found == {"entry.py", "mlrepro/__init__.py", "mlrepro/sub/__init__.py", "mlrepro/sub/late.py",
                      "mlrepro/lazy.py"}

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import yaml
 
-from mlrepro.core import config as mlconfig
+from mlrepro import config as mlconfig
 from mlrepro.runs.implementation import CLEAN_ENV, capture
 from tests.conftest import REPO, SYSTEM, snakemake
 

@@ -14,7 +14,7 @@ import yaml
 from mlperf_logging.result_summarizer import result_summarizer
 
 from mlrepro.datasets import manifest
-from tests.conftest import SYSTEM, TEST_CONFIG, snakemake
+from tests.conftest import SYSTEM, TEST_CONFIG, refused, snakemake
 
 pytestmark = pytest.mark.integration
 
@@ -80,11 +80,14 @@ def test_corrupted_data_is_detected_and_rebuilt(tiny_pipeline_copy: Path) -> Non
     victim = folder / "eval.npz"
     original = victim.read_bytes()
     victim.write_bytes(original[:-10] + b"corrupted!")
-    out = snakemake(tiny_pipeline_copy, "--configfile", str(TEST_CONFIG))
-    assert "eval.npz" in out.stderr and "regenerating" in out.stderr
+    refused(snakemake(tiny_pipeline_copy, "--configfile", str(TEST_CONFIG), check=False), "eval.npz",
+            "no longer matches its manifest", "Run `snakemake repair`")
+    out = snakemake(tiny_pipeline_copy, "repair", "--configfile", str(TEST_CONFIG))
+    assert "eval.npz" in out.stdout + out.stderr and "regenerate it in place" in out.stdout + out.stderr
     assert manifest.verify(folder) == []
     assert victim.read_bytes() == original
     # the rebuilt dataset is byte-identical, so no run is repeated
+    out = snakemake(tiny_pipeline_copy, "--configfile", str(TEST_CONFIG))
     assert "Nothing to be done" in out.stdout + out.stderr
 
 
@@ -112,7 +115,5 @@ def test_changed_hyperparameter_reruns_only_its_benchmark(tmp_path: Path) -> Non
 def test_invalid_config_is_rejected_before_any_job(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump({"benchmarks": {"resnet": {"lrr": 0.1}}}))
-    out = snakemake(tmp_path, "--configfile", str(bad), check=False)
-    assert out.returncode != 0
-    assert "benchmarks.resnet" in out.stderr and "'lrr' was unexpected" in out.stderr
+    refused(snakemake(tmp_path, "--configfile", str(bad), check=False), "benchmarks.resnet", "'lrr' was unexpected")
     assert not (tmp_path / "results").exists()

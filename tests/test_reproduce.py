@@ -22,7 +22,7 @@ from mlrepro.reproduce import locate
 from mlrepro.reproduce import plan as reproduce
 from mlrepro.reproduce.errors import ReproduceError
 from mlrepro.reproduce.results import read_log
-from tests.conftest import REPO, SYSTEM, require, snakemake
+from tests.conftest import REPO, SYSTEM, refused, require, snakemake
 
 pytestmark = pytest.mark.integration
 
@@ -92,12 +92,9 @@ def test_changed_hyperparameter_is_not_reproduced_and_named(tiny_package: Path, 
 
 def test_missing_implementation_and_system_are_named_before_any_run(tiny_package: Path, tmp_path: Path) -> None:
     org = Path(shutil.copytree(tiny_package / "submission" / "mlrepro", tmp_path / "pkg" / "mlrepro"))
-    out = _reproduce(tmp_path, org, "system=DGXA100", "-n", check=False)
-    assert out.returncode != 0 and "no results for system 'DGXA100'" in out.stdout + out.stderr
+    refused(_reproduce(tmp_path, org, "system=DGXA100", "-n", check=False), "no results for system 'DGXA100'")
     shutil.rmtree(org / "benchmarks" / "resnet" / "implementations")
-    out = _reproduce(tmp_path, org, "-n", check=False)
-    text = out.stdout + out.stderr
-    assert out.returncode != 0 and "no runnable implementation of resnet" in text and "only=[...]" in text
+    refused(_reproduce(tmp_path, org, "-n", check=False), "no runnable implementation of resnet", "only=[...]")
     assert not (tmp_path / "reproduction").exists()
 
 
@@ -276,19 +273,17 @@ def test_one_reproduction_at_a_time_per_reproduce_out(tiny_package: Path, tmp_pa
     with held(out_dir) as pid:
         out = _reproduce(tmp_path / "second", tiny_package / "submission" / "mlrepro", "runs=1",
                          f"reproduce_out={out_dir}", check=False)
-        text = out.stdout + out.stderr
-        assert out.returncode != 0 and "in use by another mlrepro pipeline" in text and str(pid) in text
+        refused(out, "in use by another mlrepro pipeline", str(pid))
         assert sorted(p.name for p in out_dir.iterdir()) == [outdir_lock.LOCK_NAME]  # no job ran
 
 
 def test_outdir_is_refused_in_reproduce_mode(tiny_package: Path, tmp_path: Path) -> None:
     out = _reproduce(tmp_path, tiny_package / "submission" / "mlrepro", "outdir=elsewhere", "-n", check=False)
-    assert out.returncode != 0 and "give reproduce_out=elsewhere instead" in out.stdout + out.stderr
+    refused(out, "give reproduce_out=elsewhere instead")
     org = Path(shutil.copytree(tiny_package / "submission" / "mlrepro", tmp_path / "pkg" / "mlrepro"))
     out = _reproduce(tmp_path, org, f"reproduce_out={org / 'out'}", "-n", check=False)
-    assert out.returncode != 0 and "overlap: a reproduction never writes into the package" in out.stdout + out.stderr
-    out = _reproduce(org / "benchmarks", org, "-n", check=False)
-    assert out.returncode != 0 and "lies inside the package" in out.stdout + out.stderr
+    refused(out, "overlap: a reproduction never writes into the package")
+    refused(_reproduce(org / "benchmarks", org, "-n", check=False), "lies inside the package")
 
 
 def test_package_changed_by_its_own_code_is_an_error_of_the_report(tiny_package: Path, tmp_path: Path) -> None:

@@ -137,7 +137,7 @@ def test_pipeline_through_slurm(plugin: Path, tmp_path: Path) -> None:
 
 
 def _params(workdir: Path, benchmark: str) -> dict[str, Any]:
-    from mlrepro.core import config as mlconfig
+    from mlrepro import config as mlconfig
     raw = {**yaml.safe_load((REPO / "config" / "config.yaml").read_text()),
            **yaml.safe_load((workdir / "config.yaml").read_text())}
     return mlconfig.load(raw)[1][benchmark].params

@@ -1,4 +1,4 @@
-"""Several systems in one submission (mlrepro/core/systems.py): each (system, benchmark) its own runs, job shape,
+"""Several systems in one submission (mlrepro/systems.py): each (system, benchmark) its own runs, job shape,
 config file and folders; bad system blocks are named by their key before any job."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from mlrepro.core import config as mlconfig
-from mlrepro.core import systems as mlsystems
+from mlrepro import config as mlconfig
+from mlrepro import systems as mlsystems
 from mlrepro.package.assemble import system_descriptions
 from mlrepro.planning.plan import Plan
 from mlrepro.slurm.resources import run_resources

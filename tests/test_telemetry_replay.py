@@ -15,7 +15,6 @@ import pytest
 from mlrepro.telemetry import summarize
 from mlrepro.telemetry.backend import DeviceInfo
 from mlrepro.telemetry.loop import SamplerLoop, XidWatcher
-from mlrepro.telemetry.power_log import write_power_log
 from mlrepro.telemetry.replay import ReplayBackend
 from mlrepro.telemetry.series import series
 from mlrepro.telemetry.store import SAMPLES, EventLog, SampleStore, write_sidecar
@@ -227,20 +226,13 @@ def test_xid_errors_in_the_window_are_reported(replayed: tuple[Path, SamplerLoop
     assert json.loads((out / "summary.json").read_text())["gpus"][0]["xid_errors"][0]["xid"] == 79
 
 
-def test_series_and_power_log(replayed: tuple[Path, SamplerLoop], tmp_path: Path) -> None:
+def test_series(replayed: tuple[Path, SamplerLoop]) -> None:
     out, _ = replayed
     ser = series(out, *WINDOW)
     a = ser["gpus"][GPU_A]
     assert len(a["time_ms"]) == len(a["power_w"]) > 150
     assert a["power_w"][0] == pytest.approx(200.0) and a["power_w"][-1] == pytest.approx(400.0)
     assert all(v is None for v in ser["gpus"][GPU_B]["util_pct"])
-    n = write_power_log(out, tmp_path / "power.log", *WINDOW)
-    lines = (tmp_path / "power.log").read_text().splitlines()
-    events = [json.loads(line.removeprefix(":::MLLOG ")) for line in lines]
-    assert n == 20 and len(events) == 22
-    assert events[0]["key"] == "power_measurement_start" and events[-1]["key"] == "power_measurement_stop"
-    assert events[1]["value"] == pytest.approx(400.0)  # two GPUs at 200 W, summed
-    assert "accelerators only" in events[1]["metadata"]["scope"]
 
 
 def test_gpu_lost_mid_run_marks_partial_and_keeps_the_rest(tmp_path: Path) -> None:

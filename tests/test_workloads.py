@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from mlrepro.core.workflows import implemented_benchmarks, workflow_dir
 from mlrepro.datasets import generated, manifest
 from mlrepro.gate import compliance
-from mlrepro.training.workload import implemented_benchmarks, workflow_dir
 
 SUBMISSION = json.dumps({"org": "testorg", "platform": "testsystem", "division": "open", "status": "research"})
 

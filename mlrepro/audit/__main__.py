@@ -37,6 +37,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--compare-logging", default=None,
                         help="summarize: judge by a second release too (a folder as --logging, or 'installed') and "
                              "list where the verdicts differ (rules_changed.json/.csv/.html)")
+    parser.add_argument("--no-fast-paths", dest="fast", action="store_false",
+                        help="check with mlperf_logging's compliance checker exactly as it ships (slower): without "
+                             "the engine's fast paths (mlrepro/audit/fastpath.py)")
     argv = sys.argv[1:] if argv is None else argv
     args = parser.parse_args(argv)
     compare_after = args.step == "summarize" and args.compare_logging is not None
@@ -59,7 +62,7 @@ def main(argv: list[str] | None = None) -> None:
 
         versions.assert_isolated()
         doc = check.check_round(args.root, args.out / "checks.json", args.out / ".cache", args.usage, args.ruleset,
-                                args.jobs, max_bytes)
+                                args.jobs, max_bytes, args.fast)
         print(f"audit: {len(doc['files'])} result files, {len(doc['checked'])} checked, the rest from the cache")
     else:
         from mlrepro.audit import pipeline, report, result_ids
@@ -67,7 +70,8 @@ def main(argv: list[str] | None = None) -> None:
         versions.assert_isolated()
         try:
             audit = pipeline.summarize(args.root, pipeline.load_json(args.out / "checks.json"), args.usage,
-                                       args.ruleset, args.manifest_sha256, args.result_ids, max_bytes, args.jobs)
+                                       args.ruleset, args.manifest_sha256, args.result_ids, max_bytes, args.jobs,
+                                       args.fast)
         except result_ids.PublishedTableError as e:
             parser.error(str(e))
         audit["rules_changed"] = compare.PAGE if args.compare_logging is not None else None

@@ -64,10 +64,10 @@ def _check_one(task: _Task, path: str) -> _Outcome:
 _KNOWN: frozenset[str] = frozenset()  # a worker's copy of the content hashes cached before the run
 
 
-def _init_worker(known: frozenset[str]) -> None:
+def _init_worker(known: frozenset[str], fast: bool) -> None:
     global _KNOWN
     _KNOWN = known
-    engine.install_fast_paths()
+    engine.start_worker(fast)
     # A log's lines become hundreds of thousands of small dicts and tuples, freed by reference
     # counting: the default collector would run thousands of times a round (3% of the CPU time) to
     # find no cycles. Collected rarely, and never through the modules the worker inherited.
@@ -83,8 +83,9 @@ def _size(path: str) -> int:
 
 
 def check_files(paths: Iterable[str], cache: Cache, usage: str, ruleset: str, jobs: int, root: Path = Path("/"),
-                max_bytes: int | None = discover.DEFAULT_MAX_FILE_MB << 20) -> CheckRun:
-    """Audit every file in ``paths``; ``jobs`` worker processes check the cache misses.
+                max_bytes: int | None = discover.DEFAULT_MAX_FILE_MB << 20, fast: bool = True) -> CheckRun:
+    """Audit every file in ``paths``; ``jobs`` worker processes check the cache misses, with the engine's
+    fast paths where ``fast`` (else the checker as it ships).
 
     Only regular files inside ``root`` up to ``max_bytes`` are read; any other entry is
     ``unreadable`` with its verdict (discover.entry_problem)."""
@@ -97,7 +98,8 @@ def check_files(paths: Iterable[str], cache: Cache, usage: str, ruleset: str, jo
         return run
     cached = cache.load()
     fresh: dict[str, FileCheck] = {}
-    with ProcessPoolExecutor(max_workers=max(1, jobs), initializer=_init_worker, initargs=(frozenset(cached),)) as pool:
+    with ProcessPoolExecutor(max_workers=max(1, jobs), initializer=_init_worker,
+                             initargs=(frozenset(cached), fast)) as pool:
         for path, (kind, value) in zip(todo, pool.map(check, todo, chunksize=4), strict=True):
             if kind == "unreadable":
                 run.unreadable[path] = value
@@ -112,10 +114,10 @@ def check_files(paths: Iterable[str], cache: Cache, usage: str, ruleset: str, jo
 
 
 def check_round(root: Path, out: Path, cache_dir: Path, usage: str, ruleset: str, jobs: int,
-                max_bytes: int | None = discover.DEFAULT_MAX_FILE_MB << 20) -> dict[str, Any]:
+                max_bytes: int | None = discover.DEFAULT_MAX_FILE_MB << 20, fast: bool = True) -> dict[str, Any]:
     """Audit every result file under ``root``; write ``out`` (path -> record, plus what was re-checked)."""
     files = discover.result_files(discover.find_orgs(root))
-    run = check_files(files, Cache(cache_dir, usage, ruleset), usage, ruleset, jobs, root, max_bytes)
+    run = check_files(files, Cache(cache_dir, usage, ruleset), usage, ruleset, jobs, root, max_bytes, fast)
     doc = {"usage": usage, "ruleset": ruleset, "root": str(root), "checked": sorted(run.checked),
            "unreadable": run.unreadable, "files": {p: run.records[p].to_dict() for p in files if p in run.records}}
     # compact: the indented form takes json's pure-Python encoder, seconds on a round's records

@@ -16,13 +16,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mlrepro.core import safe_read
+from mlrepro.core.errors import MlreproError
 
 # Far above any real result log (those of a training round are a few MB at most); configurable
 # with the audit's --max-file-mb (config key audit_max_file_mb).
 DEFAULT_MAX_FILE_MB = 256
 
 
-class EntryRejected(OSError):
+class EntryRejected(MlreproError, OSError):
     """An entry the audit does not read; the message is its verdict."""
 
 

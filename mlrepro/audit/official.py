@@ -3,9 +3,10 @@
 Used when a round is judged by its own mlperf-logging (``versions``): the checks and the scoring of
 each release differ in ways the audit's fast re-implementation (``package``, ``rcp``, ``scoring``)
 follows only for the installed release, so here the official functions run as they are, unpatched
-but for ``engine``'s result-neutral fast paths. They write ``scaling.json`` into the folders they
-read, so they run on a copy of each organisation (regular files only: a symlink or a file over the
-size limit is left out, as the audit leaves it out), never on the package:
+but for ``fastpath``'s result-neutral fast paths (unless the audit is told not to use them). They
+write ``scaling.json`` into the folders they read, so they run on a copy of each organisation
+(regular files only: a symlink or a file over the size limit is left out, as the audit leaves it
+out), never on the package:
 
 * ``check_training_package`` on a fresh copy; what it logs is attributed to the benchmark folder
   whose section it falls in (its " Running compliance checks in dir" line), or to the whole
@@ -164,10 +165,11 @@ def summarizer_scores(copy: Path, usage: str, ruleset: str) -> SummarizerScores:
     return out
 
 
-def judge_org(task: tuple[Path, str, str, int | None]) -> tuple[PackageVerdict, SummarizerScores]:
-    """As the review runs the tools: the package checker on a fresh copy, then the summarizer twice on it."""
-    org, usage, ruleset, max_bytes = task
-    engine.install_fast_paths()
+def judge_org(task: tuple[Path, str, str, int | None, bool]) -> tuple[PackageVerdict, SummarizerScores]:
+    """As the review runs the tools: the package checker on a fresh copy, then the summarizer twice on it
+    (in a worker process: with the engine's fast paths where the task's last item holds)."""
+    org, usage, ruleset, max_bytes, fast = task
+    engine.start_worker(fast)
     try:
         with tempfile.TemporaryDirectory(prefix="mlrepro-official-") as scratch:
             copy = _copy(org, Path(scratch), max_bytes)
@@ -205,7 +207,7 @@ def _numbers(scores: dict[str, Any]) -> dict[str, float]:
 
 
 def judge_orgs(orgs: list[Path], usage: str, ruleset: str, max_bytes: int | None,
-               jobs: int) -> dict[Path, tuple[PackageVerdict, SummarizerScores]]:
+               jobs: int, fast: bool = True) -> dict[Path, tuple[PackageVerdict, SummarizerScores]]:
     """``judge_org`` for every organisation, over ``jobs`` processes."""
     def size(org: Path) -> int:
         return sum(f.stat().st_size for f in org.rglob("*") if f.is_file() and not f.is_symlink())
@@ -213,4 +215,5 @@ def judge_orgs(orgs: list[Path], usage: str, ruleset: str, max_bytes: int | None
     # the largest organisations first, so that one is not left for the end while the other workers idle
     order = sorted(orgs, key=size, reverse=True)
     with ProcessPoolExecutor(max_workers=max(1, min(jobs, len(order)))) as pool:
-        return dict(zip(order, pool.map(judge_org, [(org, usage, ruleset, max_bytes) for org in order]), strict=True))
+        tasks = [(org, usage, ruleset, max_bytes, fast) for org in order]
+        return dict(zip(order, pool.map(judge_org, tasks), strict=True))

@@ -43,11 +43,13 @@ def _systems(org: discover.Org) -> list[discover.SystemDir]:
 
 def summarize(root: Path, checks: dict[str, Any], usage: str, ruleset: str, manifest_sha256: str | None = None,
               published_ids: Path | None = None,
-              max_bytes: int | None = discover.DEFAULT_MAX_FILE_MB << 20, jobs: int = 1) -> dict[str, Any]:
+              max_bytes: int | None = discover.DEFAULT_MAX_FILE_MB << 20, jobs: int = 1,
+              fast: bool = True) -> dict[str, Any]:
     """Package verdicts, scores and the summary rows of every organisation under ``root``;
     ``manifest_sha256``: the provenance manifest's hash published with a one-organisation package;
     ``published_ids``: the round's published result IDs (CSV org,system,id), checked against the derived ones;
-    ``jobs``: processes for the official tools where a release of its own judges (``versions``)."""
+    ``jobs``: processes for the official tools where a release of its own judges (``versions``), with the
+    engine's fast paths where ``fast``."""
     records = {p: FileCheck.from_dict(d) for p, d in checks["files"].items()}
     orgs = discover.find_orgs(root)
     ids = result_ids.assign(orgs, root, ruleset, published_ids, max_bytes)
@@ -56,7 +58,8 @@ def summarize(root: Path, checks: dict[str, Any], usage: str, ruleset: str, mani
     # judged by a version's own folder (versions): its official package checker and summarizer decide
     judge = versions.current()
     judged_by = versions.label()
-    judged = {} if judge is None else official.judge_orgs([o.path for o in orgs], usage, ruleset, max_bytes, jobs)
+    judged = ({} if judge is None else
+              official.judge_orgs([o.path for o in orgs], usage, ruleset, max_bytes, jobs, fast))
     orgs_out = []
     rows = []
     for org in orgs:

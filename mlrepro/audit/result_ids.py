@@ -19,6 +19,7 @@ from typing import Any
 
 from mlrepro.audit.discover import DEFAULT_MAX_FILE_MB, EntryRejected, Org, read_entry, system_json_paths
 from mlrepro.audit.summary import CATEGORIES, category, nodes
+from mlrepro.core.errors import MlreproError
 
 FIRST_NUMBER = 2000
 DIVISIONS = ("closed", "open")
@@ -161,7 +162,7 @@ class ResultId:
                 "problems": list(self.keys.problems)}
 
 
-class PublishedTableError(ValueError):
+class PublishedTableError(MlreproError, ValueError):
     """A supplied table that cannot be used; the message names the file, the line and what to do."""
 
 

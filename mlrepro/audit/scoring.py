@@ -1,7 +1,7 @@
 """Scores per system and benchmark by ``result_summarizer``'s rules, from the per-file records.
 
 The summarizer scores a benchmark folder as the olympic mean of the runs whose file is compliant
-and timed (``mlrepro.score.olympic_mean`` is its arithmetic), times ``scaling.json``'s factor. It
+and timed (``mlrepro.core.olympic.olympic_mean`` is its arithmetic), times ``scaling.json``'s factor. It
 reads that file *before* its own RCP check (``set_scaling=True``) rewrites it, so a first run on a
 pristine copy prints unscaled scores and a second run the published, scaled ones. The audit gives
 the published score at once: the raw olympic mean times the factor the RCP check of the chosen
@@ -24,8 +24,8 @@ from mlperf_logging.result_summarizer import result_summarizer as rs
 from mlrepro.audit import power, rcp
 from mlrepro.audit.discover import BenchmarkDir, Org, SystemDir, read_entry
 from mlrepro.audit.runfile import FileCheck
+from mlrepro.core.olympic import max_dropped, olympic_mean
 from mlrepro.core.rulesets import allowed_benchmarks
-from mlrepro.score import max_dropped, olympic_mean
 
 
 @dataclass

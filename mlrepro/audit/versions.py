@@ -19,6 +19,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from mlrepro import PACKAGE_ROOT
+from mlrepro.core.errors import MlreproError
+
 # The tag each Training round was checked with (mlcommons/logging), by the round's ruleset.
 ROUND_TAGS = {
     "1.0.0": "1.0.0", "1.1.0": "1.1.0-rc4", "2.0.0": "2.0.0", "2.1.0": "2.1.0", "3.0.0": "3.0.0-rc2",
@@ -27,10 +30,9 @@ ROUND_TAGS = {
 }
 # Set in the isolated interpreter: the folder whose mlperf_logging judges.
 _ENV = "MLREPRO_AUDIT_LOGGING"
-_PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 
-class VersionError(ValueError):
+class VersionError(MlreproError, ValueError):
     """A configured mlperf-logging folder that cannot judge (missing, or not a version)."""
 
 
@@ -103,7 +105,7 @@ def isolated(folder: Path) -> bool:
 
 def run_isolated(folder: Path, args: list[str]) -> int:
     """Run ``python ARGS`` with ``folder``'s mlperf_logging first on the path; its exit status."""
-    env = {**os.environ, _ENV: str(folder), "PYTHONPATH": os.pathsep.join([str(folder), str(_PROJECT_ROOT)]),
+    env = {**os.environ, _ENV: str(folder), "PYTHONPATH": os.pathsep.join([str(folder), str(PACKAGE_ROOT)]),
            "PYTHONNOUSERSITE": "1"}
     return subprocess.run([sys.executable, "-P", *args], env=env, check=False).returncode
 

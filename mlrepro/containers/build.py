@@ -19,7 +19,6 @@ from typing import Any
 from mlrepro import PROJECT_ROOT
 from mlrepro.containers.context import base_images, context_digest, context_tar, folder_files, image_dir
 from mlrepro.containers.errors import BaseImageMissing, BuildFailed
-from mlrepro.core import atomic
 from mlrepro.core.hashing import sha256_file
 from mlrepro.engines.client import inspect_image, server_name
 
@@ -145,10 +144,6 @@ def build_image(
         "cached_steps": cached,
         "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
-
-
-def write_record(path: Path, record: dict[str, Any]) -> None:
-    atomic.write_json(path, record)
 
 
 def read_record(path: Path) -> dict[str, Any]:

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from mlrepro.core.errors import MlreproError
 from mlrepro.engines import EngineUnavailable
 
 
-class ContainerError(RuntimeError):
+class ContainerError(MlreproError, RuntimeError):
     """Base of the errors below."""
 
 

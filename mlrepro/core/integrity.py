@@ -13,6 +13,7 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
+from mlrepro.core.errors import MlreproError
 from mlrepro.core.hashing import sha256_file
 
 RESULT = "result.txt"
@@ -21,7 +22,7 @@ SUMMARY = "run.json"
 _NOT_OURS = {".snakemake_timestamp"}
 
 
-class Tampered(RuntimeError):
+class Tampered(MlreproError, RuntimeError):
     """A finished file no longer matches the hash recorded when it was written."""
 
 

@@ -16,13 +16,15 @@ import os
 import socket
 from pathlib import Path
 
+from mlrepro.core.errors import MlreproError
+
 LOCK_NAME = ".mlrepro.lock"
 
 # The open descriptors of the locks this process holds (closing one would release its lock).
 _held: dict[str, int] = {}
 
 
-class OutdirLocked(RuntimeError):
+class OutdirLocked(MlreproError, RuntimeError):
     pass
 
 

@@ -1,6 +1,6 @@
 """Every path the training pipeline writes under its output folder, spelled once.
 
-The rules (through mlrepro/planning.py) and the Python stages that read another stage's files take their
+The rules (through mlrepro/planning/) and the Python stages that read another stage's files take their
 paths from here. A system, benchmark or run given as ``"{system}"``/``"{benchmark}"``/``"{run}"`` yields the
 rule's pattern.
 """

@@ -14,13 +14,15 @@ import stat
 from pathlib import Path
 from typing import Any
 
+from mlrepro.core.errors import MlreproError
+
 # Far above any real result log, provenance manifest or system description (a few MB at most).
 DEFAULT_MAX_BYTES = 256 << 20
 # Far above any real manifest or MLLOG event (under 10 levels); far below Python's recursion limit.
 DEFAULT_MAX_DEPTH = 100
 
 
-class UnsafeInput(ValueError):
+class UnsafeInput(MlreproError, ValueError):
     """A file not read (not a regular file, outside its root, too large) or not parsed (too deep)."""
 
 

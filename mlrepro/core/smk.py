@@ -1,17 +1,14 @@
-"""What the rule files ask of the running Snakemake that its API does not say plainly."""
+"""What the rule files ask of the running Snakemake, through its documented interfaces only (the workflow API that
+its docs name, its command line and profiles; tests/test_snakemake_api.py holds the list)."""
 
 from __future__ import annotations
 
+import inspect
+import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
-
-
-def dry_run(workflow: Any) -> bool:
-    """True for ``snakemake -n``. While the Snakefile is parsed the executor is not yet known and
-    ``workflow.dryrun`` is False even for -n; the output settings carry the flag."""
-    return bool(workflow.dryrun or getattr(workflow.output_settings, "dryrun", False))
 
 
 def python_command() -> list[str]:
@@ -26,31 +23,58 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def signature_once(func: F) -> F:
-    """``func`` with its signature recorded. Snakemake reads a rule's function's signature (``inspect``) at every
-    job, to learn which of input, output, threads, ... it takes: at 900 runs, about 0.15 s of every invocation
-    for each function of the run rule (benchmarks/planning_scale.py). Snakemake's own wrappers
-    (snakemake.ioutils) record it once the same way."""
-    from snakemake.common import get_function_params, overwrite_function_params
-
-    overwrite_function_params(func, get_function_params(func))
+    """``func`` with its signature recorded. Snakemake reads a rule's function's signature (``inspect.signature``)
+    at every job, to learn which of input, output, threads, ... it takes: at 900 runs, about 0.15 s of every
+    invocation for each function of the run rule (benchmarks/planning_scale.py). ``inspect.signature`` returns a
+    function's ``__signature__`` when it has one (Python's documented protocol), instead of computing it again."""
+    func.__signature__ = inspect.signature(func)  # type: ignore[attr-defined]
     return func
 
 
-def executes_jobs(workflow: Any) -> bool:
-    """True once Snakemake executes the DAG for real: in the process that schedules jobs, or in a job's own
-    Snakemake process on a cluster node (``workflow.is_main_process`` tells them apart).
-
-    While the Snakefile is parsed, a run, ``-n``, ``--summary``, ``--dag``, ``--list-rules`` and ``--lint``
-    look the same: Snakemake parses first and learns what it was asked to do afterwards (its DAG settings
-    and executor are set after the parse). ``Workflow.execute`` alone sets the executor plugin, before it
-    builds the DAG: asked from an input function (while the DAG is built), this tells a real run apart."""
-    return workflow.executor_plugin is not None and not dry_run(workflow) and not workflow.touch
+SLURM_EXECUTOR = "slurm"
 
 
-def targets(workflow: Any) -> list[str]:
-    """The targets of this invocation (rule names or files); known once the DAG is built, empty before."""
-    settings = getattr(workflow, "dag_settings", None)
-    return [str(t) for t in (getattr(settings, "targets", None) or [])]
+def executor(argv: list[str] | None = None, environ: Mapping[str, str] | None = None) -> str | None:
+    """The executor this ``snakemake`` command line names (``--executor``/``-e``, else its ``--profile``'s
+    ``executor:``, else ``$SNAKEMAKE_PROFILE``'s), as Snakemake's documented command line and profiles give it; None
+    for the local one. Snakemake's workflow API does not say which executor runs the jobs: the Slurm hooks (the
+    preflight, the states of unfinished runs) ask the command line. A profile named rather than given as a folder
+    is looked up where Snakemake looks: $XDG_CONFIG_HOME/snakemake, ~/.config/snakemake, /etc/xdg/snakemake."""
+    argv = sys.argv[1:] if argv is None else argv
+    environ = os.environ if environ is None else environ
+    named = _option(argv, "--executor", "-e")
+    if named:
+        return named
+    profile = _option(argv, "--profile") or environ.get("SNAKEMAKE_PROFILE")
+    return _profile_executor(profile, environ) if profile else None
+
+
+def _option(argv: list[str], *names: str) -> str | None:
+    found = None
+    for i, arg in enumerate(argv):
+        for name in names:
+            if arg == name and i + 1 < len(argv):
+                found = argv[i + 1]
+            elif name.startswith("--") and arg.startswith(name + "="):
+                found = arg.split("=", 1)[1]
+    return found
+
+
+def _profile_executor(profile: str, environ: Mapping[str, str]) -> str | None:
+    import yaml
+
+    folders = [Path(profile)] if Path(profile).exists() else [
+        Path(d) / "snakemake" / profile for d in (environ.get("XDG_CONFIG_HOME", ""), str(Path.home() / ".config"),
+                                                  "/etc/xdg") if d]
+    for folder in folders:
+        # Snakemake 9 reads the file for the highest major version it is, then the plain one
+        for name in ("config.v9+.yaml", "config.v8+.yaml", "config.yaml", "profile.yaml"):
+            file = folder / name if folder.is_dir() else folder
+            if file.is_file():
+                data = yaml.safe_load(file.read_text(encoding="utf-8")) or {}
+                value = data.get("executor") if isinstance(data, dict) else None
+                return str(value) if value else None
+    return None
 
 
 def utf8_paths(paths: list[str], root: Path) -> list[str]:

@@ -27,6 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
+from mlrepro.core.errors import MlreproError
+
 MAX_SEQ_LENGTH = 512
 MAX_PREDICTIONS = 76
 MASKED_LM_PROB = 0.15
@@ -36,7 +38,7 @@ RANDOM_SEED = 12345
 EVAL_SAMPLES = 10000
 
 
-class BertDataError(RuntimeError):
+class BertDataError(MlreproError, RuntimeError):
     pass
 
 

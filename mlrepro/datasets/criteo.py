@@ -21,13 +21,15 @@ from pathlib import Path
 
 import numpy as np
 
+from mlrepro.core.errors import MlreproError
+
 MAX_IND_RANGE = 40_000_000  # --max-ind-range
 SEED = 123  # dlrm_s_pytorch.py --numpy-rand-seed default
 FIELDS = 40  # label, 13 dense, 26 categorical
 _CHUNK = 1 << 20  # samples handled at once
 
 
-class CriteoError(ValueError):
+class CriteoError(MlreproError, ValueError):
     pass
 
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO
 
+from mlrepro.core.errors import MlreproError
 from mlrepro.datasets.safe_tree import Parts, Tree, WriteRefused, shown
 
 # With no stated size, an archive may expand this many times over (gzip and zip's deflate reach ~1000).
@@ -32,7 +33,7 @@ UNSTATED_RATIO = 100
 ENTRY_BYTES = 4096
 
 
-class ArchiveError(RuntimeError):
+class ArchiveError(MlreproError, RuntimeError):
     pass
 
 

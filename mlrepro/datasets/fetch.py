@@ -12,12 +12,13 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from mlrepro.core.errors import MlreproError
 from mlrepro.datasets.recipe import Recipe, Source
 
 RECORDED = "recorded-checksums.sha256"
 
 
-class DatasetError(RuntimeError):
+class DatasetError(MlreproError, RuntimeError):
     pass
 
 

@@ -9,8 +9,8 @@ from typing import Any
 
 from mlrepro.core.atomic import atomic_dir
 from mlrepro.core.hashing import sha256_file
+from mlrepro.core.workflows import load_module
 from mlrepro.datasets.manifest import MANIFEST, read_manifest
-from mlrepro.training.workload import load_module
 
 
 def generate(benchmark: str, out_dir: Path, params: dict[str, Any], seed: int) -> dict[str, str]:

@@ -25,6 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from mlrepro.core.errors import MlreproError
+
 # preprocess_librispeech.sh converts these sets, in this order
 SETS = ("train-clean-100", "train-clean-360", "train-other-500", "dev-clean", "dev-other", "test-clean",
         "test-other")
@@ -34,7 +36,7 @@ SENTENCEPIECE_VOCAB = 1023
 PICKLE_PROTOCOL = 4  # pickle's default under the image's Python 3.8 (tokenize_transcripts.py: pickle.dump)
 
 
-class LibriSpeechError(RuntimeError):
+class LibriSpeechError(MlreproError, RuntimeError):
     pass
 
 

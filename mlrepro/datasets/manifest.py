@@ -8,12 +8,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from mlrepro.core.errors import MlreproError
 from mlrepro.core.hashing import sha256_file
 
 MANIFEST = "MANIFEST.sha256"
 
 
-class DataChecksumError(RuntimeError):
+class DataChecksumError(MlreproError, RuntimeError):
     pass
 
 

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
+from mlrepro.core.errors import MlreproError
 from mlrepro.datasets import tf_checkpoint
 from mlrepro.datasets.tf_checkpoint import CheckpointError
 
@@ -50,7 +51,7 @@ _FLOAT, _INT32, _BOOL = 1, 3, 10  # types.proto DataType
 _LAYOUT = "NCHW"  # architecture.flags' input_layout nchw: tf.layers' channels_first
 
 
-class FreezeError(ValueError):
+class FreezeError(MlreproError, ValueError):
     """The target model cannot be frozen as the reference freezes it."""
 
 

@@ -21,13 +21,14 @@ from pathlib import Path
 import numpy as np
 
 from mlrepro.core import names
+from mlrepro.core.errors import MlreproError
 from mlrepro.datasets.recipe import Recipe
 
 Preparer = Callable[[Recipe, Path, Path, Path], None]
 PREPARERS: dict[str, Preparer] = {}
 
 
-class PrepareError(RuntimeError):
+class PrepareError(MlreproError, RuntimeError):
     pass
 
 

@@ -11,13 +11,14 @@ from typing import Any
 
 import yaml
 
-from mlrepro.training.workload import workflow_dir
+from mlrepro.core.errors import MlreproError
+from mlrepro.core.workflows import workflow_dir
 
 RECIPE = "dataset.yaml"
 HASH_ALGORITHMS = ("md5", "sha256", "sha512")
 
 
-class RecipeError(ValueError):
+class RecipeError(MlreproError, ValueError):
     pass
 
 

@@ -16,6 +16,8 @@ import stat
 from collections.abc import Callable
 from typing import BinaryIO
 
+from mlrepro.core.errors import MlreproError
+
 Parts = tuple[str, ...]
 
 CHUNK = 1 << 20
@@ -30,7 +32,7 @@ def shown(name: str, keep: int = 160) -> str:
     return f"{name[:keep]!r}...({len(name) - 2 * keep} characters)...{name[-keep:]!r}"
 
 
-class WriteRefused(ValueError):
+class WriteRefused(MlreproError, ValueError):
     """A name in the way is a link or a file where a folder is needed, or a folder where a file is."""
 
 

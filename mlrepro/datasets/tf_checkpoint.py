@@ -14,6 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
+from mlrepro.core.errors import MlreproError
+
 __all__ = ["CheckpointError", "crc32c", "read"]
 
 _TABLE_MAGIC = 0xDB4775248B80FB57
@@ -26,7 +28,7 @@ _DTYPES = {1: "<f4", 2: "<f8", 3: "<i4", 4: "u1", 5: "<i2", 6: "i1", 8: "<c8", 9
            17: "<u2", 18: "<c16", 19: "<f2", 22: "<u4", 23: "<u8"}
 
 
-class CheckpointError(ValueError):
+class CheckpointError(MlreproError, ValueError):
     """A checkpoint file is missing, corrupt or uses a feature this reader does not support."""
 
 

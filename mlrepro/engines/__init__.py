@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from mlrepro.core.errors import MlreproError
+
 
 @dataclass(frozen=True)
 class Mount:
@@ -26,7 +28,7 @@ class Mount:
         return self.target or str(self.path)
 
 
-class EngineUnavailable(RuntimeError):
+class EngineUnavailable(MlreproError, RuntimeError):
     """The engine's tool is missing on this host; the message names it and how to install it."""
 
 

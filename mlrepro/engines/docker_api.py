@@ -15,10 +15,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from mlrepro.core import probe
 from mlrepro.engines import Mount, register
-from mlrepro.environment import probe
 
-# What a run's image holds, read inside it by mlrepro/environment/probe.py's own source (standard library
+# What a run's image holds, read inside it by mlrepro/core/probe.py's own source (standard library
 # only): a vendor's image has no mlrepro installed, and the host's versions are not what the runs use.
 DESCRIBE = (Path(probe.__file__).read_text()
             + "\nimport json, platform\nprint('MLREPRO_ENV ' + json.dumps({**python_environment(), "

@@ -15,9 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from mlrepro.engines import Mount, register
-from mlrepro.engines._tools import require_tool
+from mlrepro.engines._tools import require_tool, visible_env
 from mlrepro.engines.docker_api import DESCRIBE
-from mlrepro.runs.accelerators import visible_env
 
 INSTALL = "https://github.com/NVIDIA/enroot/blob/master/doc/installation.md (enroot and enroot+caps .deb packages)"
 

@@ -9,9 +9,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from mlrepro.core.probe import python_environment
 from mlrepro.engines import Mount, register
-from mlrepro.environment.probe import python_environment
-from mlrepro.runs.accelerators import visible_env
+from mlrepro.engines._tools import visible_env
 
 
 class NativeEngine:

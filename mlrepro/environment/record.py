@@ -6,11 +6,11 @@ import argparse
 import json
 from pathlib import Path
 
+from mlrepro.config import system_name
 from mlrepro.containers.lock import image_ref
-from mlrepro.core import atomic
-from mlrepro.core.config import system_name
+from mlrepro.core import atomic, probe
 from mlrepro.engines import engine_for
-from mlrepro.environment import probe, system_desc
+from mlrepro.environment import system_desc
 
 
 def main(argv: list[str] | None = None) -> None:

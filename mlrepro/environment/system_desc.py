@@ -6,7 +6,7 @@ import platform
 from pathlib import Path
 from typing import Any
 
-from mlrepro.environment import probe
+from mlrepro.core import probe
 
 
 def _cache_sizes() -> str:

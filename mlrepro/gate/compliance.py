@@ -1,8 +1,14 @@
-"""The hard gate: one result file through the official MLCommons compliance checker.
+"""The hard gate: one result file through the official MLCommons compliance checker, as it ships.
 
-Uses ``mlperf_logging.compliance_checker``'s own engine and rules, as its ``__main__`` does (the log
-split into lines by ``mlrepro.audit.engine``, which keeps exactly the official lines), and keeps its
-messages verbatim.
+Runs ``mlperf_logging.compliance_checker``'s own parser, engine and rules, as its ``__main__`` does,
+unpatched (``mlrepro.core.checker``; only the file's split into lines avoids the official
+``re.sub``'s quadratic time on a huge line, with the same lines), and keeps its messages verbatim.
+The audit's fast paths are never used here: the gate's verdicts equal the unpatched checker's on
+every result file of the public v1.1 round (tests/test_gate_round.py).
+
+Interface: ``check(path, usage, ruleset) -> Verdict``; ``python -m mlrepro.gate.compliance RESULT
+--ruleset R [--usage U] --out VERDICT.json [--run-json RUN.json]`` (exit 1 and the checker's
+messages on a failing file; the verdict written only when compliant).
 """
 
 from __future__ import annotations
@@ -17,8 +23,7 @@ from pathlib import Path
 
 from mlperf_logging.compliance_checker import mlp_compliance
 
-from mlrepro.audit import engine
-from mlrepro.core import atomic, integrity
+from mlrepro.core import atomic, checker, integrity
 
 
 @dataclass
@@ -32,21 +37,20 @@ class Verdict:
 
 
 def check(path: Path, usage: str, ruleset: str) -> Verdict:
-    checker = mlp_compliance.make_checker(usage, ruleset, False, False)
+    official = mlp_compliance.make_checker(usage, ruleset, False, False)
     # The checker logs through the root logger and prints; keep both out of the pipeline's output.
     logging.getLogger().setLevel(logging.CRITICAL)
     try:
-        # ComplianceChecker.check_file, with the log split by the audit's engine: the official
-        # parser's re.sub(".*TOKEN") is quadratic in the line length and never ends on a 50 MB line.
-        lines = engine.log_lines(path.read_bytes(), ruleset)
+        # ComplianceChecker.check_file: the official parse of the file's lines, then its checks
+        lines = checker.log_lines(path.read_bytes(), ruleset)
         with redirect_stdout(io.StringIO()):
-            loglines, failed = engine.parse(lines, ruleset)
-            valid = engine.run_checker(checker, loglines, failed, usage, ruleset)
+            loglines, failed = checker.parse(lines, ruleset)
+            valid = checker.run_checker(official, loglines, failed, usage, ruleset)
     except Exception as e:  # e.g. a JSON line without "key": the official checker dies of it
         return Verdict(str(path), usage, ruleset, False,
                        [_cut(f"the official checker crashes on this file: {type(e).__name__}: {e}")])
-    messages = [*checker.not_overwritable, *checker.overwritable.values()]
-    warnings = [f"{key}: {msg}" for key, msg in checker.warnings.items()]
+    messages = [*official.not_overwritable, *official.overwritable.values()]
+    warnings = [f"{key}: {msg}" for key, msg in official.warnings.items()]
     return Verdict(str(path), usage, ruleset, bool(valid), [_cut(str(m)) for m in messages],
                    [_cut(w) for w in warnings])
 

@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from mlrepro.core.errors import MlreproError
 from mlrepro.inference import summary
 from mlrepro.inference.sut import BATCH, Predict, start_test
 
@@ -63,7 +64,7 @@ KEYS = {"SingleStream": "target_latency", "MultiStream": "target_latency", "Serv
         "Offline": "target_qps"}
 
 
-class CalibrationError(RuntimeError):
+class CalibrationError(MlreproError, RuntimeError):
     pass
 
 

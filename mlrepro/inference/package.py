@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from mlrepro.core import atomic
+from mlrepro.core.workflows import workflow_dir
 from mlrepro.environment import system_desc
 from mlrepro.inference import rounds
-from mlrepro.training.workload import workflow_dir
 
 ACCURACY_LOG_LIMIT = 10 * 1024
 _KEEP = 4 * 1024

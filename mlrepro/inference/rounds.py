@@ -17,6 +17,7 @@ import functools
 from dataclasses import dataclass
 from pathlib import Path
 
+from mlrepro.core.errors import MlreproError
 from mlrepro.inference.calibrate import stated
 
 ROUNDS = ("v2.0", "v6.1")
@@ -79,7 +80,7 @@ ACCURACY_LINES = {
 ACCURACY_KIND = {"resnet": "accuracy", "ssd": "mAP", "bert": "F1", "dlrm": "AUC", "rnnt": "WER", "unet3d": "DICE"}
 
 
-class RoundError(ValueError):
+class RoundError(MlreproError, ValueError):
     pass
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from mlrepro.core import atomic
+from mlrepro.core.errors import MlreproError
 from mlrepro.core.hashing import sha256_file
 from mlrepro.inference import calibrate, rounds, settings, summary
 from mlrepro.inference.sut import start_test
@@ -33,7 +34,7 @@ RESULT = "result.json"
 ACCURACY_SERVER_QPS = 10_000.0
 
 
-class InferenceFailed(RuntimeError):
+class InferenceFailed(MlreproError, RuntimeError):
     pass
 
 
@@ -111,7 +112,7 @@ def accuracy_text(official: str, accuracy: dict[str, Any], log: Path) -> str:
 
 def _telemetry_start(out_dir: Path, hz: float) -> Any:
     """The NVML sampler beside performance runs, only where a GPU is present."""
-    from mlrepro.environment import probe
+    from mlrepro.core import probe
     if hz <= 0 or not probe.gpus()["devices"]:
         return None
     from mlrepro.telemetry import start_sampler

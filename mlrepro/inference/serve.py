@@ -14,11 +14,11 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
+from mlrepro.core.workflows import load_module
 from mlrepro.inference.models.bert import BertServed
 from mlrepro.inference.models.rnnt import RNNTServed
 from mlrepro.inference.models.ssd import SSDServed
 from mlrepro.inference.models.unet3d import UNet3DServed
-from mlrepro.training.workload import load_module
 
 
 class Served(Protocol):

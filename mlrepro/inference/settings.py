@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from mlrepro.core.errors import MlreproError
 from mlrepro.inference import rounds
 from mlrepro.inference.summary import SCENARIOS
 
@@ -25,7 +26,7 @@ SHORT_MIN_DURATION_MS = 1000
 SHORT_MIN_QUERIES = {"SingleStream": 64, "MultiStream": 662, "Server": 662}
 
 
-class SettingsError(ValueError):
+class SettingsError(MlreproError, ValueError):
     pass
 
 
@@ -59,12 +60,6 @@ def user_conf(benchmark: str, sample_count: int, shortened: bool, round_name: st
                           min_query_count=str(SHORT_MIN_QUERIES.get(scenario, sample_count)))
         lines += [f"{model}.{scenario}.{key} = {value}" for key, value in values.items()]
     return "\n".join(lines) + "\n"
-
-
-def check_scenarios(scenarios: list[str]) -> None:
-    unknown = [s for s in scenarios if s not in SCENARIOS]
-    if unknown:
-        raise ValueError(f"unknown scenario(s) {', '.join(unknown)}; LoadGen has {', '.join(SCENARIOS)}")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mlrepro.core.errors import MlreproError
+
 SCENARIOS = ("SingleStream", "MultiStream", "Server", "Offline")
 
 # The metric line each scenario leads with, across LoadGen versions (v1.1: "90th percentile latency";
@@ -28,7 +30,7 @@ _METRICS: dict[str, list[tuple[str, str]]] = {
 _LINE = re.compile(r"^\s*([^:]+?)\s*:\s*(.*?)\s*$")
 
 
-class SummaryError(ValueError):
+class SummaryError(MlreproError, ValueError):
     pass
 
 

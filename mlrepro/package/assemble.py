@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mlrepro import PROJECT_ROOT
+from mlrepro import PACKAGE_ROOT, PROJECT_ROOT
 from mlrepro.core import atomic, integrity, names, rulesets
 from mlrepro.package import provenance
 
@@ -43,7 +43,7 @@ def _copy_implementation(benchmark: str, impl: dict, dest: Path) -> None:
         shutil.copytree(impl["folder"], dest, ignore=ignore, symlinks=True)
     else:
         shutil.copytree(impl["folder"], dest / "workflows" / benchmark, ignore=ignore)
-        shutil.copytree(PROJECT_ROOT / "mlrepro", dest / "mlrepro", ignore=ignore)
+        shutil.copytree(PACKAGE_ROOT / "mlrepro", dest / "mlrepro", ignore=ignore)
         image_dir = names.inside(PROJECT_ROOT / "containers", impl["image"])  # never a folder outside containers/
         if image_dir.is_dir():
             shutil.copytree(image_dir, dest / "containers" / impl["image"], ignore=ignore)

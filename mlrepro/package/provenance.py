@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from mlrepro import PROJECT_ROOT
+from mlrepro import PACKAGE_ROOT
 from mlrepro.core import atomic, rulesets
 from mlrepro.core.hashing import sha256_file
 from mlrepro.runs import ledger
@@ -135,8 +135,8 @@ def build(org_dir: Path, *, ruleset: str, outdir: Path, config: dict[str, Any], 
 
 def _code_state(repo: Path) -> dict[str, Any]:
     state = git_state(repo)
-    if PROJECT_ROOT.resolve() != repo.resolve():  # the Python package was imported from another tree (installed)
-        state["imported_package"] = {"path": str(PROJECT_ROOT), **git_state(PROJECT_ROOT)}
+    if PACKAGE_ROOT.resolve() != repo.resolve():  # the Python package was imported from another tree (installed)
+        state["imported_package"] = {"path": str(PACKAGE_ROOT), **git_state(PACKAGE_ROOT)}
     return state
 
 

@@ -1,8 +1,9 @@
 """The training pipeline's one planning step (called once, from the Snakefile).
 
 ``start`` reads the config into a :class:`~mlrepro.planning.plan.Plan` (paths, specs, launch specs: nothing is
-read but the config and the implementation folders) and returns the :class:`Preparation` that the entry rules
-run while the DAG is built (mlrepro/planning/prepare.py: checks always, acts only in a real run).
+read but the config and the implementation folders) and returns the :class:`Preparation` whose checks the entry
+rules run while the DAG is built and whose ``before_jobs`` runs from ``onstart`` (mlrepro/planning/prepare.py).
+A bad config stops it with :class:`PlanningError`: the message naming the key, no traceback.
 """
 
 from __future__ import annotations
@@ -11,14 +12,15 @@ import os
 from pathlib import Path
 from typing import Any
 
-from mlrepro.core import config as mlconfig
+from mlrepro import config as mlconfig
+from mlrepro import systems as mlsystems
 from mlrepro.core import smk
-from mlrepro.core import systems as mlsystems
 from mlrepro.datasets import recipe as data_recipe
 from mlrepro.inference import rounds
 from mlrepro.planning import inputs, jobs
 from mlrepro.planning.plan import Plan
 from mlrepro.planning.prepare import PlanningError, Preparation
+from mlrepro.runs import warm
 
 __all__ = ["Plan", "PlanningError", "Preparation", "inputs", "jobs", "start"]
 
@@ -46,4 +48,11 @@ def start(workflow: Any, config: dict[str, Any]) -> tuple[Plan, Preparation]:
     except rounds.RoundError as error:
         raise PlanningError(f"invalid configuration: inference: {error}") from None
     plan = Plan(full, benchmarks, choices, systems, units, Path(workflow.basedir), smk.python_command())
-    return plan, Preparation(plan, workflow)
+    # The warm parent, if any, serves this process (and this host; on a cluster, each job's own Snakemake
+    # process, which parses too) only and exits with it. In the environment the jobs inherit, not in a rule's
+    # params: turning it off or on keeps finished runs. Nothing starts it while planning (mlrepro/runs/warm.py).
+    if plan.native and plan.config["warm_start"]:
+        os.environ[warm.OWNER_ENV] = warm.owner_here()
+    else:
+        os.environ.pop(warm.OWNER_ENV, None)
+    return plan, Preparation(plan)

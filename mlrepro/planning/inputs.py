@@ -11,11 +11,12 @@ from mlrepro.planning.prepare import Preparation
 
 
 def run_inputs(plan: Plan, prepare: Preparation) -> Callable[[Any], dict[str, Any]]:
-    """The run rule's inputs: its image record and its dataset. Not the launch file: PREPARE writes it before
-    any job (a rewritten launch, pipeline keys only, keeps finished runs; what a run computes from is in the
-    run's params). As an ``ancient`` input it would hide the runs from Snakemake 9.27's needrun check whenever
-    it is rewritten (update_needrun masks every job downstream of a job that runs, and the ancient input then
-    stops the walk that should reach them), so that a changed hyperparameter would not re-run its runs."""
+    """The run rule's inputs: its image record and its dataset; ``prepared`` (no file) runs the checks while the
+    DAG is built. Not the launch file: PREPARE writes it from onstart, before any job (a rewritten launch, pipeline
+    keys only, keeps finished runs; what a run computes from is in the run's params). As an ``ancient`` input it
+    would hide the runs from Snakemake 9.27's needrun check whenever it is rewritten (update_needrun masks every
+    job downstream of a job that runs, and the ancient input then stops the walk that should reach them), so that
+    a changed hyperparameter would not re-run its runs."""
 
     def inputs(wildcards: Any) -> dict[str, Any]:
         benchmark = wildcards.benchmark

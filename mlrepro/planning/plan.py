@@ -18,11 +18,11 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, TypeVar
 
+from mlrepro.config import Benchmark, config_hash, run_seed, submittable
 from mlrepro.containers.context import context_digest, context_files, folder_files
 from mlrepro.core import rulesets
-from mlrepro.core.config import Benchmark, config_hash, run_seed, submittable
 from mlrepro.core.outputs import Outputs
-from mlrepro.core.systems import System
+from mlrepro.core.workflows import workflow_dir
 from mlrepro.datasets import recipe as data_recipe
 from mlrepro.datasets.manifest import MANIFEST
 from mlrepro.inference import rounds
@@ -30,7 +30,7 @@ from mlrepro.runs.accelerators import machine_gpus
 from mlrepro.runs.implementation import describe as describe_implementation
 from mlrepro.runs.launch_spec import LaunchSpec
 from mlrepro.slurm.resources import JobShape, shape_for, shape_from_config_sh
-from mlrepro.training.workload import workflow_dir
+from mlrepro.systems import System
 
 RECIPE_STEPS = ("verify", "extract", "prepare", "path")
 T = TypeVar("T")

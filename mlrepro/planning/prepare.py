@@ -1,22 +1,28 @@
-"""What is checked, and what is done, before the training pipeline's jobs: one place, one set of guards.
+"""What is checked before the training pipeline's jobs, what is done when they start, and the ``repair`` target.
 
-Snakemake parses the Snakefile the same way for a run, ``-n``, ``--summary``, ``--dag``, ``--list-rules`` and
-``--lint``, and again in each job's own process: nothing here runs while it parses. :func:`prepare` runs
-from an input function of the entry rules (``all``, ``datasets``, ``data``, ``run``), that is while the DAG
-is built, and from ``onstart``; it checks in every invocation that builds a DAG and acts (lock, repair)
-only when Snakemake executes jobs for real (mlrepro.core.smk.executes_jobs), in the process that schedules
-them (a job's own Snakemake process on a cluster node only names itself the warm-start owner):
+Planning only reads. Snakemake parses the Snakefile the same way for a run, ``-n``, ``--summary``, ``--dag``,
+``--list-rules`` and ``--lint``, and again in a job's own process on a cluster: nothing here runs while it
+parses. :class:`Preparation` is an input function of the entry rules (``all``, ``datasets``, ``data``, ``run``):
+while the DAG is built it checks once and either refuses (:class:`PlanningError`: the files and what to do,
+exit status 1, no traceback) or, for ``all``, names the files to make again; it never writes. In order:
 
-1. this output folder's lock (mlrepro/core/outdir_lock.py), before anything is changed; then each
-   (system, benchmark)'s launch spec (mlrepro/runs/launch_spec.py), rewritten where it changed;
-2. finished results against the sha256 their runs recorded: a mismatch stops the pipeline;
-3. files a killed job or a user removed: the report (the final output) is removed, so that the DAG goes
-   through them again (Snakemake does not re-make a missing intermediate file whose consumers are up to date);
-4. a submission package that differs from what the package step wrote: its verdict and the report are
-   removed, so that it is rebuilt from the verified results;
-5. a generated dataset that no longer matches its manifest is regenerated in place (deterministic: the
-   manifest keeps its time stamp when the files match it again, so nothing downstream re-runs); prepared
-   datasets whose files changed since they were verified stop the pipeline (``snakemake verify_data``).
+1. finished results against the sha256 their runs recorded: a mismatch refuses;
+2. files a killed job or a user removed (a run's result, a step's output): ``all`` asks for them by name, so
+   that Snakemake makes them again and, after them, what depends on them (it does not re-make a missing
+   intermediate file whose consumers are up to date on its own);
+3. a submission package that differs from what the package step wrote, a generated dataset that no longer
+   matches its manifest: planning refuses, naming ``snakemake repair``, whose job (:func:`repair`) says each
+   change it makes (``snakemake repair -n`` lists them) and makes them: it removes the package's verdict and
+   the report (rebuilt from the verified results) and regenerates the dataset in place (deterministic: its
+   manifest keeps its time stamp when the files match it again, so nothing downstream re-runs);
+4. datasets to download by hand, prepared datasets whose files changed since they were verified: refused
+   (``snakemake verify_data``, which builds none of the entry rules, hashes them again).
+
+:meth:`Preparation.before_jobs` runs from ``onstart``, which Snakemake calls in the process that schedules the
+jobs of a real run, once the DAG is built and before the first job (never for ``-n``, ``--summary``, ``--dag``,
+``--lint``, nor in a job's own process, to which it passes ``--no-hooks``): this output folder's lock
+(mlrepro/core/outdir_lock.py), then each (system, benchmark)'s launch spec, rewritten where it changed, then the
+receipts of generated datasets whose stamps changed while their files still match (a copied folder).
 """
 
 from __future__ import annotations
@@ -27,122 +33,157 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from snakemake.exceptions import WorkflowError
 from snakemake.logging import logger as log
 
-from mlrepro.core import integrity, outdir_lock, smk
+from mlrepro.core import integrity, outdir_lock
 from mlrepro.datasets import fetch, manifest, stamps
 from mlrepro.datasets import recipe as data_recipe
 from mlrepro.planning.plan import Plan
-from mlrepro.runs import warm
 
-VERIFY_DATA = "verify_data"  # the rule that hashes every dataset again (rules/data.smk)
+# Set by before_jobs in the scheduling process and inherited by its jobs: a job's own Snakemake process (on a
+# cluster node) builds the DAG of its job again, and the scheduling process has already checked it.
+SCHEDULED_ENV = "MLREPRO_SCHEDULED"
 
 
-class PlanningError(WorkflowError):
-    """What stops the pipeline before its first job (a config, a result or a dataset to fix first)."""
+class PlanningError(SystemExit):
+    """What stops planning (a config, a result or a dataset to fix first): Python prints the message as it is and
+    exits with status 1; Snakemake passes a SystemExit through its input functions, without a traceback."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(f"error: {message}")
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Repair:
+    """One change the ``repair`` target makes: ``what`` says it; ``remove`` or ``regenerate`` does it."""
+
+    what: str
+    remove: tuple[Path, ...] = ()
+    regenerate: str | None = None  # a benchmark whose generated dataset is made again in place
 
 
 @dataclass
 class Preparation:
     plan: Plan
-    workflow: Any
-    _done: set[str] = field(default_factory=set)
+    _again: list[Path] | None = None  # what `all` asks for again, once checked
+    _repairs: list[Repair] | None = None
+    _receipts: list[tuple[Path, Path]] = field(default_factory=list)  # (receipt, folder) to refresh
 
     def __call__(self, wildcards: Any = None) -> list[str]:
-        """An input function (no inputs): prepares once per mode, while the DAG is built."""
-        self.prepare()
+        """The input function of the entry rules but ``all``: checks (once) while the DAG is built."""
+        self.check()
         return []
 
-    def prepare(self) -> None:
-        acts = smk.executes_jobs(self.workflow)
-        mode = "act" if acts else "check"
-        if mode in self._done:
-            return
-        self._done.add(mode)
-        if acts:
-            self._warm_start_owner()
-        if not self.workflow.is_main_process:
-            return  # a job's own Snakemake process: the scheduling process checked and repaired
-        if acts:
-            try:
-                outdir_lock.acquire(self.plan.out.root)
-            except outdir_lock.OutdirLocked as e:
-                raise PlanningError(str(e)) from None
-            self._write_launches()
-        self._check_results(acts)
-        self._check_package(acts)
-        self._check_datasets(acts)
+    def again(self, wildcards: Any = None) -> list[str]:
+        """The input function of ``all``: checks, and names the removed files to make again."""
+        return [str(p) for p in self.check()]
 
-    def _warm_start_owner(self) -> None:
-        # The warm parent, if any, serves this process (and this host; on a cluster, each job's own Snakemake
-        # process) only and exits with it. In the environment the jobs inherit, not in a rule's params:
-        # turning it off or on keeps finished runs.
-        if self.plan.native and self.plan.config["warm_start"]:
-            os.environ[warm.OWNER_ENV] = warm.owner_here()
-        else:
-            os.environ.pop(warm.OWNER_ENV, None)
+    def check(self) -> list[Path]:
+        if self._again is None:
+            self._again = [] if os.environ.get(SCHEDULED_ENV) else self._check()
+        return self._again
 
-    def _write_launches(self) -> None:
+    def _check(self) -> list[Path]:
+        self._check_results()
+        again = self._removed()
+        repairs = self.repairs()
+        if repairs:
+            raise PlanningError("the output folder needs repairs before a run:\n"
+                                + "\n".join(f"  {r.what}" for r in repairs)
+                                + "\nRun `snakemake repair` to make them (`snakemake repair -n` lists them), then "
+                                  "run again.")
+        self._check_datasets()
+        for m in again:
+            log.warning(f"{m}: missing; it is made again, and what depends on it")
+        return again
+
+    def before_jobs(self) -> None:
+        """From ``onstart``: the lock, then the launch files and the receipts to refresh."""
+        try:
+            outdir_lock.acquire(self.plan.out.root)
+        except outdir_lock.OutdirLocked as e:
+            raise PlanningError(str(e)) from None
+        os.environ[SCHEDULED_ENV] = "1"
         # How every run of a benchmark is launched, pipeline keys included; read by each run (its params name
         # the file). Not a job's output: see mlrepro/planning/inputs.py. Unchanged files keep their time stamp.
         for s, b in self.plan.ordered_units:
             self.plan.launch_spec(s, b).write(self.plan.out.launch(s, b))
+        for receipt, folder in self._receipts:
+            stamps.write_receipt(receipt, folder)
 
-    def _check_results(self, acts: bool) -> None:
+    def _check_results(self) -> None:
         out = self.plan.out
-        tampered: list[str] = []
+        tampered = [problem for s, b in self.plan.ordered_units for i in self.plan.run_indices(b)
+                    if out.summary(s, b, i).exists() and out.result(s, b, i).exists()
+                    and (problem := integrity.result_problem(out.result(s, b, i)))]
+        if tampered:
+            raise PlanningError("finished results do not match the sha256 their runs recorded:\n"
+                                + "\n".join(f"  {p}" for p in tampered)
+                                + "\nRestore them from a copy, or delete their run folders to run those runs again.")
+
+    def _removed(self) -> list[Path]:
+        # A removed result is run again, and so is a step whose outputs a killed job left missing (Snakemake
+        # removes a job's old outputs before it runs it).
+        out = self.plan.out
         missing: list[Path] = []
         for s, b in self.plan.ordered_units:
             for i in self.plan.run_indices(b):
                 if not out.summary(s, b, i).exists():
                     if out.verdict(s, b, i).exists():  # finished once, then removed
                         missing.append(out.summary(s, b, i))
-                    continue
-                if not out.result(s, b, i).exists():
+                elif not out.result(s, b, i).exists():
                     missing.append(out.result(s, b, i))
-                elif problem := integrity.result_problem(out.result(s, b, i)):
-                    tampered.append(problem)
-        if tampered:
-            raise PlanningError("finished results do not match the sha256 their runs recorded:\n"
-                                + "\n".join(f"  {p}" for p in tampered)
-                                + "\nRestore them from a copy, or delete their run folders to run those runs again.")
-        # A removed result is run again, and so is a step whose outputs a killed job left missing (Snakemake
-        # removes a job's old outputs before it runs it).
         if out.report.exists():
             missing += [f for f in [out.environment, out.scores, out.package_verdict, out.submission,
                                     *self.plan.all_runs(out.verdict)] if not f.exists()]
-        for m in missing:
-            log.warning(f"{m}: missing; {'this run' if acts else 'a run without --dry-run'} runs it again")
-        if missing and acts:
-            out.report.unlink(missing_ok=True)
+        return missing
 
-    def _check_package(self, acts: bool) -> None:
+    def repairs(self) -> list[Repair]:
+        """What the ``repair`` target changes (read once: hashing the package and the datasets)."""
+        if self._repairs is None:
+            self._repairs = self._package_repairs() + [r for b in self.plan.ordered_benchmarks
+                                                       if (r := self._dataset_repair(b))]
+        return self._repairs
+
+    def _package_repairs(self) -> list[Repair]:
         # Snakemake does not re-make a changed file inside a directory output, and --forcerun cannot be set
         # from the Snakefile: the package's verdict and the report (both derived) are removed instead.
         out = self.plan.out
         if not out.package_verdict.exists():
-            return
+            return []
         recorded = json.loads(out.package_verdict.read_text(encoding="utf-8")).get("files")
         changed = integrity.tree_problems(out.submission, recorded) if recorded is not None else []
-        for p in changed:
-            log.warning(f"submission package: {p}")
-        if changed and not acts:
-            log.warning("the submission package will be rebuilt by a run without --dry-run")
-        elif changed:
-            log.warning("the submission package differs from what the package step wrote: rebuilding it")
-            out.package_verdict.unlink()
-            out.report.unlink(missing_ok=True)
+        if not changed:
+            return []
+        removed = tuple(p for p in (out.package_verdict, out.report) if p.exists())
+        shown = "; ".join(changed[:20]) + (f"; and {len(changed) - 20} more" if len(changed) > 20 else "")
+        return [Repair(f"the submission package differs from what the package step wrote ({shown}): remove "
+                       f"{' and '.join(map(str, removed))}, so that it is rebuilt from the verified results", removed)]
 
-    def _check_datasets(self, acts: bool) -> None:
+    def _dataset_repair(self, benchmark: str) -> Repair | None:
+        # Only a changed stamp costs a hash; the generator (torch) is imported only to regenerate.
+        if self.plan.data_choice(benchmark).kind != "generated" or not self.plan.generated_manifest(benchmark).exists():
+            return None  # never generated: the data rule makes it
+        folder = self.plan.out.generated_data(benchmark)
+        receipt = self.plan.dataset_receipts(benchmark)[0]
+        if receipt.exists() and not stamps.changed_files(stamps.read_receipt(receipt)):
+            return None
+        if problems := manifest.verify(folder):
+            files = "; ".join(f"{p.file}: {p.problem}" for p in problems[:5])
+            return Repair(f"dataset {folder} no longer matches its manifest ({files}): regenerate it in place",
+                          regenerate=benchmark)
+        self._receipts.append((receipt, folder))
+        return None
+
+    def _check_datasets(self) -> None:
         plan = self.plan
         changed: list[stamps.Problem] = []
         manual: list[str] = []
         for b in plan.ordered_benchmarks:
             kind = plan.data_choice(b).kind
             if kind == "generated":
-                self._repair_generated(b, acts)
-                continue
+                continue  # checked with the repairs
             for receipt in plan.dataset_receipts(b):
                 if receipt.exists():
                     changed += stamps.changed_files(stamps.read_receipt(receipt))
@@ -153,39 +194,32 @@ class Preparation:
                     raise PlanningError(str(e)) from None
                 if message := fetch.manual_message(recipe, plan.data_root.resolve() / b / "downloads"):
                     manual.append(message)
-        # `snakemake verify_data` looks at the files whose stamps changed instead of being stopped by them
-        verifying = VERIFY_DATA in smk.targets(self.workflow)
-        if manual and not verifying:
+        if manual:
             raise PlanningError("datasets to download by hand:\n" + "\n".join(manual))
         if changed:
             lines = "\n".join(f"  {p}" for p in changed)
-            if not verifying:
-                raise PlanningError(
-                    f"prepared dataset files changed since they were verified:\n{lines}\n"
-                    "Run `snakemake verify_data` to hash them again: it names every file that no longer matches "
-                    "its manifest and accepts those that still do. A dataset that really changed must be prepared "
-                    f"again (delete its receipts in {plan.out.receipts}/<benchmark>/ and, for a recipe, its folder "
-                    f"in {plan.data_root}/).")
-            log.warning(f"files changed since they were verified (verify_data hashes them now):\n{lines}")
+            raise PlanningError(
+                f"prepared dataset files changed since they were verified:\n{lines}\n"
+                "Run `snakemake verify_data` to hash them again: it names every file that no longer matches "
+                "its manifest and accepts those that still do. A dataset that really changed must be prepared "
+                f"again (delete its receipts in {plan.out.receipts}/<benchmark>/ and, for a recipe, its folder "
+                f"in {plan.data_root}/).")
 
-    def _repair_generated(self, benchmark: str, acts: bool) -> None:
-        # Only a changed stamp costs a hash; the generator (torch) is imported only to regenerate.
-        folder = self.plan.out.generated_data(benchmark)
-        receipt = self.plan.dataset_receipts(benchmark)[0]
-        if not self.plan.generated_manifest(benchmark).exists():
-            return  # never generated: the data rule makes it
-        if receipt.exists() and not stamps.changed_files(stamps.read_receipt(receipt)):
-            return
-        if problems := manifest.verify(folder):
-            for p in problems:
-                log.warning(f"dataset {folder}: {p.file}: {p.problem}")
-            if not acts:
-                log.warning(f"dataset {folder} will be regenerated by a run without --dry-run")
-                return
-            log.warning(f"dataset {folder}: regenerating it")
+
+def repair(preparation: Preparation, log_file: str | Path) -> None:
+    """The ``repair`` target's job: make each change :meth:`Preparation.repairs` names, and say it in its log."""
+    plan = preparation.plan
+    lines: list[str] = []
+    for r in preparation.repairs():
+        for p in r.remove:
+            p.unlink(missing_ok=True)
+        if r.regenerate:
             from mlrepro.datasets import generated
 
-            generated.rebuild(benchmark, folder, self.plan.benchmarks[benchmark].data_params,
-                              self.plan.config["data_seed"])
-        if acts:
-            stamps.write_receipt(receipt, folder)
+            folder = plan.out.generated_data(r.regenerate)
+            generated.rebuild(r.regenerate, folder, plan.benchmarks[r.regenerate].data_params,
+                              plan.config["data_seed"])
+            stamps.write_receipt(plan.dataset_receipts(r.regenerate)[0], folder)
+        lines.append(f"done: {r.what}")
+        log.warning(lines[-1])
+    Path(log_file).write_text("\n".join(lines or ["nothing to repair"]) + "\n", encoding="utf-8")

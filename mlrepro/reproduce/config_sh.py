@@ -19,6 +19,7 @@ import re
 from pathlib import Path
 
 from mlrepro.core import safe_read
+from mlrepro.core.errors import MlreproError
 from mlrepro.runs.implementation import CLEAN_ENV
 
 _NAME = r"[A-Za-z_][A-Za-z0-9_]*"
@@ -30,7 +31,7 @@ _MAX_BYTES = 1 << 20  # config files are a few kB
 _MAX_SOURCES = 16  # files sourced from one config file, nested
 
 
-class Unknown(ValueError):
+class Unknown(MlreproError, ValueError):
     """A value this reader does not evaluate."""
 
 

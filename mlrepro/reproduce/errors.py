@@ -1,5 +1,7 @@
 """The one error of reproduce mode."""
 
+from mlrepro.core.errors import MlreproError
 
-class ReproduceError(ValueError):
+
+class ReproduceError(MlreproError, ValueError):
     """What is missing or wrong to reproduce a package, in one paragraph naming the file, before any run."""

@@ -16,8 +16,8 @@ from typing import Any
 
 import jsonschema
 
+from mlrepro.config import PIPELINE_KEYS, deep_merge
 from mlrepro.core import rulesets, safe_read
-from mlrepro.core.config import PIPELINE_KEYS, deep_merge
 from mlrepro.package.provenance import MANIFEST
 from mlrepro.reproduce import config_sh
 from mlrepro.reproduce.errors import ReproduceError

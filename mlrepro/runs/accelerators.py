@@ -18,15 +18,9 @@ from pathlib import Path
 
 def machine_gpus() -> int:
     """GPUs NVML sees on this machine; 0 without NVML or a driver (the default profile's --resources gpus)."""
-    from mlrepro.environment.probe import gpus
+    from mlrepro.core.probe import gpus
 
     return len(gpus()["devices"])
-
-
-def visible_env(indices: list[int]) -> dict[str, str]:
-    # "void" keeps NVIDIA's container runtimes from exposing any GPU to a CPU-only run
-    value = ",".join(map(str, indices))
-    return {"CUDA_VISIBLE_DEVICES": value, "NVIDIA_VISIBLE_DEVICES": value or "void"}
 
 
 @contextmanager

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from mlrepro.core import atomic
+from mlrepro.core.errors import MlreproError
 from mlrepro.core.hashing import sha256_file
 from mlrepro.core.mllog_reader import mllog_lines, run_summary
 from mlrepro.engines import Engine, Mount, engine_for, get_engine
@@ -31,7 +32,7 @@ LOG = "train.log"
 CHECKPOINT = "checkpoint.pt"  # a converged run's weights, served by the inference stage
 
 
-class RunFailed(RuntimeError):
+class RunFailed(MlreproError, RuntimeError):
     pass
 
 

@@ -13,17 +13,17 @@ import ast
 from collections.abc import Iterable
 from pathlib import Path
 
-from mlrepro import PROJECT_ROOT
+from mlrepro import PACKAGE_ROOT
 
 PACKAGE = "mlrepro"
-ENTRY = PROJECT_ROOT / "mlrepro" / "train.py"
+ENTRY = PACKAGE_ROOT / "mlrepro" / "train.py"
 # Launch plumbing that cannot change what a run computes: the warm-start parent forks the same training
 # code a cold start runs (tests/test_warm.py compares their results), so editing it keeps finished runs.
 LAUNCH_ONLY = frozenset({"mlrepro.runs.warm"})
 
 
 def _module_file(name: str) -> Path | None:
-    base = PROJECT_ROOT / Path(*name.split("."))
+    base = PACKAGE_ROOT / Path(*name.split("."))
     for candidate in (base.with_suffix(".py"), base / "__init__.py"):
         if candidate.is_file():
             return candidate
@@ -31,7 +31,11 @@ def _module_file(name: str) -> Path | None:
 
 
 def _module_name(path: Path) -> str:
-    parts = path.relative_to(PROJECT_ROOT).with_suffix("").parts
+    """The module a file is, under the folder the package is imported from ("": a file outside it, such as
+    a benchmark's workflows/<bm>/model.py of the checkout where the package is installed)."""
+    if not path.is_relative_to(PACKAGE_ROOT):
+        return ""
+    parts = path.relative_to(PACKAGE_ROOT).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 

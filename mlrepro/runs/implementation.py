@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mlrepro import PROJECT_ROOT
+from mlrepro import PACKAGE_ROOT, PROJECT_ROOT
+from mlrepro.core.errors import MlreproError
 from mlrepro.core.hashing import sha256_file
 from mlrepro.runs import capture_cache
 from mlrepro.runs.executed_code import mini_run_files
@@ -30,7 +31,7 @@ CLEAN_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "NEXP": 
 _SKIP = ("__pycache__", ".pyc")
 
 
-class ImplementationError(ValueError):
+class ImplementationError(MlreproError, ValueError):
     """An implementation folder or config file the pipeline cannot use; the message says what to do."""
 
 
@@ -65,7 +66,7 @@ class Implementation:
             h.update(f"{rel}\0{sha256_file(self.folder / rel)}\n".encode())
         if self.kind == MINI:
             for path in mini_run_files(self.folder):
-                h.update(f"{path.relative_to(PROJECT_ROOT).as_posix()}\0{sha256_file(path)}\n".encode())
+                h.update(f"{path.relative_to(PACKAGE_ROOT).as_posix()}\0{sha256_file(path)}\n".encode())
         return h.hexdigest()
 
     def script_in_container(self) -> str:

@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from mlrepro.core import atomic
+from mlrepro.core.errors import MlreproError
 
 
-class LaunchSpecError(ValueError):
+class LaunchSpecError(MlreproError, ValueError):
     """A launch file that is not a launch spec (names the file and the key)."""
 
 

@@ -73,7 +73,7 @@ _PRELOAD = {
     # array (to tell DataFrames apart): 0.9 s of CPU in each driver and each sampler; then the engines
     # (which register themselves), the run's environment record (importlib.metadata) and the sampler's
     # own modules: 0.1 s more per run
-    DRIVER: ("mlrepro.telemetry", "pandas", "pyarrow.pandas_compat", "mlrepro.environment.probe",
+    DRIVER: ("mlrepro.telemetry", "pandas", "pyarrow.pandas_compat", "mlrepro.core.probe",
              "mlrepro.engines.native", "mlrepro.engines.apptainer", "mlrepro.engines.docker_api",
              "mlrepro.engines.enroot", "mlrepro.telemetry.sampler", "mlrepro.telemetry.loop",
              "mlrepro.telemetry.nvml"),
@@ -168,9 +168,9 @@ def shim_env(base_path: str) -> dict[str, str]:
         return {}
     shim = folder / "python"
     if not shim.is_file():
-        from mlrepro import PROJECT_ROOT
+        from mlrepro import PACKAGE_ROOT
         from mlrepro.core import atomic
-        atomic.write_text(shim, _SHIM.format(python=sys.executable, root=str(PROJECT_ROOT)))
+        atomic.write_text(shim, _SHIM.format(python=sys.executable, root=str(PACKAGE_ROOT)))
         shim.chmod(0o700)
     return {"PATH": os.pathsep.join([str(folder), base_path])}
 
@@ -466,7 +466,7 @@ def _import_workload_dependencies() -> None:
     import ast
     import importlib
 
-    from mlrepro.training.workload import implemented_benchmarks, workflow_dir
+    from mlrepro.core.workflows import implemented_benchmarks, workflow_dir
 
     for benchmark in implemented_benchmarks():
         tree = ast.parse((workflow_dir(benchmark) / "model.py").read_text())

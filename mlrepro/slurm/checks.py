@@ -10,13 +10,14 @@ import subprocess
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from mlrepro.core.errors import MlreproError
 from mlrepro.slurm import containers
 from mlrepro.slurm.resources import JobShape, walltime_minutes
 
 COMMANDS = ("sbatch", "srun", "squeue", "sacct", "scontrol", "sinfo")
 
 
-class PreflightError(RuntimeError):
+class PreflightError(MlreproError, RuntimeError):
     pass
 
 

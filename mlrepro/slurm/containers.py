@@ -18,12 +18,13 @@ import subprocess
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from mlrepro.core.errors import MlreproError
 from mlrepro.engines import Mount
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
-class PluginMissing(RuntimeError):
+class PluginMissing(MlreproError, RuntimeError):
     pass
 
 

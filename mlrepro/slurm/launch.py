@@ -17,6 +17,7 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from mlrepro.core.errors import MlreproError
 from mlrepro.engines import Mount
 from mlrepro.slurm import containers
 from mlrepro.slurm.jobs import this_job
@@ -29,7 +30,7 @@ DROP_CACHES = ('if sync && echo 3 > /proc/sys/vm/drop_caches; then echo "drop_ca
 SRUN_TASK_ERROR = re.compile(r"^srun: error: (\S+): tasks? ([0-9,\-]+): (.+)$", re.MULTILINE)
 
 
-class LaunchError(RuntimeError):
+class LaunchError(MlreproError, RuntimeError):
     pass
 
 

@@ -15,10 +15,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from mlrepro.core.errors import MlreproError
+
 WALLTIME = re.compile(r"^(?:(\d+)-)?(\d{1,2}):(\d{2})(?::(\d{2}))?$")
 
 
-class ShapeError(ValueError):
+class ShapeError(MlreproError, ValueError):
     pass
 
 

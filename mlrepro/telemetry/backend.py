@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from mlrepro.core.errors import MlreproError
+
 Value = float | int | None
 
 # Read every tick: cheap, one batched field read plus two small calls.
@@ -40,11 +42,11 @@ SLOW_FIELDS: tuple[str, ...] = (
 GPU_FIELDS: tuple[str, ...] = FAST_FIELDS + SLOW_FIELDS
 
 
-class BackendUnavailable(Exception):
+class BackendUnavailable(MlreproError):
     """No GPU telemetry here (library missing, no driver, no permission); the message is the reason."""
 
 
-class DeviceLost(Exception):
+class DeviceLost(MlreproError):
     """A GPU stopped answering for good (fallen off the bus, reset): stop sampling it."""
 
 

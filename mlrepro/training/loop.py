@@ -20,10 +20,11 @@ import numpy as np
 import torch
 
 from mlrepro.core import atomic
+from mlrepro.core.workflows import load_module
 from mlrepro.datasets import manifest
 from mlrepro.training import distributed
 from mlrepro.training.mllog_writer import RunLog
-from mlrepro.training.workload import Metric, Workload, load_module, reached
+from mlrepro.training.workload import Metric, Workload, reached
 
 
 @dataclass

@@ -14,17 +14,12 @@ says what a step trains on and what it minimises.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from collections.abc import Iterable
 from pathlib import Path
-from types import ModuleType
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:  # the pipeline's own processes must not pay for importing torch
     import torch
-
-from mlrepro import PROJECT_ROOT
 
 Metric = float | dict[str, float]
 
@@ -65,27 +60,6 @@ class Workload(Protocol):
     def evaluate(self, epoch: int) -> Metric:
         """The quality metric on held-out data; a dict for multi-metric benchmarks (maskrcnn)."""
         ...
-
-
-def workflow_dir(benchmark: str) -> Path:
-    return PROJECT_ROOT / "workflows" / benchmark
-
-
-def implemented_benchmarks() -> list[str]:
-    return sorted(p.parent.name for p in (PROJECT_ROOT / "workflows").glob("*/model.py"))
-
-
-def load_module(benchmark: str) -> ModuleType:
-    path = workflow_dir(benchmark) / "model.py"
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no implementation of benchmark {benchmark!r}")
-    name = f"mlrepro_workflow_{benchmark}"
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def reached(value: Metric, target: Metric, higher_is_better: bool) -> bool:

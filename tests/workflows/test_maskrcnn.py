@@ -11,8 +11,8 @@ import pytest
 import torch
 import yaml
 
+from mlrepro.core.workflows import load_module, workflow_dir
 from mlrepro.training.detection import roi_align
-from mlrepro.training.workload import load_module, workflow_dir
 
 mrcnn = load_module("maskrcnn")
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 import yaml
 
-from mlrepro.training.workload import load_module, workflow_dir
+from mlrepro.core.workflows import load_module, workflow_dir
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ import pytest
 import torch
 import yaml
 
-from mlrepro.training.workload import load_module, workflow_dir
+from mlrepro.core.workflows import load_module, workflow_dir
 
 rnnt = load_module("rnnt")
 

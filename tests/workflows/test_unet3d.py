@@ -10,7 +10,7 @@ import pytest
 import torch
 import yaml
 
-from mlrepro.training.workload import load_module, workflow_dir
+from mlrepro.core.workflows import load_module, workflow_dir
 
 unet3d = load_module("unet3d")
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from mlrepro.training.workload import load_module
+from mlrepro.core.workflows import load_module
 
 
 def checkpointed(benchmark: str, data_dir: Path, params: dict[str, Any], checkpoint: Path,

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mlrepro.core.config import Benchmark, ConfigError, system_name
+from mlrepro.config import Benchmark, ConfigError, system_name
 from mlrepro.runs.implementation import MINI, ImplementationError, resolve
 
 

@@ -22,8 +22,9 @@ import yaml
 from mlrepro import PROJECT_ROOT
 from mlrepro.containers.context import base_images
 from mlrepro.core import rulesets
+from mlrepro.core.errors import MlreproError
+from mlrepro.core.workflows import implemented_benchmarks, workflow_dir
 from mlrepro.runs.implementation import MINI, Implementation, ImplementationError, resolve
-from mlrepro.training.workload import implemented_benchmarks, workflow_dir
 
 SCHEMA = PROJECT_ROOT / "config" / "schema.yaml"
 # Keys of a benchmark's block that say how and where it runs, not what it computes: changing them
@@ -31,7 +32,7 @@ SCHEMA = PROJECT_ROOT / "config" / "schema.yaml"
 PIPELINE_KEYS = ("runs", "image", "implementation", "system_config", "mounts", "data_dir")
 
 
-class ConfigError(ValueError):
+class ConfigError(MlreproError, ValueError):
     pass
 
 
@@ -294,7 +295,7 @@ def load(raw: Mapping[str, Any], source: str = "config",
 
 
 def _first_system(config: Mapping[str, Any], benchmark: str) -> tuple[str, str | None]:
-    """The system whose config file describes the benchmark here (mlrepro/core/systems.py resolves each other
+    """The system whose config file describes the benchmark here (mlrepro/systems.py resolves each other
     system's): the one system of system:, else the first of systems: that runs it, with its config_files entry."""
     for name, block in (config.get("systems") or {}).items():
         if benchmark in (block.get("benchmarks") or config["benchmarks"]):
