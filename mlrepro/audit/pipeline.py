@@ -7,7 +7,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from mlrepro.audit import discover, manifest, official, package, result_ids, scoring, summary, versions
+from mlrepro.audit import discover, manifest, official, package, rcp, rcp_review, result_ids, scoring, summary, versions
 from mlrepro.audit.runfile import FileCheck, convergence_unit
 from mlrepro.core import atomic
 
@@ -43,11 +43,13 @@ def _systems(org: discover.Org) -> list[discover.SystemDir]:
 
 def summarize(root: Path, checks: dict[str, Any], usage: str, ruleset: str, manifest_sha256: str | None = None,
               published_ids: Path | None = None,
-              max_bytes: int | None = discover.DEFAULT_MAX_FILE_MB << 20, jobs: int = 1) -> dict[str, Any]:
+              max_bytes: int | None = discover.DEFAULT_MAX_FILE_MB << 20, jobs: int = 1,
+              later: list[Path] | None = None) -> dict[str, Any]:
     """Package verdicts, scores and the summary rows of every organisation under ``root``;
     ``manifest_sha256``: the provenance manifest's hash published with a one-organisation package;
     ``published_ids``: the round's published result IDs (CSV org,system,id), checked against the derived ones;
-    ``jobs``: processes for the official tools where a release of its own judges (``versions``)."""
+    ``jobs``: processes for the official tools where a release of its own judges (``versions``);
+    ``later``: the releases after the judging one, whose tables hold the RCPs of the review (``rcp_review``)."""
     records = {p: FileCheck.from_dict(d) for p, d in checks["files"].items()}
     orgs = discover.find_orgs(root)
     ids = result_ids.assign(orgs, root, ruleset, published_ids, max_bytes)
@@ -87,6 +89,7 @@ def summarize(root: Path, checks: dict[str, Any], usage: str, ruleset: str, mani
                                                    f"scoring failed: {type(e).__name__}: {e}",
                                                    1.0, None)
                 b = asdict(score)
+                b["rcp_review"] = _rcp_review(bdir, system, records, division, usage, ruleset, judge, later or [])
                 b["rcp"] = None if score.rcp is None else {**asdict(score.rcp), "label": score.rcp.summary_label}
                 unit = convergence_unit(score.benchmark, ruleset)
                 b["epochs_unit"] = unit
@@ -109,6 +112,22 @@ def summarize(root: Path, checks: dict[str, Any], usage: str, ruleset: str, mani
                                "judge": None if judge is None else judge.to_dict(),
                                "seed_tables": summary.seed_tables(rows, usage, ruleset),
                                "category_tables": summary.category_tables(rows, usage, ruleset)})
+
+
+def _rcp_review(bdir: discover.BenchmarkDir, system: discover.SystemDir, records: dict[str, FileCheck], division: str,
+                usage: str, ruleset: str, judge: versions.Judge | None, later: list[Path]) -> dict[str, Any] | None:
+    """Which release's RCP table decides the folder as the review ended (None where no RCP check applies)."""
+    if division != "closed" or not rcp.applies(ruleset, division, bdir.name) or not bdir.result_files:
+        return None
+    if judge is None:  # the installed release judges with its own tables
+        return rcp_review.Decision(rcp_review.batch_size(bdir, records), versions.label(),
+                                   "installed release").to_dict()
+    bypass = package.recorded_bypass(system.path, bdir.path, "rcp-bypass")
+    try:
+        return rcp_review.decide(bdir, records, usage, ruleset, judge.folder, later, bypass).to_dict()
+    except Exception as e:  # e.g. a later table without this benchmark: the tag's verdict stands
+        return {**rcp_review.Decision(rcp_review.batch_size(bdir, records), judge.label, "tag").to_dict(),
+                "message": f"the later tables could not be applied: {type(e).__name__}: {e}"}
 
 
 def _without(prefixes: tuple[str, ...], value: Any) -> Any:

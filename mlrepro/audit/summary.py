@@ -14,6 +14,7 @@ from typing import Any
 
 from mlperf_logging.result_summarizer import result_summarizer as rs
 
+from mlrepro.audit import rcp_review
 from mlrepro.audit.package import errors_of
 from mlrepro.audit.scoring import SPEC_COLUMNS
 from mlrepro.core import atomic
@@ -28,8 +29,9 @@ VERDICT_COLUMNS = ("judged_by", "result_id", "result_id_source", "derived_result
                    "files_compliant", "sanity_warnings", "verdict_messages")
 # energy: joules to train as result_summarizer's "<benchmark>:Energy" (folders with power logs);
 # energy_verdict: "scored", or why a folder with power logs has none (e.g. a zero-length window)
-PER_BENCHMARK = ("compliance", "rcp", "rcp_norm_factor", "raw_score", "submitted_factor", "computed_factor",
-                 "factor_check", "verdict", "sanity", "energy", "energy_verdict")
+# rcp_table: which release's RCP table decided, as the review ended (rcp_review: "RCP for BS 4096: release 2.0.0")
+PER_BENCHMARK = ("compliance", "rcp", "rcp_table", "rcp_norm_factor", "raw_score", "submitted_factor",
+                 "computed_factor", "factor_check", "verdict", "sanity", "energy", "energy_verdict")
 
 # The official results table's availability categories, in its order, and the values seen for each.
 CATEGORIES = ("Available cloud", "Available on-premise", "Preview", "Research, Development, or Internal (RDI)")
@@ -70,15 +72,23 @@ def columns(usage: str, ruleset: str) -> list[str]:
 
 
 def _verdict(b: dict[str, Any], errors: list[str]) -> tuple[str, bool]:
-    """(verdict text, whether the result may be ranked) of one scored or unscored benchmark."""
+    """(verdict text, whether the result may be ranked) of one scored or unscored benchmark; the judging
+    release's RCP error yields to the table of a later release where that decides (``rcp_review``)."""
+    review = b.get("rcp_review") or {}
+    by_later = review.get("source") == "later release"
+    if by_later and review.get("passed"):
+        errors = [e for e in errors if not rcp_review.is_rcp_error(e)]
+    elif by_later:
+        errors = [*errors, f"{review['label']}: {review['message']}"]
+    table = f"; {review['label']}" if review else ""
     if b["minutes"] is None:
         return f"no score: {b['reason']}", False
     if errors:
         return "fail: " + " | ".join(errors), False
     label = (b["rcp"] or {}).get("label", "")
-    if label in _RCP_FAILING:
-        return f"scored; RCP {label} accepted by rcp-bypass", True
-    return "scored", True
+    if label in _RCP_FAILING and not (by_later and review.get("passed")):
+        return f"scored; RCP {label} accepted by rcp-bypass{table}", True
+    return f"scored{table}", True
 
 
 def _details_url(folder: str, desc: dict[str, Any], usage: str, ruleset: str) -> str:
@@ -126,6 +136,8 @@ def row(org: dict[str, Any], system: dict[str, Any], usage: str, ruleset: str,
         out[f"{name}:compliance"] = f"{sum(f['valid'] for f in b['files'])}/{len(b['files'])}"
         if b["rcp"]:
             out[f"{name}:rcp"] = b["rcp"]["label"] or f"error: {b['rcp']['message']}"
+        if b.get("rcp_review"):
+            out[f"{name}:rcp_table"] = b["rcp_review"]["label"]
         out[f"{name}:rcp_norm_factor"] = b["scaling_factor"] if b["minutes"] is not None else None
         out[f"{name}:raw_score"] = b["raw_minutes"]
         out[f"{name}:submitted_factor"] = b["submitted_factor"]
