@@ -7,7 +7,19 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from mlrepro.audit import discover, manifest, official, package, rcp, rcp_review, result_ids, scoring, summary, versions
+from mlrepro.audit import (
+    consistency,
+    discover,
+    manifest,
+    official,
+    package,
+    rcp,
+    rcp_review,
+    result_ids,
+    scoring,
+    summary,
+    versions,
+)
 from mlrepro.audit.runfile import FileCheck, convergence_unit
 from mlrepro.core import atomic
 
@@ -59,6 +71,9 @@ def summarize(root: Path, checks: dict[str, Any], usage: str, ruleset: str, mani
     judge = versions.current()
     judged_by = versions.label()
     judged = {} if judge is None else official.judge_orgs([o.path for o in orgs], usage, ruleset, max_bytes, jobs)
+    # the consistency checks' duplicates are the round's: every result file against every other
+    twins = consistency.duplicates({p: (consistency.place(p, root), records[p]) for p in discover.result_files(orgs)
+                                    if p in records})
     orgs_out = []
     rows = []
     for org in orgs:
@@ -89,6 +104,8 @@ def summarize(root: Path, checks: dict[str, Any], usage: str, ruleset: str, mani
                                                    f"scoring failed: {type(e).__name__}: {e}",
                                                    1.0, None)
                 b = asdict(score)
+                b["consistency"] = _consistency(org, system, bdir, desc.desc or {}, division, records, twins, root,
+                                                ruleset, max_bytes)
                 b["rcp_review"] = _rcp_review(bdir, system, records, division, usage, ruleset, judge, later or [])
                 b["rcp"] = None if score.rcp is None else {**asdict(score.rcp), "label": score.rcp.summary_label}
                 unit = convergence_unit(score.benchmark, ruleset)
@@ -112,6 +129,20 @@ def summarize(root: Path, checks: dict[str, Any], usage: str, ruleset: str, mani
                                "judge": None if judge is None else judge.to_dict(),
                                "seed_tables": summary.seed_tables(rows, usage, ruleset),
                                "category_tables": summary.category_tables(rows, usage, ruleset)})
+
+
+def _consistency(org: discover.Org, system: discover.SystemDir, bdir: discover.BenchmarkDir, desc: dict[str, Any],
+                 division: str, records: dict[str, FileCheck], twins: dict[str, list[consistency.Finding]], root: Path,
+                 ruleset: str, max_bytes: int | None) -> list[dict[str, Any]]:
+    """The consistency checks' findings of one benchmark folder."""
+    findings = consistency.power_logs(bdir, root, ruleset, max_bytes)
+    for f in bdir.result_files:
+        rec = records.get(str(f))
+        if rec is not None:
+            findings += consistency.submission(org.name, system.name, bdir.name, desc, f.name, rec)
+            findings += consistency.init_time(division, ruleset, f.name, rec)
+            findings += twins.get(str(f), [])
+    return consistency.to_dicts(findings)
 
 
 def _rcp_review(bdir: discover.BenchmarkDir, system: discover.SystemDir, records: dict[str, FileCheck], division: str,

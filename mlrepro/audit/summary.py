@@ -24,14 +24,16 @@ from mlrepro.core.rulesets import allowed_benchmarks, table_order
 # result_id: the published ID where a table was supplied, else the one derived by ``result_ids``'s rule
 # (result_id_source says which; none: no system JSON, so no row of the published table);
 # judged_by: the mlperf-logging release whose checks gave the verdicts (versions.label).
+# consistency: the worst of the system's consistency checks (consistency.py): pass, warning or fail
 VERDICT_COLUMNS = ("judged_by", "result_id", "result_id_source", "derived_result_id", "result_id_notes",
                    "availability_category", "org", "system_folder", "system_desc", "package_checker", "files",
-                   "files_compliant", "sanity_warnings", "verdict_messages")
+                   "files_compliant", "sanity_warnings", "consistency", "verdict_messages")
 # energy: joules to train as result_summarizer's "<benchmark>:Energy" (folders with power logs);
 # energy_verdict: "scored", or why a folder with power logs has none (e.g. a zero-length window)
+# consistency: the consistency checks' verdict (consistency.py): pass, or the worst severity and its findings
 # rcp_table: which release's RCP table decided, as the review ended (rcp_review: "RCP for BS 4096: release 2.0.0")
 PER_BENCHMARK = ("compliance", "rcp", "rcp_table", "rcp_norm_factor", "raw_score", "submitted_factor",
-                 "computed_factor", "factor_check", "verdict", "sanity", "energy", "energy_verdict")
+                 "computed_factor", "factor_check", "verdict", "consistency", "sanity", "energy", "energy_verdict")
 
 # The official results table's availability categories, in its order, and the values seen for each.
 CATEGORIES = ("Available cloud", "Available on-premise", "Preview", "Research, Development, or Internal (RDI)")
@@ -91,6 +93,15 @@ def _verdict(b: dict[str, Any], errors: list[str]) -> tuple[str, bool]:
     return f"scored{table}", True
 
 
+def consistency_verdict(findings: list[dict[str, Any]]) -> str:
+    """A consistency column's text: pass, or the worst severity with its findings."""
+    if not findings:
+        return "pass"
+    worst = "fail" if any(f["severity"] == "fail" for f in findings) else "warning"
+    return f"{worst}: " + " | ".join(f"{f['file']}: {f['message']}" if f["file"] else f["message"]
+                                     for f in findings if f["severity"] == worst)
+
+
 def _details_url(folder: str, desc: dict[str, Any], usage: str, ruleset: str) -> str:
     """The summarizer's details_url; its arguments differ by release (the system file's name from 2.0 on)."""
     arity = len(inspect.signature(rs._details_url).parameters)
@@ -127,6 +138,7 @@ def row(org: dict[str, Any], system: dict[str, Any], usage: str, ruleset: str,
                sanity_warnings=sum(len(f.get("sanity", [])) for f in files))
     messages = [system["desc_problem"]] if system["desc_problem"] else []
     ranked: list[str] = []
+    severities: set[str] = set()
     for b in system["benchmarks"]:
         name = b["benchmark"]
         if not b["known"]:
@@ -146,6 +158,9 @@ def row(org: dict[str, Any], system: dict[str, Any], usage: str, ruleset: str,
             out[f"{name}:factor_check"] = "DISAGREE" if b["factor_disagrees"] else "agree"
         verdict, ok = _verdict(b, errors_of(org["package"], system["folder"], b["folder"]))
         out[f"{name}:verdict"] = verdict
+        findings = b.get("consistency") or []
+        out[f"{name}:consistency"] = consistency_verdict(findings)
+        severities |= {f["severity"] for f in findings}
         if ok:
             ranked.append(name)
         if b["has_power"]:
@@ -154,6 +169,7 @@ def row(org: dict[str, Any], system: dict[str, Any], usage: str, ruleset: str,
                                              else f"no energy: {b['energy_problem']}")
         out[f"{name}:sanity"] = " | ".join(f"{f['name']}: {w}" for f in b["files"] for w in f.get("sanity", []))
         messages.extend(f"{b['folder']}: {p}" for p in b["problems"])
+    out["consistency"] = "fail" if "fail" in severities else "warning" if severities else "pass"
     out["ranked"] = ranked  # the benchmarks whose score passes every check (for the tables, not the CSV)
     out["verdict_messages"] = " | ".join(messages)
     return out
