@@ -95,7 +95,8 @@ def rcp_test(benchmark: str, division: str, ruleset: str, bs: Any, epochs: list[
     from mlrepro.audit import rcp
 
     if not rcp.applies(ruleset, division, benchmark):
-        return {"applies": False, "message": f"the RCP rule applies to the closed division only (this is {division})"}
+        return {"applies": False, "passed": None, "p": None,
+                "message": f"the RCP rule applies to the closed division only (this is {division})"}
     try:
         checker = rcp._reference("training", ruleset, benchmark)
         passed, message, _, _ = rcp._decide(checker, bs, list(epochs))
