@@ -70,7 +70,8 @@ def summarize(root: Path, checks: dict[str, Any], usage: str, ruleset: str, mani
     # judged by a version's own folder (versions): its official package checker and summarizer decide
     judge = versions.current()
     judged_by = versions.label()
-    judged = {} if judge is None else official.judge_orgs([o.path for o in orgs], usage, ruleset, max_bytes, jobs)
+    judged = {} if judge is None else official.judge_orgs([o.path for o in orgs], usage, ruleset, max_bytes, jobs,
+                                                          later)
     # the consistency checks' duplicates are the round's: every result file against every other
     twins = consistency.duplicates({p: (consistency.place(p, root), records[p]) for p in discover.result_files(orgs)
                                     if p in records})
@@ -78,11 +79,12 @@ def summarize(root: Path, checks: dict[str, Any], usage: str, ruleset: str, mani
     rows = []
     for org in orgs:
         official_scores = None
+        reviews: official.Reviews = {}
         try:
             if judge is None:
                 verdict = package.check_package(org, records, usage, ruleset)
             else:
-                verdict, official_scores = judged[org.path]
+                verdict, official_scores, reviews = judged[org.path]
         except Exception as e:  # a case no check foresaw: one organisation's verdict, not the audit's end
             verdict = package.PackageVerdict()
             verdict.error(f"The package check failed on unexpected input: {type(e).__name__}: {e}")
@@ -106,7 +108,8 @@ def summarize(root: Path, checks: dict[str, Any], usage: str, ruleset: str, mani
                 b = asdict(score)
                 b["consistency"] = _consistency(org, system, bdir, desc.desc or {}, division, records, twins, root,
                                                 ruleset, max_bytes)
-                b["rcp_review"] = _rcp_review(bdir, system, records, division, usage, ruleset, judge, later or [])
+                b["rcp_review"] = _rcp_review(bdir, records, division, ruleset, judge,
+                                              reviews.get((system.name, bdir.name)))
                 b["rcp"] = None if score.rcp is None else {**asdict(score.rcp), "label": score.rcp.summary_label}
                 unit = convergence_unit(score.benchmark, ruleset)
                 b["epochs_unit"] = unit
@@ -145,20 +148,17 @@ def _consistency(org: discover.Org, system: discover.SystemDir, bdir: discover.B
     return consistency.to_dicts(findings)
 
 
-def _rcp_review(bdir: discover.BenchmarkDir, system: discover.SystemDir, records: dict[str, FileCheck], division: str,
-                usage: str, ruleset: str, judge: versions.Judge | None, later: list[Path]) -> dict[str, Any] | None:
+def _rcp_review(bdir: discover.BenchmarkDir, records: dict[str, FileCheck], division: str, ruleset: str,
+                judge: versions.Judge | None, review: tuple[str, str, bool | None, str] | None
+                ) -> dict[str, Any] | None:
     """Which release's RCP table decides the folder as the review ended (None where no RCP check applies)."""
     if division != "closed" or not rcp.applies(ruleset, division, bdir.name) or not bdir.result_files:
         return None
+    bs = rcp_review.batch_size(bdir, records)
     if judge is None:  # the installed release judges with its own tables
-        return rcp_review.Decision(rcp_review.batch_size(bdir, records), versions.label(),
-                                   "installed release").to_dict()
-    bypass = package.recorded_bypass(system.path, bdir.path, "rcp-bypass")
-    try:
-        return rcp_review.decide(bdir, records, usage, ruleset, judge.folder, later, bypass).to_dict()
-    except Exception as e:  # e.g. a later table without this benchmark: the tag's verdict stands
-        return {**rcp_review.Decision(rcp_review.batch_size(bdir, records), judge.label, "tag").to_dict(),
-                "message": f"the later tables could not be applied: {type(e).__name__}: {e}"}
+        return rcp_review.Decision(bs, versions.label(), "installed release").to_dict()
+    source, release, passed, message = review or ("tag", judge.label, None, "")
+    return rcp_review.Decision(bs, release, source, passed, message).to_dict()
 
 
 def _without(prefixes: tuple[str, ...], value: Any) -> Any:

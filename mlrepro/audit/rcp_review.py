@@ -12,6 +12,8 @@ in the next release, and stays as it is in every release after (the v1.1 and v2.
   and message, else that later release ("RCP for BS 6144: release 2.0.0");
 * with no later release at hand (``audit_logging`` names one version), the tag's own table decides.
 
+It runs in the workers of ``official`` beside the judging release's own tools, on their copy of the package.
+
 On the v1.1 round this passes the five results of 1.1.0-rc4's "Missing RCP"/interpolation failures
 whose RCPs were submitted during the review (RNN-T 6144, SSD 1536, 3D U-Net 84, ResNet 64800 after
 64480 was pruned) and Habana's ResNet 2048, whose too-fast 2048 RCP was pruned; all are published.
@@ -24,6 +26,8 @@ RCP checker may write or delete ``scaling.json`` in the folder it reads.
 from __future__ import annotations
 
 import contextlib
+import copy
+import functools
 import inspect
 import io
 import json
@@ -71,19 +75,18 @@ def review_table(later: list[Path], usage: str, ruleset: str, benchmark: str) ->
     return next((r for r in later if (table(r, usage, ruleset) / f"rcps_{benchmark}.json").is_file()), None)
 
 
-def decide(bdir: BenchmarkDir, records: dict[str, FileCheck], usage: str, ruleset: str, judge: Path,
-           later: list[Path], bypass: bool) -> Decision:
-    """The RCP verdict of the folder with the table as the review ended, and which release's table decided."""
-    bs = batch_size(bdir, records)
+def decide(bdir: BenchmarkDir, usage: str, ruleset: str, judge: Path, later: list[Path],
+           bypass: bool) -> tuple[str, str, bool | None, str]:
+    """(source, the release whose table decided, the verdict with the review's table, its message) of a folder."""
     tag = versions.describe(judge).label
     release = review_table(later, usage, ruleset, bdir.name)
     if release is None:
-        return Decision(bs, tag, "tag")
+        return "tag", tag, None, ""
     at_tag = check_with_table(bdir, usage, ruleset, table(judge, usage, ruleset), bypass)
     reviewed = check_with_table(bdir, usage, ruleset, table(release, usage, ruleset), bypass)
     if reviewed == at_tag:
-        return Decision(bs, tag, "tag", reviewed[0], reviewed[1])
-    return Decision(bs, versions.describe(release).label, "later release", reviewed[0], reviewed[1])
+        return "tag", tag, reviewed[0], reviewed[1]
+    return "later release", versions.describe(release).label, reviewed[0], reviewed[1]
 
 
 def check_with_table(bdir: BenchmarkDir, usage: str, ruleset: str, rcps: Path, bypass: bool) -> tuple[bool, str]:
@@ -106,12 +109,7 @@ def check_with_table(bdir: BenchmarkDir, usage: str, ruleset: str, rcps: Path, b
                         rcp_bypass=bypass, set_scaling=False)
                 return bool(passed), str(message)
 
-            class _Table(rcp_checker.RCP_Checker):  # type: ignore[misc,name-defined]
-                def _consume_json_file(self, usage: str, ruleset: str, benchmark: str) -> Any:
-                    return json.loads((rcps / f"rcps_{benchmark}.json").read_text(encoding="utf-8"))
-
-            checker = _Table(usage, ruleset, False, False)
-            checker._compute_rcp_stats()
+            checker = copy.deepcopy(_checker(rcps, usage, ruleset))  # its check may sort the records it reads
             params = inspect.signature(checker._check_directory).parameters
             kwargs: dict[str, Any] = {"rcp_bypass": bypass}
             if "rcp_pass" in params:
@@ -120,6 +118,22 @@ def check_with_table(bdir: BenchmarkDir, usage: str, ruleset: str, rcps: Path, b
                 kwargs["set_scaling"] = False
             passed, message = checker._check_directory(str(folder), **kwargs)[:2]
             return bool(passed), str(message)
+
+
+@functools.cache
+def _checker(rcps: Path, usage: str, ruleset: str) -> Any:
+    """A 1.x/2.x RCP checker of the judging release reading every benchmark's table from ``rcps``, its statistics
+    computed (once per table: the p-value searches over every record are most of a check's time)."""
+    from mlperf_logging.rcp_checker import rcp_checker
+
+    class _Table(rcp_checker.RCP_Checker):  # type: ignore[misc,name-defined]
+        def _consume_json_file(self, usage: str, ruleset: str, benchmark: str) -> Any:
+            return json.loads((rcps / f"rcps_{benchmark}.json").read_text(encoding="utf-8"))
+
+    with contextlib.redirect_stdout(io.StringIO()), _quiet():
+        checker = _Table(usage, ruleset, False, False)
+        checker._compute_rcp_stats()
+    return checker
 
 
 @contextlib.contextmanager
