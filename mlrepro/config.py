@@ -29,7 +29,7 @@ from mlrepro.runs.implementation import MINI, Implementation, ImplementationErro
 SCHEMA = PROJECT_ROOT / "config" / "schema.yaml"
 # Keys of a benchmark's block that say how and where it runs, not what it computes: changing them
 # does not make finished runs stale (rules/runs.smk keeps them out of the run rule's params).
-PIPELINE_KEYS = ("runs", "image", "implementation", "system_config", "mounts", "data_dir")
+PIPELINE_KEYS = ("runs", "runs_to_run", "image", "implementation", "system_config", "mounts", "data_dir")
 
 
 class ConfigError(MlreproError, ValueError):
@@ -176,6 +176,8 @@ class Benchmark:
     required_runs: int
     implementation: Implementation
     data_dir: Path | None = None  # a vendor's dataset on this host; ours is generated into {outdir}/data
+    # M >= runs launched; of more than runs, the package holds the median window (core/median_window.py)
+    runs_to_run: int = 0  # 0: runs
 
     @property
     def mini(self) -> bool:
@@ -263,7 +265,12 @@ def load(raw: Mapping[str, Any], source: str = "config",
                             "set allow_fewer_runs: true for a result that is marked not submittable")
             continue
         if runs > required:
-            problems.append(f"  {key}.runs: {runs} runs, more than the {required} a submission holds")
+            problems.append(f"  {key}.runs: {runs} runs, more than the {required} a submission holds; set "
+                            "runs_to_run for more launches, of which the package holds the median window")
+            continue
+        runs_to_run = int(pipeline.get("runs_to_run", runs))
+        if runs_to_run < runs:
+            problems.append(f"  {key}.runs_to_run: {runs_to_run}, fewer than the {runs} runs a submission holds")
             continue
         data_dir = None
         if choice != MINI:
@@ -288,7 +295,7 @@ def load(raw: Mapping[str, Any], source: str = "config",
             problems.append(f"  {key}: {impl.folder / 'Dockerfile'} names no base image (no FROM, or only FROM "
                             "scratch); start it with `ARG FROM_IMAGE_NAME=<image>` and `FROM ${FROM_IMAGE_NAME}`")
             continue
-        benchmarks[name] = Benchmark(name, params, runs, required, impl, data_dir)
+        benchmarks[name] = Benchmark(name, params, runs, required, impl, data_dir, runs_to_run)
     if problems:
         raise ConfigError(f"invalid configuration ({source}):\n" + "\n".join(problems))
     return config, benchmarks

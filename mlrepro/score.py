@@ -11,7 +11,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from mlrepro.core import atomic, integrity, mllog_reader
+from mlrepro.core import atomic, integrity, median_window, mllog_reader
 from mlrepro.core.olympic import Score, max_dropped, olympic_mean
 
 __all__ = ["Score", "max_dropped", "olympic_mean", "rcp_factor", "run_minutes", "score_files"]
@@ -64,7 +64,10 @@ def main(argv: list[str] | None = None) -> None:
                    help="check each result against the result_sha256 of the run.json beside it first")
     p.add_argument("--ruleset", help="apply the RCP normalisation of this ruleset (closed division)")
     p.add_argument("--division", default="open", choices=["open", "closed"])
+    p.add_argument("--keep", action="append", default=[], metavar="BENCHMARK=N",
+                   help="of more runs than N, score the median window of N (mlrepro/core/median_window.py)")
     args = p.parse_args(argv)
+    keep = {b: int(n) for b, _, n in (k.partition("=") for k in args.keep)}
     by_unit: dict[str, dict[str, list[Path]]] = {}
     for item in args.results:
         unit, _, file = item.partition("=")
@@ -78,8 +81,27 @@ def main(argv: list[str] | None = None) -> None:
                                      for f in files)
         except integrity.Tampered as e:
             sys.exit(f"error: {e}")
-    atomic.write_json(args.out, {s: {b: score_files(b, files, args.ruleset, args.division)
+    atomic.write_json(args.out, {s: {b: _scored(b, files, keep.get(b), args.ruleset, args.division)
                                      for b, files in benchmarks.items()} for s, benchmarks in by_unit.items()})
+
+
+def _scored(benchmark: str, files: list[Path], keep: int | None, ruleset: str | None, division: str) -> dict[str, Any]:
+    """``score_files`` of the runs a package holds: of more than ``keep``, the median window (its record beside)."""
+    if keep is None or len(files) <= keep:
+        return score_files(benchmark, files, ruleset, division)
+    selection = median_window.choose([window_run(str(f), f) for f in files], keep,
+                                     lambda minutes: olympic_mean(benchmark, minutes).minutes)
+    return {**score_files(benchmark, [Path(k) for k in selection["chosen_keys"]], ruleset, division),
+            "selection": selection}
+
+
+def window_run(key: str, result: Path) -> dict[str, Any]:
+    """A run as median_window.choose takes it: its run_start and minutes (None unless it converged)."""
+    try:
+        start: int | None = mllog_reader.run_window(result)[0]
+    except ValueError:  # no run_start or run_stop: it did not converge, and has no place in time
+        start = None
+    return {"key": key, "run_start_ms": start, "minutes": run_minutes(result)[0] if start is not None else None}
 
 
 if __name__ == "__main__":

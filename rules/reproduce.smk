@@ -326,11 +326,14 @@ rule reproduce_report:
     params:
         ruleset=config["ruleset"],
         reproduced=RO,
+        # reproduce_tolerance: the time to train's, a fraction (default: MLCommons' 2.5% imaging, 5% others)
+        tolerance=["--tolerance", repr(float(config["reproduce_tolerance"]))]
+        if config.get("reproduce_tolerance") is not None else [],
         python=_smk.python_command(),
     log:
         RO / "logs" / "report.log",
     shell:
         "{params.python:q} -m mlrepro.reproduce report --plan {input.plan:q} --package-check {input.check:q} "
-        "--ruleset {params.ruleset:q} --reproduced {params.reproduced:q} "
+        "--ruleset {params.ruleset:q} --reproduced {params.reproduced:q} {params.tolerance:q} "
         "--json {output.json:q} --html {output.html:q} "
         "2> {log:q}; status=$?; cat {log:q} >&2; exit $status"

@@ -24,3 +24,16 @@ def extract(archive: Path, dest: Path, orgs: tuple[str, ...] | None = None) -> P
         members = [m for m in tar.getmembers() if orgs is None or Path(m.name).parts[:1] in [(o,) for o in orgs]]
         tar.extractall(dest, members=members, filter="data")
     return dest
+
+
+def extract_systems(archive: Path, dest: Path, folders: tuple[str, ...]) -> Path:
+    """The benchmark folders ``folders`` ("<org>/<system>/<benchmark>") of ``archive`` with their system JSONs,
+    unpacked into ``dest``; ``dest``."""
+    wanted = set()
+    for folder in folders:
+        org, system, benchmark = folder.split("/")
+        wanted |= {(org, "results", system, benchmark), (org, "systems", f"{system}.json")}
+    with tarfile.open(archive) as tar:
+        members = [m for m in tar.getmembers() if Path(m.name).parts[:4] in wanted or Path(m.name).parts[:3] in wanted]
+        tar.extractall(dest, members=members, filter="data")
+    return dest

@@ -52,6 +52,19 @@ def test_fewer_runs_only_with_the_switch_and_then_not_submittable() -> None:
     assert benchmarks["resnet"].runs == 2 and not config.submittable(benchmarks)
 
 
+def test_runs_to_run_launches_more_than_the_package_holds() -> None:
+    raw = _default()
+    raw["benchmarks"] = {"resnet": {"runs_to_run": 7}}
+    _, benchmarks = config.load(raw)
+    assert (benchmarks["resnet"].runs, benchmarks["resnet"].runs_to_run) == (5, 7) and config.submittable(benchmarks)
+    raw["benchmarks"] = {"resnet": {"runs_to_run": 4}}
+    with pytest.raises(config.ConfigError, match=r"benchmarks.resnet.runs_to_run: 4, fewer than the 5 runs"):
+        config.load(raw, "config.yaml")
+    raw["benchmarks"] = {"resnet": {"runs": 6}}  # more runs than a package holds: runs_to_run says how
+    with pytest.raises(config.ConfigError, match=r"more than the 5 a submission holds; set runs_to_run"):
+        config.load({**raw, "allow_fewer_runs": True}, "config.yaml")
+
+
 def test_run_seeds_are_distinct_and_stable() -> None:
     seeds = [config.run_seed(0, "unet3d", i) for i in range(40)]
     assert len(set(seeds)) == 40

@@ -56,11 +56,17 @@ def test_package_reproduces_bit_identically_on_cpu(tiny_package: Path, tmp_path:
     assert bench["dataset"]["identical"]
     assert bench["dataset"]["submitted_sha256"] == manifest["datasets"]["resnet"]["sha256"]
     assert bench["times"]["test"] == "Mann-Whitney U, two-sided" and bench["times"]["p"] is not None
+    # the numeric verdict: the time to train's ratio with its interval (reported: two runs do not decide)
+    figures = bench["numeric"]
+    assert re.match(r"time to train (within |\d+\.\d% (longer|shorter) than)", figures["line"]), figures["line"]
+    assert "95% interval [" in figures["line"] and not figures["time_decides"] and figures["tolerance"] == 0.025
+    assert figures["time_to_train"]["low"] <= figures["time_to_train"]["ratio"] <= figures["time_to_train"]["high"]
     assert bench["olympic_submitted"] == pytest.approx(json.loads((tiny_package / "scores.json").read_text())
                                                        [SYSTEM]["resnet"]["minutes"])
     html = (tmp_path / "reproduction" / "reproduction.html").read_text()
     assert "Verdict: <strong class=\"ok\">reproduced</strong>" in html and "bit-identical" in html
-    assert "Mann-Whitney U" in html and manifest["runs"][0]["file"].rsplit("/", 1)[1] in html
+    assert figures["line"] in html and "Mann-Whitney U" in html
+    assert manifest["runs"][0]["file"].rsplit("/", 1)[1] in html
     # the reproduction's runs are on the record too: one ledger launch each
     assert len((tmp_path / "reproduction" / "runs" / "resnet" / "0" / "ledger.jsonl").read_text().splitlines()) == 2
     # through the pipeline's run driver, from the package's own implementation folder: its run_and_time.sh

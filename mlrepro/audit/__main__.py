@@ -71,7 +71,8 @@ def main(argv: list[str] | None = None) -> None:
         try:
             audit = pipeline.summarize(args.root, pipeline.load_json(args.out / "checks.json"), args.usage,
                                        args.ruleset, args.manifest_sha256, args.result_ids, max_bytes, args.jobs,
-                                       args.fast)
+                                       args.fast,
+                                       versions.later_releases(args.logging, args.ruleset) if args.logging else [])
         except result_ids.PublishedTableError as e:
             parser.error(str(e))
         audit["rules_changed"] = compare.PAGE if args.compare_logging is not None else None

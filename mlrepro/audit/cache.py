@@ -11,7 +11,7 @@ from mlrepro.audit.runfile import FileCheck
 from mlrepro.core import atomic
 
 # Bump when FileCheck's content, the way it is computed or the cache's layout changes: old entries then miss.
-SCHEMA = 3
+SCHEMA = 4
 
 
 class Cache:

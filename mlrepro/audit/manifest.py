@@ -154,16 +154,102 @@ def _check_runs(check: ManifestCheck, org_dir: Path, manifest: dict[str, Any], p
                 check.add("error", "time differs from the ledger", rel,
                           f"{rel}: {' and '.join(k.removesuffix('_ms') for k in outside)} lie outside its launch "
                           f"({launch['start']:.0f} to {launch['stop']:.0f} s since the epoch)")
+    outside = _check_selections(check, manifest, ledger)
     for launch_id, rec in ledger.items():
         where = f"{rec.get('run_dir')} launch {launch_id} (seed {rec.get('seed')}, slurm job {rec.get('slurm_job_id')})"
         if launch_id in used:
             continue
-        if rec.get("status") == "success":
+        if rec.get("status") == "success" and _unit_key(rec.get("run_dir")) in outside:
+            check.add("note", "run outside the chosen window", str(rec.get("run_dir")),
+                      f"{where} succeeded; one of the runs launched, outside the median window the package holds")
+        elif rec.get("status") == "success":
             check.add("warning", "ledger run not in the package", str(rec.get("run_dir")),
                       f"{where} succeeded, but its result is not in the package (dropped, or superseded by a re-run)")
         else:
             check.add("note", "failed or aborted launch", str(rec.get("run_dir")),
                       f"{where} ended {rec.get('status')!r} (exit status {rec.get('exit_status')})")
+
+
+def _unit_key(run_dir: Any) -> tuple[str, str, str]:
+    """(system, benchmark, run folder) of a ledger's or run record's run_dir (runs/<system>/<benchmark>/<i>)."""
+    parts = Path(str(run_dir)).parts
+    return (parts[-3], parts[-2], parts[-1]) if len(parts) >= 3 else ("", "", str(run_dir))
+
+
+def _check_selections(check: ManifestCheck, manifest: dict[str, Any], ledger: dict[Any, dict[str, Any]]
+                      ) -> set[tuple[str, str, str]]:
+    """A package of M > N runs against its ledger: every launched run is in the selection, within its launch,
+    the chosen window is the median one of the selection's runs, and the package holds exactly that window.
+    Returns the (system, benchmark, run) launched and left outside the window."""
+    from mlrepro.core import median_window
+    from mlrepro.score import olympic_mean
+
+    outside: set[tuple[str, str, str]] = set()
+    selections = manifest.get("selections") or {}
+    if not isinstance(selections, dict):
+        check.add("error", "selection unreadable", MANIFEST, "the manifest's selections are not an object")
+        return outside
+    packaged: dict[tuple[str, str], list[str]] = {}
+    records: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for run in manifest.get("runs") or []:
+        system, benchmark, key = _unit_key(run.get("run_dir"))
+        packaged.setdefault((system, benchmark), []).append(key)
+        records[system, benchmark, key] = run
+    for system, benchmarks in selections.items():
+        for benchmark, sel in (benchmarks or {}).items():
+            where = f"results/{system}/{benchmark}"
+            try:
+                runs = {str(r["key"]): r for r in sel["runs"]}
+                again = median_window.choose(list(runs.values()), int(sel["kept"]),
+                                             lambda minutes, b=benchmark: olympic_mean(b, minutes).minutes)
+            except (KeyError, TypeError, ValueError) as e:
+                check.add("error", "selection unreadable", where, f"{where}: the selection cannot be read: {e}")
+                continue
+            launches = [r for r in ledger.values() if _unit_key(r.get("run_dir"))[:2] == (system, benchmark)]
+            for rec in launches:
+                key = _unit_key(rec.get("run_dir"))[2]
+                if rec.get("status") == "success" and key not in runs:
+                    check.add("error", "launched run left out of the selection", where,
+                              f"{where}: run {key} of the ledger succeeded, but the median window was chosen "
+                              f"without it (of {sorted(runs)})")
+            _check_within_launches(check, where, runs, launches)
+            for key, run in runs.items():  # a packaged run's record says what its result file logs
+                rec = records.get((system, benchmark, key))
+                if rec is not None and run.get("run_start_ms") != rec.get("run_start_ms"):
+                    check.add("error", "time differs from the ledger", where,
+                              f"{where}: run {key} starts at {run.get('run_start_ms')} ms in the selection, at "
+                              f"{rec.get('run_start_ms')} ms in its packaged result")
+            if again["chosen_keys"] != sel.get("chosen_keys"):
+                check.add("error", "chosen window is not the median one", where,
+                          f"{where}: the package's window is runs {sel.get('chosen_keys')}, but the median window "
+                          f"of the {len(runs)} runs launched is {again['chosen_keys']} ({median_window.RULE})")
+            if packaged.get((system, benchmark)) != again["chosen_keys"]:
+                check.add("error", "package differs from its chosen window", where,
+                          f"{where}: the package holds runs {packaged.get((system, benchmark))}, its median window "
+                          f"is {again['chosen_keys']}")
+            outside |= {(system, benchmark, k) for k in runs if k not in again["chosen_keys"]}
+    return outside
+
+
+def _check_within_launches(check: ManifestCheck, where: str, runs: dict[str, dict[str, Any]],
+                           launches: list[dict[str, Any]]) -> None:
+    """Each run's recorded start and time to train lie within its ledger launch (the driver's clock, seconds)."""
+    by_key = {_unit_key(r.get("run_dir"))[2]: r for r in launches if r.get("status") == "success"}
+    for key, run in runs.items():
+        launch = by_key.get(key)
+        if launch is None:
+            check.add("error", "selection run missing from the ledger", where,
+                      f"{where}: run {key} of the selection has no successful launch in the ledger")
+            continue
+        start, minutes = run.get("run_start_ms"), run.get("minutes")
+        if launch.get("start") is None or launch.get("stop") is None or not isinstance(start, int | float):
+            continue
+        lo, hi = launch["start"] * 1000 - _SLACK_MS, launch["stop"] * 1000 + _SLACK_MS
+        end = start + (minutes or 0) * 60_000
+        if not (lo <= start and end <= hi):
+            check.add("error", "time differs from the ledger", where,
+                      f"{where}: run {key}'s recorded run (start {start:.0f} ms, {minutes} min) lies outside its "
+                      f"launch ({launch['start']:.0f} to {launch['stop']:.0f} s since the epoch)")
 
 
 def verify(org_dir: Path, expected_sha256: str | None = None,

@@ -38,7 +38,7 @@ from typing import Any
 from mlperf_logging.package_checker import package_checker
 from mlperf_logging.result_summarizer import result_summarizer
 
-from mlrepro.audit import discover, engine
+from mlrepro.audit import discover, engine, package, rcp, rcp_review
 from mlrepro.audit.package import PackageVerdict
 
 _SECTION = " Running compliance checks in dir %s"
@@ -165,20 +165,51 @@ def summarizer_scores(copy: Path, usage: str, ruleset: str) -> SummarizerScores:
     return out
 
 
-def judge_org(task: tuple[Path, str, str, int | None, bool]) -> tuple[PackageVerdict, SummarizerScores]:
-    """As the review runs the tools: the package checker on a fresh copy, then the summarizer twice on it
-    (in a worker process: with the engine's fast paths where the task's last item holds)."""
-    org, usage, ruleset, max_bytes, fast = task
+# (system folder, benchmark folder) -> rcp_review.decide's (source, release, passed, message)
+Reviews = dict[tuple[str, str], tuple[str, str, bool | None, str]]
+
+
+def judge_org(task: tuple[Path, str, str, int | None, bool, list[Path]]
+              ) -> tuple[PackageVerdict, SummarizerScores, Reviews]:
+    """As the review runs the tools: the package checker on a fresh copy, then the summarizer twice on it (in a
+    worker process: with the engine's fast paths where the task's ``fast`` holds); then the RCP check with the
+    round's table as the review ended (``rcp_review``; ``later``: the releases after)."""
+    org, usage, ruleset, max_bytes, fast, later = task
     engine.start_worker(fast)
     try:
         with tempfile.TemporaryDirectory(prefix="mlrepro-official-") as scratch:
             copy = _copy(org, Path(scratch), max_bytes)
-            return package_verdict(copy, usage, ruleset), summarizer_scores(copy, usage, ruleset)
+            verdict, scores = package_verdict(copy, usage, ruleset), summarizer_scores(copy, usage, ruleset)
+            return verdict, scores, _reviews(copy, usage, ruleset, later)
     except Exception as e:  # e.g. the scratch copy fails: this organisation's verdict, not the audit's end
         why = f"the official tools could not be run on a copy: {type(e).__name__}: {e}"
         verdict = PackageVerdict()
         verdict.error(why)
-        return verdict, SummarizerScores(crash=why)
+        return verdict, SummarizerScores(crash=why), {}
+
+
+def _reviews(copy: Path, usage: str, ruleset: str, later: list[Path]) -> Reviews:
+    """``rcp_review.decide`` for every closed benchmark folder of the copy that the RCP check applies to."""
+    from mlrepro.audit import versions
+
+    judge = versions.current()
+    out: Reviews = {}
+    for org in discover.find_orgs(copy) if judge is not None else []:
+        for system in org.systems:
+            try:
+                division = json.loads((org.path / "systems" / f"{system.name}.json").read_text())["division"]
+            except (OSError, ValueError, KeyError, TypeError):  # the package checker's verdict says why
+                continue
+            for bdir in system.benchmarks:
+                if not rcp.applies(ruleset, division, bdir.name) or not bdir.result_files:
+                    continue
+                bypass = package.recorded_bypass(system.path, bdir.path, "rcp-bypass")
+                try:
+                    out[system.name, bdir.name] = rcp_review.decide(bdir, usage, ruleset, judge.folder, later, bypass)
+                except Exception as e:  # e.g. a later table without this benchmark: the tag's verdict stands
+                    out[system.name, bdir.name] = ("tag", judge.label, None,
+                                                   f"the later tables could not be applied: {type(e).__name__}: {e}")
+    return out
 
 
 def _scores(result: Any) -> tuple[dict[str, float], dict[str, float]]:
@@ -206,8 +237,8 @@ def _numbers(scores: dict[str, Any]) -> dict[str, float]:
     return out
 
 
-def judge_orgs(orgs: list[Path], usage: str, ruleset: str, max_bytes: int | None,
-               jobs: int, fast: bool = True) -> dict[Path, tuple[PackageVerdict, SummarizerScores]]:
+def judge_orgs(orgs: list[Path], usage: str, ruleset: str, max_bytes: int | None, jobs: int, fast: bool = True,
+               later: list[Path] | None = None) -> dict[Path, tuple[PackageVerdict, SummarizerScores, Reviews]]:
     """``judge_org`` for every organisation, over ``jobs`` processes."""
     def size(org: Path) -> int:
         return sum(f.stat().st_size for f in org.rglob("*") if f.is_file() and not f.is_symlink())
@@ -215,5 +246,5 @@ def judge_orgs(orgs: list[Path], usage: str, ruleset: str, max_bytes: int | None
     # the largest organisations first, so that one is not left for the end while the other workers idle
     order = sorted(orgs, key=size, reverse=True)
     with ProcessPoolExecutor(max_workers=max(1, min(jobs, len(order)))) as pool:
-        tasks = [(org, usage, ruleset, max_bytes, fast) for org in order]
+        tasks = [(org, usage, ruleset, max_bytes, fast, later or []) for org in order]
         return dict(zip(order, pool.map(judge_org, tasks), strict=True))

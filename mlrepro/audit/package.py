@@ -98,6 +98,11 @@ def _bypass(params: Path, flag: str) -> bool:
     return params.is_file() and flag in params.read_text(encoding="latin-1").splitlines(keepends=True)
 
 
+def recorded_bypass(system: Path, benchmark: Path, flag: str) -> bool:
+    """Whether the package records ``flag`` for a benchmark folder (its system's or its own params)."""
+    return _bypass(system / "package_checker_params", flag) or _bypass(benchmark / "package_checker_params", flag)
+
+
 def _system_descs(org: Org, usage: str, ruleset: str, verdict: PackageVerdict) -> None:
     for path in org.system_jsons:
         try:

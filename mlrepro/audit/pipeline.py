@@ -7,7 +7,19 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from mlrepro.audit import discover, manifest, official, package, result_ids, scoring, summary, versions
+from mlrepro.audit import (
+    consistency,
+    discover,
+    manifest,
+    official,
+    package,
+    rcp,
+    rcp_review,
+    result_ids,
+    scoring,
+    summary,
+    versions,
+)
 from mlrepro.audit.runfile import FileCheck, convergence_unit
 from mlrepro.core import atomic
 
@@ -44,12 +56,13 @@ def _systems(org: discover.Org) -> list[discover.SystemDir]:
 def summarize(root: Path, checks: dict[str, Any], usage: str, ruleset: str, manifest_sha256: str | None = None,
               published_ids: Path | None = None,
               max_bytes: int | None = discover.DEFAULT_MAX_FILE_MB << 20, jobs: int = 1,
-              fast: bool = True) -> dict[str, Any]:
+              fast: bool = True, later: list[Path] | None = None) -> dict[str, Any]:
     """Package verdicts, scores and the summary rows of every organisation under ``root``;
     ``manifest_sha256``: the provenance manifest's hash published with a one-organisation package;
     ``published_ids``: the round's published result IDs (CSV org,system,id), checked against the derived ones;
     ``jobs``: processes for the official tools where a release of its own judges (``versions``), with the
-    engine's fast paths where ``fast``."""
+    engine's fast paths where ``fast``; ``later``: the releases after the judging one, whose tables hold the
+    RCPs of the review (``rcp_review``)."""
     records = {p: FileCheck.from_dict(d) for p, d in checks["files"].items()}
     orgs = discover.find_orgs(root)
     ids = result_ids.assign(orgs, root, ruleset, published_ids, max_bytes)
@@ -58,17 +71,21 @@ def summarize(root: Path, checks: dict[str, Any], usage: str, ruleset: str, mani
     # judged by a version's own folder (versions): its official package checker and summarizer decide
     judge = versions.current()
     judged_by = versions.label()
-    judged = ({} if judge is None else
-              official.judge_orgs([o.path for o in orgs], usage, ruleset, max_bytes, jobs, fast))
+    judged = {} if judge is None else official.judge_orgs([o.path for o in orgs], usage, ruleset, max_bytes, jobs,
+                                                          fast, later)
+    # the consistency checks' duplicates are the round's: every result file against every other
+    twins = consistency.duplicates({p: (consistency.place(p, root), records[p]) for p in discover.result_files(orgs)
+                                    if p in records})
     orgs_out = []
     rows = []
     for org in orgs:
         official_scores = None
+        reviews: official.Reviews = {}
         try:
             if judge is None:
                 verdict = package.check_package(org, records, usage, ruleset)
             else:
-                verdict, official_scores = judged[org.path]
+                verdict, official_scores, reviews = judged[org.path]
         except Exception as e:  # a case no check foresaw: one organisation's verdict, not the audit's end
             verdict = package.PackageVerdict()
             verdict.error(f"The package check failed on unexpected input: {type(e).__name__}: {e}")
@@ -90,6 +107,10 @@ def summarize(root: Path, checks: dict[str, Any], usage: str, ruleset: str, mani
                                                    f"scoring failed: {type(e).__name__}: {e}",
                                                    1.0, None)
                 b = asdict(score)
+                b["consistency"] = _consistency(org, system, bdir, desc.desc or {}, division, records, twins, root,
+                                                ruleset, max_bytes)
+                b["rcp_review"] = _rcp_review(bdir, records, division, ruleset, judge,
+                                              reviews.get((system.name, bdir.name)))
                 b["rcp"] = None if score.rcp is None else {**asdict(score.rcp), "label": score.rcp.summary_label}
                 unit = convergence_unit(score.benchmark, ruleset)
                 b["epochs_unit"] = unit
@@ -112,6 +133,33 @@ def summarize(root: Path, checks: dict[str, Any], usage: str, ruleset: str, mani
                                "judge": None if judge is None else judge.to_dict(),
                                "seed_tables": summary.seed_tables(rows, usage, ruleset),
                                "category_tables": summary.category_tables(rows, usage, ruleset)})
+
+
+def _consistency(org: discover.Org, system: discover.SystemDir, bdir: discover.BenchmarkDir, desc: dict[str, Any],
+                 division: str, records: dict[str, FileCheck], twins: dict[str, list[consistency.Finding]], root: Path,
+                 ruleset: str, max_bytes: int | None) -> list[dict[str, Any]]:
+    """The consistency checks' findings of one benchmark folder."""
+    findings = consistency.power_logs(bdir, root, ruleset, max_bytes)
+    for f in bdir.result_files:
+        rec = records.get(str(f))
+        if rec is not None:
+            findings += consistency.submission(org.name, system.name, bdir.name, desc, f.name, rec)
+            findings += consistency.init_time(division, ruleset, f.name, rec)
+            findings += twins.get(str(f), [])
+    return consistency.to_dicts(findings)
+
+
+def _rcp_review(bdir: discover.BenchmarkDir, records: dict[str, FileCheck], division: str, ruleset: str,
+                judge: versions.Judge | None, review: tuple[str, str, bool | None, str] | None
+                ) -> dict[str, Any] | None:
+    """Which release's RCP table decides the folder as the review ended (None where no RCP check applies)."""
+    if division != "closed" or not rcp.applies(ruleset, division, bdir.name) or not bdir.result_files:
+        return None
+    bs = rcp_review.batch_size(bdir, records)
+    if judge is None:  # the installed release judges with its own tables
+        return rcp_review.Decision(bs, versions.label(), "installed release").to_dict()
+    source, release, passed, message = review or ("tag", judge.label, None, "")
+    return rcp_review.Decision(bs, release, source, passed, message).to_dict()
 
 
 def _without(prefixes: tuple[str, ...], value: Any) -> Any:

@@ -7,6 +7,7 @@ follow ``rcp_checker.read_submission_file``; seed records follow ``SeedChecker._
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import traceback
@@ -24,6 +25,10 @@ MAX_MESSAGE = 2_000
 _UNSET = object()
 _SAMPLES_BENCHMARKS = {"llama2_70b_lora", "flux1", "llama31_405b", "llama31_8b", "gpt_oss_20b",
                        "deepseekv3_671b", "qwen35_397b_grpo", "dlrmv4"}
+
+
+# logged by some implementations beside the submission_* lines; compared with the system description
+_COUNT_KEYS = ("number_of_nodes", "accelerators_per_node")
 
 
 def convergence_unit(benchmark: str, ruleset: str) -> str:
@@ -52,9 +57,11 @@ class FileCheck:
     # result_summarizer: the run counts when valid, parsed without errors and timed
     run_start_ms: float | None = None
     run_stop_ms: float | None = None
+    init_start_ms: float | None = None  # the first init_start: initialisation time is run_start - init_start
     minutes: float | None = None
     status: str = ""  # run_stop metadata.status
-    submission: dict[str, Any] = field(default_factory=dict)  # submission_* values (first of each)
+    # submission_* values (first of each), and the node and accelerator counts where a log states them
+    submission: dict[str, Any] = field(default_factory=dict)
     # rcp_checker.read_submission_file
     rcp_not_converged: int = 1
     rcp_epochs: float = 1e9
@@ -119,7 +126,8 @@ def audit_bytes(data: bytes, usage: str, ruleset: str, sha256: str | None = None
     rec.sanity = sanity_warnings(loglines, rec.run_start_ms, rec.run_stop_ms)
     for ll in loglines:
         # a key may be any JSON value: the official checker skips a line whose key is not a name
-        if isinstance(ll.key, str) and ll.key.startswith("submission_") and ll.key not in rec.submission:
+        if isinstance(ll.key, str) and (ll.key.startswith("submission_") or ll.key in _COUNT_KEYS) \
+                and ll.key not in rec.submission:
             rec.submission[ll.key] = ll.value.get("value")
     _rcp_read(rec, lines, ruleset)
     _seeds(rec, loglines, failed)
@@ -130,6 +138,9 @@ def _timing(rec: FileCheck, loglines: list[Any]) -> None:
     # _query_run_start_stop: the last value seen before both keys have appeared
     start = stop = None
     for ll in loglines:
+        if ll.key == "init_start" and rec.init_start_ms is None and start is None:
+            with contextlib.suppress(TypeError, ValueError):
+                rec.init_start_ms = float(ll.timestamp)
         if ll.key == "run_start":
             start = ll.timestamp
         if ll.key == "run_stop":

@@ -14,6 +14,7 @@ from typing import Any
 
 from mlperf_logging.result_summarizer import result_summarizer as rs
 
+from mlrepro.audit import rcp_review
 from mlrepro.audit.package import errors_of
 from mlrepro.audit.scoring import SPEC_COLUMNS
 from mlrepro.core import atomic
@@ -23,13 +24,16 @@ from mlrepro.core.rulesets import allowed_benchmarks, table_order
 # result_id: the published ID where a table was supplied, else the one derived by ``result_ids``'s rule
 # (result_id_source says which; none: no system JSON, so no row of the published table);
 # judged_by: the mlperf-logging release whose checks gave the verdicts (versions.label).
+# consistency: the worst of the system's consistency checks (consistency.py): pass, warning or fail
 VERDICT_COLUMNS = ("judged_by", "result_id", "result_id_source", "derived_result_id", "result_id_notes",
                    "availability_category", "org", "system_folder", "system_desc", "package_checker", "files",
-                   "files_compliant", "sanity_warnings", "verdict_messages")
+                   "files_compliant", "sanity_warnings", "consistency", "verdict_messages")
 # energy: joules to train as result_summarizer's "<benchmark>:Energy" (folders with power logs);
 # energy_verdict: "scored", or why a folder with power logs has none (e.g. a zero-length window)
-PER_BENCHMARK = ("compliance", "rcp", "rcp_norm_factor", "raw_score", "submitted_factor", "computed_factor",
-                 "factor_check", "verdict", "sanity", "energy", "energy_verdict")
+# consistency: the consistency checks' verdict (consistency.py): pass, or the worst severity and its findings
+# rcp_table: which release's RCP table decided, as the review ended (rcp_review: "RCP for BS 4096: release 2.0.0")
+PER_BENCHMARK = ("compliance", "rcp", "rcp_table", "rcp_norm_factor", "raw_score", "submitted_factor",
+                 "computed_factor", "factor_check", "verdict", "consistency", "sanity", "energy", "energy_verdict")
 
 # The official results table's availability categories, in its order, and the values seen for each.
 CATEGORIES = ("Available cloud", "Available on-premise", "Preview", "Research, Development, or Internal (RDI)")
@@ -70,15 +74,32 @@ def columns(usage: str, ruleset: str) -> list[str]:
 
 
 def _verdict(b: dict[str, Any], errors: list[str]) -> tuple[str, bool]:
-    """(verdict text, whether the result may be ranked) of one scored or unscored benchmark."""
+    """(verdict text, whether the result may be ranked) of one scored or unscored benchmark; the judging
+    release's RCP error yields to the table of a later release where that decides (``rcp_review``)."""
+    review = b.get("rcp_review") or {}
+    by_later = review.get("source") == "later release"
+    if by_later and review.get("passed"):
+        errors = [e for e in errors if not rcp_review.is_rcp_error(e)]
+    elif by_later:
+        errors = [*errors, f"{review['label']}: {review['message']}"]
+    table = f"; {review['label']}" if review else ""
     if b["minutes"] is None:
         return f"no score: {b['reason']}", False
     if errors:
         return "fail: " + " | ".join(errors), False
     label = (b["rcp"] or {}).get("label", "")
-    if label in _RCP_FAILING:
-        return f"scored; RCP {label} accepted by rcp-bypass", True
-    return "scored", True
+    if label in _RCP_FAILING and not (by_later and review.get("passed")):
+        return f"scored; RCP {label} accepted by rcp-bypass{table}", True
+    return f"scored{table}", True
+
+
+def consistency_verdict(findings: list[dict[str, Any]]) -> str:
+    """A consistency column's text: pass, or the worst severity with its findings."""
+    if not findings:
+        return "pass"
+    worst = "fail" if any(f["severity"] == "fail" for f in findings) else "warning"
+    return f"{worst}: " + " | ".join(f"{f['file']}: {f['message']}" if f["file"] else f["message"]
+                                     for f in findings if f["severity"] == worst)
 
 
 def _details_url(folder: str, desc: dict[str, Any], usage: str, ruleset: str) -> str:
@@ -117,6 +138,7 @@ def row(org: dict[str, Any], system: dict[str, Any], usage: str, ruleset: str,
                sanity_warnings=sum(len(f.get("sanity", [])) for f in files))
     messages = [system["desc_problem"]] if system["desc_problem"] else []
     ranked: list[str] = []
+    severities: set[str] = set()
     for b in system["benchmarks"]:
         name = b["benchmark"]
         if not b["known"]:
@@ -126,6 +148,8 @@ def row(org: dict[str, Any], system: dict[str, Any], usage: str, ruleset: str,
         out[f"{name}:compliance"] = f"{sum(f['valid'] for f in b['files'])}/{len(b['files'])}"
         if b["rcp"]:
             out[f"{name}:rcp"] = b["rcp"]["label"] or f"error: {b['rcp']['message']}"
+        if b.get("rcp_review"):
+            out[f"{name}:rcp_table"] = b["rcp_review"]["label"]
         out[f"{name}:rcp_norm_factor"] = b["scaling_factor"] if b["minutes"] is not None else None
         out[f"{name}:raw_score"] = b["raw_minutes"]
         out[f"{name}:submitted_factor"] = b["submitted_factor"]
@@ -134,6 +158,9 @@ def row(org: dict[str, Any], system: dict[str, Any], usage: str, ruleset: str,
             out[f"{name}:factor_check"] = "DISAGREE" if b["factor_disagrees"] else "agree"
         verdict, ok = _verdict(b, errors_of(org["package"], system["folder"], b["folder"]))
         out[f"{name}:verdict"] = verdict
+        findings = b.get("consistency") or []
+        out[f"{name}:consistency"] = consistency_verdict(findings)
+        severities |= {f["severity"] for f in findings}
         if ok:
             ranked.append(name)
         if b["has_power"]:
@@ -142,6 +169,7 @@ def row(org: dict[str, Any], system: dict[str, Any], usage: str, ruleset: str,
                                              else f"no energy: {b['energy_problem']}")
         out[f"{name}:sanity"] = " | ".join(f"{f['name']}: {w}" for f in b["files"] for w in f.get("sanity", []))
         messages.extend(f"{b['folder']}: {p}" for p in b["problems"])
+    out["consistency"] = "fail" if "fail" in severities else "warning" if severities else "pass"
     out["ranked"] = ranked  # the benchmarks whose score passes every check (for the tables, not the CSV)
     out["verdict_messages"] = " | ".join(messages)
     return out

@@ -76,6 +76,16 @@ def resolve(configured: Path, ruleset: str) -> Path:
     return chosen
 
 
+def later_releases(configured: Path, ruleset: str) -> list[Path]:
+    """The releases after the round's tag in a folder of versions by tag, in release order: they hold the
+    round's RCP tables as the review left them (``rcp_review``). None where ``configured`` is one version."""
+    folder = configured.expanduser().resolve()
+    if _has_package(folder) or ruleset not in ROUND_TAGS:
+        return []
+    rounds = list(ROUND_TAGS)
+    return [folder / ROUND_TAGS[r] for r in rounds[rounds.index(ruleset) + 1:] if _has_package(folder / ROUND_TAGS[r])]
+
+
 def _label(folder: Path) -> str:
     """The version as its folder says it: the pip-installed release, else the folder's name (its tag)."""
     dist = sorted(folder.glob("mlperf_logging-*.dist-info"))

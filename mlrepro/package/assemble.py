@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from mlrepro import PACKAGE_ROOT, PROJECT_ROOT
-from mlrepro.core import atomic, integrity, names, rulesets
+from mlrepro.core import atomic, integrity, median_window, names, rulesets
 from mlrepro.package import provenance
 
 SUCCESS = "PACKAGE CHECKER FOUND NO ERRORS"
@@ -94,6 +94,29 @@ def assemble(out: Path, org: str, system_descs: dict[str, dict[str, Any]], runs:
     return root
 
 
+def chosen_runs(launched: dict[str, dict[str, list[Path]]], keep: dict[str, int]
+                ) -> tuple[dict[str, dict[str, list[Path]]], dict[str, dict[str, Any]]]:
+    """The runs the package holds: of more runs than a benchmark keeps, the median window in time order
+    (mlrepro/core/median_window.py); and each such choice's record (system -> benchmark -> selection)."""
+    from mlrepro.score import olympic_mean, window_run
+
+    runs: dict[str, dict[str, list[Path]]] = {}
+    selections: dict[str, dict[str, Any]] = {}
+    for system, benchmarks in launched.items():
+        for benchmark, files in benchmarks.items():
+            n = keep.get(benchmark, len(files))
+            if len(files) <= n:
+                runs.setdefault(system, {})[benchmark] = files
+                continue
+            # keyed by run folder: the ledger's and the provenance manifest's name of a run
+            by_dir = {f.parent.name: f for f in files}
+            chosen = median_window.choose([window_run(name, f) for name, f in by_dir.items()], n,
+                                          lambda minutes, b=benchmark: olympic_mean(b, minutes).minutes)
+            runs.setdefault(system, {})[benchmark] = [by_dir[k] for k in chosen["chosen_keys"]]
+            selections.setdefault(system, {})[benchmark] = chosen
+    return runs, selections
+
+
 def check(org_dir: Path, usage: str, ruleset: str, log: Path) -> PackageVerdict:
     """Run ``python -m mlperf_logging.package_checker``; it always exits 0, so read its output."""
     proc = subprocess.run(
@@ -127,12 +150,15 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     spec = json.loads(args.spec.read_text())
     descs = system_descriptions(json.loads(args.environment.read_text())["system_desc"], spec["systems"])
-    runs = {s: {b: [Path(f) for f in files] for b, files in benchmarks.items()}
-            for s, benchmarks in spec["runs"].items()}
-    try:  # only results that match the hashes their runs recorded are packaged
-        integrity.verify_results(f for benchmarks in runs.values() for files in benchmarks.values() for f in files)
+    launched = {s: {b: [Path(f) for f in files] for b, files in benchmarks.items()}
+                for s, benchmarks in spec["runs"].items()}
+    try:  # only results that match the hashes their runs recorded are packaged (and chosen from)
+        integrity.verify_results(f for benchmarks in launched.values() for files in benchmarks.values() for f in files)
     except integrity.Tampered as e:
         sys.exit(f"error: {e}")
+    runs, selections = chosen_runs(launched, spec.get("keep") or {})
+    spec = {**spec, "runs": {s: {b: [str(f) for f in files] for b, files in benchmarks.items()}
+                             for s, benchmarks in runs.items()}, "selections": selections}
     with atomic.atomic_dir(args.out) as tmp:
         org_dir = assemble(tmp, spec["org"], descs, runs, spec["implementations"], spec["ruleset"])
         if spec.get("provenance"):  # written before the check, so that the checker judges the package with it

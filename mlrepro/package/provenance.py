@@ -99,10 +99,13 @@ def _run_record(system: str, benchmark: str, index: int, result_rel: str, run_di
 
 
 def build(org_dir: Path, *, ruleset: str, outdir: Path, config: dict[str, Any], config_hash: str,
-          runs: dict[str, dict[str, list[str]]], data_manifests: dict[str, str], repo: Path) -> dict[str, Any]:
+          runs: dict[str, dict[str, list[str]]], data_manifests: dict[str, str], repo: Path,
+          selections: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
     """The manifest of the assembled package ``org_dir``; ``runs`` maps system -> benchmark -> run folders in
     package order, ``data_manifests`` benchmark -> its dataset's MANIFEST.sha256; ``repo`` the checkout the
-    Snakefile runs from (its git state is the package's; an mlrepro imported from another tree is named too)."""
+    Snakefile runs from (its git state is the package's; an mlrepro imported from another tree is named too);
+    ``selections`` system -> benchmark -> the median window chosen of more runs (core/median_window.py), keyed
+    by run folder: the ledger holds every launched run, the manifest says which window was packaged."""
     outdir = outdir.resolve()
     run_records, ledgers, images = [], [], {}
     for system, benchmarks in runs.items():
@@ -130,6 +133,7 @@ def build(org_dir: Path, *, ruleset: str, outdir: Path, config: dict[str, Any], 
         "config_sha256": hashlib.sha256(config_text.encode()).hexdigest(),
         "runs": run_records,
         "ledger": ledgers,
+        "selections": selections or {},
     }
 
 
@@ -159,5 +163,6 @@ def write_for_package(org_dir: Path, spec: dict[str, Any], provenance: dict[str,
                      config=provenance["config"], config_hash=provenance["config_hash"],
                      runs={s: {b: [str(Path(f).parent) for f in files] for b, files in benchmarks.items()}
                            for s, benchmarks in spec["runs"].items()},
-                     data_manifests=provenance["data_manifests"], repo=Path(provenance["repo"]))
+                     data_manifests=provenance["data_manifests"], repo=Path(provenance["repo"]),
+                     selections=spec.get("selections"))
     return write(org_dir, manifest)

@@ -77,7 +77,9 @@ class Plan:
         return [b for b in self.ordered_benchmarks if self.benchmarks[b].mini]
 
     def run_indices(self, benchmark: str) -> range:
-        return range(self.benchmarks[benchmark].runs)
+        """Every launched run: runs_to_run (M) of them, of which the package keeps the median window of runs (N)."""
+        spec = self.benchmarks[benchmark]
+        return range(spec.runs_to_run or spec.runs)
 
     @cached_property
     def ordered_units(self) -> list[Unit]:
@@ -343,6 +345,7 @@ class Plan:
                         for s in self.systems},
             "runs": {s: {b: [str(self.out.result(s, b, i)) for i in self.run_indices(b)]
                          for s2, b in self.ordered_units if s2 == s} for s in self.systems},
+            "keep": {b: spec.runs for b, spec in self.benchmarks.items()},  # of more runs, the median window
             "implementations": {b: {
                 "kind": spec.implementation.kind, "name": spec.implementation.name,
                 "folder": str(spec.implementation.folder), "image": spec.image,
@@ -358,6 +361,7 @@ class Plan:
     def _report_spec(self) -> dict[str, Any]:
         return {"config": self.config, "config_hash": self.config_hash, "submittable": self.submittable,
                 "benchmarks": {b: {"params": self.benchmarks[b].params, "runs": self.benchmarks[b].runs,
+                                   "runs_to_run": len(self.run_indices(b)),
                                    "required_runs": self.benchmarks[b].required_runs}
                                for b in self.ordered_benchmarks},
                 "systems": {s: {"nodes": self.system_nodes(s), "implementations": {

@@ -81,11 +81,15 @@ def seed_columns(summary: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def _section(out: Outputs, system: str, name: str, bench: dict[str, Any], implementation: dict[str, Any],
              score: dict[str, Any]) -> dict[str, Any]:
     runs = []
-    for i in range(bench["runs"]):
+    selection = score.get("selection")  # runs_to_run > runs: the median window of the launched runs is packaged
+    chosen = set(selection["chosen_keys"]) if selection else None
+    for i in range(bench.get("runs_to_run", bench["runs"])):
         run_dir = out.run_dir(system, name, i)
         run = json.loads(out.summary(system, name, i).read_text())
         verdict = json.loads(out.verdict(system, name, i).read_text())
-        runs.append({**run, "index": i, "compliance": verdict, "telemetry_charts": telemetry_charts(run_dir, run),
+        runs.append({**run, "index": i, "compliance": verdict,
+                     "packaged": chosen is None or str(out.result(system, name, i)) in chosen,
+                     "telemetry_charts": telemetry_charts(run_dir, run),
                      "telemetry_warnings": warnings(run.get("telemetry")),
                      "energy_j": (run.get("telemetry") or {}).get("accelerator_energy_j")})
     on_slurm = [r for r in runs if r.get("slurm")]
@@ -94,7 +98,7 @@ def _section(out: Outputs, system: str, name: str, bench: dict[str, Any], implem
 
         slurm_states(r["slurm"] for r in on_slurm)
     manifest_file = out.generated_data(name) / manifest.MANIFEST
-    scored = [r["energy_j"] for r in runs if r["status"] == "success"]
+    scored = [r["energy_j"] for r in runs if r["status"] == "success" and r["packaged"]]
     warned: dict[str, list[int]] = {}
     for r in runs:
         for w in r["telemetry_warnings"]:
@@ -104,6 +108,7 @@ def _section(out: Outputs, system: str, name: str, bench: dict[str, Any], implem
         "energy_per_run_j": sum(scored) / len(scored) if scored and None not in scored else None,
         "anchor": f"bm-{system}-{name}", "system": system,
         "name": name, "title": rulesets.TITLES.get(name, name), "score": score, "runs": runs,
+        "selection": selection,
         "target": bench["params"].get("target"), "params": bench["params"], "implementation": implementation,
         "charts": convergence_charts(name, runs, bench["params"].get("target")),
         "manifest": manifest.read_manifest(manifest_file.parent) if manifest_file.exists() else {},

@@ -69,6 +69,8 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--package-check", type=Path, required=True, help="what verify recorded before the runs")
     r.add_argument("--ruleset", default="2.0.0")
     r.add_argument("--reproduced", type=Path, required=True, help="the reproduction's output folder")
+    r.add_argument("--tolerance", type=float, default=None,
+                   help="the time to train's tolerance, a fraction (default: 0.025 imaging, 0.05 the others)")
     r.add_argument("--json", type=Path, required=True)
     r.add_argument("--html", type=Path, required=True)
     return p
@@ -94,7 +96,7 @@ def main(argv: list[str] | None = None) -> None:
         else:
             p = _plan(args.plan)
             changes = verify.after(Path(p.package), safe_read.read_json(args.package_check))
-            doc = compare.compare(p, args.reproduced, args.ruleset, changes)
+            doc = compare.compare(p, args.reproduced, args.ruleset, changes, args.tolerance)
             report.write_report(doc, args.json, args.html)
             print(report.summary_line(doc, args.html))
             if changes:  # an error the report leads with (its verdict: not comparable); the report is kept

@@ -7,8 +7,11 @@ The verdict per benchmark, and the rules behind it:
 - *not reproduced*: the epochs to converge differ by more
   than the tolerance (two standard errors of the difference of the means, at least half an epoch; the
   RCP rule's question, "does the submission converge faster than the implementation does?", asked
-  of the reproduction instead of the reference runs); or, where the hardware class matches, the
-  times to train differ by Mann-Whitney U (two-sided, alpha 0.05) and by more than 10% in median.
+  of the reproduction instead of the reference runs); or the numeric verdict (numeric.py) finds, where
+  the hardware class matches and each side has 3 converged runs, the whole 95% bootstrap interval of the
+  time-to-train ratio outside the tolerance (reproduce_tolerance; default +/-2.5% imaging, +/-5% others),
+  or the reproduced runs converging faster than the RCP of the batch size allows. Mann-Whitney U on the
+  times (two-sided) is reported beside it.
 - *reproduced*: otherwise. With the same seeds on a deterministic CPU implementation the eval metrics
   are bit-identical; the report says per run whether they are.
 """
@@ -24,6 +27,7 @@ from mlrepro.core import safe_read
 from mlrepro.core.hashing import sha256_file
 from mlrepro.datasets.manifest import MANIFEST as DATA_MANIFEST
 from mlrepro.package.provenance import MANIFEST
+from mlrepro.reproduce import numeric
 from mlrepro.reproduce.errors import ReproduceError
 from mlrepro.reproduce.plan import BenchmarkPlan, Plan
 from mlrepro.reproduce.results import LoggedRun, read_log
@@ -114,7 +118,7 @@ def _our_json(path: Path) -> dict[str, Any]:
 
 
 def compare_benchmark(b: BenchmarkPlan, org_dir: Path, reproduced_dir: Path, system_desc: dict[str, Any],
-                      ruleset: str) -> dict[str, Any]:
+                      ruleset: str, tolerance: float | None = None) -> dict[str, Any]:
     submitted = [read_log(Path(f), org_dir) for f in b.result_files]
     runs = []
     for i, seed in enumerate(b.seeds):
@@ -127,6 +131,7 @@ def compare_benchmark(b: BenchmarkPlan, org_dir: Path, reproduced_dir: Path, sys
             "index": i, "seed": seed, "reproduced_seed": rep.seed, "submitted_file": Path(sub.file).name,
             "submitted_minutes": sub.minutes, "reproduced_minutes": rep.minutes,
             "submitted_epochs": sub.epochs, "reproduced_epochs": rep.epochs,
+            "submitted_init_minutes": sub.init_minutes, "reproduced_init_minutes": rep.init_minutes,
             "metrics_identical": sub.evals == rep.evals and bool(sub.evals),
             "submitted_evals": sub.evals, "reproduced_evals": rep.evals, "compliant": compliant,
             "device": summary.get("device"), "image": summary.get("image"),
@@ -158,9 +163,12 @@ def compare_benchmark(b: BenchmarkPlan, org_dir: Path, reproduced_dir: Path, sys
     if not same_class:
         times["note"] = (f"the submission ran on {accelerators or 'unknown'} accelerators per node, the "
                          f"reproduction on {', '.join(sorted(devices)) or 'nothing'}: times are not comparable")
-    elif times["significant"]:
-        reasons.append(f"times to train differ: {times['test']} p = {times['p']:.4f} < {ALPHA}, medians "
-                       f"{times['median_submitted']:.3f} and {times['median_reproduced']:.3f} minutes")
+    figures = numeric.assess(
+        b.name, [{"minutes": s.minutes, "epochs": s.epochs, "init_minutes": s.init_minutes} for s in submitted],
+        [{"minutes": r["reproduced_minutes"], "epochs": r["reproduced_epochs"],
+          "init_minutes": r["reproduced_init_minutes"]} for r in runs],
+        division=division, ruleset=ruleset, bs=bs, tolerance=tolerance, hardware_comparable=same_class)
+    reasons.extend(figures["reasons"])
     dataset = None
     manifest_file = reproduced_dir / "data" / b.name / DATA_MANIFEST
     if manifest_file.is_file():
@@ -180,7 +188,7 @@ def compare_benchmark(b: BenchmarkPlan, org_dir: Path, reproduced_dir: Path, sys
             "olympic_submitted": olympic(b.name, [s.minutes for s in submitted]),
             "olympic_reproduced": olympic(b.name, [r["reproduced_minutes"] for r in runs]) if len(runs) >= 3
             else None,
-            "times": times, "convergence": convergence, "rcp": rcp, "dataset": dataset,
+            "times": times, "numeric": figures, "convergence": convergence, "rcp": rcp, "dataset": dataset,
             "hyperparameters": submitted[0].hyperparameters, "throughput": "not logged by this implementation",
             "params": b.params}
 
@@ -196,11 +204,14 @@ def _system_description(org_dir: Path, system: str) -> dict[str, Any]:
     return desc
 
 
-def compare(p: Plan, reproduced_dir: Path, ruleset: str, package_changes: list[str]) -> dict[str, Any]:
-    """The report's document; ``package_changes``: what the reproduction changed in the package (an error)."""
+def compare(p: Plan, reproduced_dir: Path, ruleset: str, package_changes: list[str],
+            tolerance: float | None = None) -> dict[str, Any]:
+    """The report's document; ``package_changes``: what the reproduction changed in the package (an error);
+    ``tolerance``: the time to train's (a fraction; None: numeric.default_tolerance per benchmark)."""
     org_dir = Path(p.package)
     desc = _system_description(org_dir, p.system)
-    benchmarks = [compare_benchmark(b, org_dir, reproduced_dir, desc, ruleset) for b in p.benchmarks.values()]
+    benchmarks = [compare_benchmark(b, org_dir, reproduced_dir, desc, ruleset, tolerance)
+                  for b in p.benchmarks.values()]
     verdicts = {b["verdict"] for b in benchmarks}
     overall = ("not comparable" if "not comparable" in verdicts or package_changes else
                "not reproduced" if "not reproduced" in verdicts else "reproduced")

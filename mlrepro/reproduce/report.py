@@ -16,5 +16,5 @@ def write_report(doc: dict[str, Any], json_out: Path, html_out: Path) -> None:
 
 
 def summary_line(doc: dict[str, Any], html: Path) -> str:
-    verdicts = ", ".join(f"{b['benchmark']}: {b['verdict']}" for b in doc["benchmarks"])
+    verdicts = ", ".join(f"{b['benchmark']}: {b['verdict']} ({b['numeric']['line']})" for b in doc["benchmarks"])
     return f"reproduction: {doc['verdict']} ({verdicts}); report {html}"

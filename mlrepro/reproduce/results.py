@@ -6,6 +6,7 @@ huge file or an MLLOG line nested 100,000 deep; each becomes the log's ``error``
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,19 +29,22 @@ class LoggedRun:
     evals: list[list[Any]] = field(default_factory=list)  # [epoch or samples, value]
     epochs: float | None = None  # epochs (or samples) to converge: the last eval's epoch_num
     submission: dict[str, Any] = field(default_factory=dict)
+    init_minutes: float | None = None  # run_start - the first init_start (untimed initialisation)
     error: str | None = None
 
 
 def read_log(path: Path, root: Path | None = None) -> LoggedRun:
     """The run ``path`` logs (a regular file inside ``root`` when given); what cannot be read is its error."""
     log = LoggedRun(str(path))
-    start = stop = None
+    start = stop = init = None
     try:
         text = safe_read.read_text(path, root)
         for e in mllog_reader.parse(text.splitlines(), str(path)):
             key, value, meta = e.get("key"), e.get("value"), e.get("metadata") or {}
             if not isinstance(meta, dict):
                 raise ValueError(f"{path}: {key}: metadata is not an object")
+            if key == "init_start" and init is None:
+                init = e.get("time_ms")
             if key == "run_start":
                 start = e.get("time_ms")
             elif key == "run_stop":
@@ -63,4 +67,8 @@ def read_log(path: Path, root: Path | None = None) -> LoggedRun:
             log.error = f"{path}: run_start or run_stop has a time_ms that is not a number"
             return log
         log.epochs = log.evals[-1][0] if log.evals else None
+    if start is not None and init is not None:
+        # a time that is not a number: the run has no initialisation time; its time to train stands
+        with contextlib.suppress(TypeError, ValueError):
+            log.init_minutes = (float(start) - float(init)) / 60_000
     return log
