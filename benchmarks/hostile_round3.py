@@ -165,7 +165,7 @@ def canary_cases(base: Path, rows: list[dict[str, Any]]) -> None:
     from mlrepro.audit import __main__ as audit_main
     from mlrepro.audit import versions
     from mlrepro.core import smk
-    from mlrepro.environment import probe
+    from mlrepro.core import probe
     from mlrepro.package import assemble
     from mlrepro.telemetry import start_sampler
 
@@ -328,7 +328,7 @@ def inference_cases(base: Path, rows: list[dict[str, Any]]) -> None:
 def config_cases(base: Path, rows: list[dict[str, Any]]) -> None:
     import yaml
 
-    from mlrepro.core import config as mlconfig
+    from mlrepro import config as mlconfig
 
     default = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
     for name, change in (("org with a final newline", {"org": "abc\n"}), ("seed 2^64", {"seed": 2**64}),

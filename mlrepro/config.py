@@ -111,7 +111,7 @@ def refuse_templates(files: Iterable[Path | str], allowed: bool) -> None:
                 "expressions are Python code; mlrepro refuses templates unless you allow them with --config "
                 "allow_templates=true. Snakemake evaluates a template when it loads the file, before mlrepro is "
                 "asked: never pass a config file from someone else without reading it (python -m "
-                "mlrepro.core.config check FILE reads one without running it). See docs/security.md")
+                "mlrepro.config check FILE reads one without running it). See docs/security.md")
 
 
 def _fill_defaults(instance: dict[str, Any], schema: dict[str, Any]) -> None:
@@ -315,7 +315,7 @@ def submittable(benchmarks: Mapping[str, Benchmark]) -> bool:
 
 
 def check_file(path: Path) -> str:
-    """What ``python -m mlrepro.core.config check FILE`` says of a config file, read as plain YAML (nothing in it
+    """What ``python -m mlrepro.config check FILE`` says of a config file, read as plain YAML (nothing in it
     runs): a template, a config of too many values, keys the schema refuses; or that it is well formed."""
     with path.open("rb") as f:
         data = yaml.load(f.read(8 << 20), Loader=_SafeLoader)
@@ -330,7 +330,7 @@ if __name__ == "__main__":
     import sys
 
     if len(sys.argv) != 3 or sys.argv[1] != "check":
-        sys.exit("usage: python -m mlrepro.core.config check FILE")
+        sys.exit("usage: python -m mlrepro.config check FILE")
     try:
         print(check_file(Path(sys.argv[2])))
     except (ConfigError, OSError, yaml.YAMLError) as e:

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mlrepro.core import config as mlconfig
+from mlrepro import config as mlconfig
 from mlrepro.core import smk
 from mlrepro.inference import audit as iaudit
 from mlrepro.runs import ledger, warm
@@ -171,7 +171,7 @@ def test_every_entry_point_ignores_modules_in_the_working_folder(canaries: tuple
     _, mark = canaries
     from mlrepro.audit import __main__ as audit_main
     from mlrepro.audit import versions
-    from mlrepro.environment import probe
+    from mlrepro.core import probe
     from mlrepro.package import assemble
     from mlrepro.telemetry import start_sampler
 
