@@ -17,7 +17,7 @@ from pathlib import Path
 
 from mlperf_logging.compliance_checker import mlp_compliance
 
-from mlrepro.audit import engine
+from mlrepro.audit import engine, versions
 from mlrepro.core import atomic, integrity
 
 
@@ -29,6 +29,7 @@ class Verdict:
     valid: bool
     messages: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    judged_by: str = ""  # the mlperf-logging release whose checker gave the verdict
 
 
 def check(path: Path, usage: str, ruleset: str) -> Verdict:
@@ -48,7 +49,7 @@ def check(path: Path, usage: str, ruleset: str) -> Verdict:
     messages = [*checker.not_overwritable, *checker.overwritable.values()]
     warnings = [f"{key}: {msg}" for key, msg in checker.warnings.items()]
     return Verdict(str(path), usage, ruleset, bool(valid), [_cut(str(m)) for m in messages],
-                   [_cut(w) for w in warnings])
+                   [_cut(w) for w in warnings], versions.label())
 
 
 # A message can quote a log line, and a hostile line can be megabytes long.
@@ -69,7 +70,14 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--out", type=Path, required=True, help="the verdict as JSON (written only when compliant)")
     p.add_argument("--run-json", type=Path, default=None,
                    help="the run's record: check the result against the sha256 it recorded first")
+    p.add_argument("--logging-release", type=Path, default=None,
+                   help="the folder of the mlperf-logging release that judges (run isolated under it; "
+                   "default: the installed one)")
     args = p.parse_args(argv)
+    if args.logging_release and not versions.isolated(args.logging_release):  # a child judges with that release
+        sys.exit(versions.run_isolated(args.logging_release,
+                                       ["-m", "mlrepro.gate.compliance", *(sys.argv[1:] if argv is None else argv)]))
+    versions.assert_isolated()
     if args.run_json and (problem := integrity.result_problem(args.result, args.run_json)):
         sys.exit(f"error: {problem}\nRestore the file, or delete its run folder to run it again.")
     verdict = check(args.result, args.usage, args.ruleset)
@@ -77,7 +85,8 @@ def main(argv: list[str] | None = None) -> None:
         details = "\n".join(f"  {m}" for m in verdict.messages) or "  (the checker gave no message)"
         sys.exit(f"error: {args.result} fails the MLPerf compliance checker ({args.usage} {args.ruleset}):\n"
                  f"{details}\nRe-check by hand with: python -m mlperf_logging.compliance_checker "
-                 f"--usage {args.usage} --ruleset {args.ruleset} {args.result}")
+                 f"--usage {args.usage} --ruleset {args.ruleset} {args.result}"
+                 + (f" (with PYTHONPATH={args.logging_release})" if args.logging_release else ""))
     atomic.write_json(args.out, asdict(verdict))
 
 

@@ -142,16 +142,22 @@ def train(
     max_epochs = int(params["max_epochs"])
     metrics: list[dict[str, Any]] = []
     status, value, epoch = "aborted", None, 0
+    eval_keys = getattr(workload, "eval_keys", (c.EVAL_ACCURACY,))
+    samples_count = getattr(workload, "samples_count", None)
     log.start(c.RUN_START)
     start = time.time()
     for epoch in range(1, max_epochs + 1):
+        # Rounds from 3.1 on count progress in samples for some benchmarks (flux1, stable_diffusion)
+        where = {"epoch_num": epoch} if samples_count is None else \
+            {"epoch_num": epoch, "samples_count": samples_count(epoch)}
         log.start(c.EPOCH_START, epoch_num=epoch)
         train_epoch(workload, epoch)
         log.end(c.EPOCH_STOP, epoch_num=epoch)
-        log.start(c.EVAL_START, epoch_num=epoch)
+        log.start(c.EVAL_START, **where)
         value = workload.evaluate(epoch)
-        log.event(c.EVAL_ACCURACY, value, epoch_num=epoch)
-        log.end(c.EVAL_STOP, epoch_num=epoch)
+        for key in eval_keys:
+            log.event(key, value, **where)
+        log.end(c.EVAL_STOP, **where)
         metrics.append({"epoch": epoch, "value": value, "time_ms": int((time.time() - start) * 1000)})
         if reached(value, target, workload.higher_is_better):
             status = "success"
