@@ -89,3 +89,9 @@ def test_the_config_reads_the_configured_release(release: Path, tmp_path: Path) 
     assert {b.name: b.required_runs for b in benchmarks.values()} == {"flux1": 10, "dlrm_dcnv2": 10}
     with pytest.raises(mlconfig.ConfigError, match=r"logging_release: .*pip install --target"):
         mlconfig.load({**raw, "logging_release": str(tmp_path)})
+
+
+@pytest.mark.parametrize("ruleset", ["5.1.0", "6.0.0"])
+def test_rulesets_of_the_current_rounds_take_their_benchmark_names(ruleset: str) -> None:
+    _, benchmarks = mlconfig.load({"ruleset": ruleset, "benchmarks": {"flux1": {}, "dlrm_dcnv2": {}}})
+    assert sorted(benchmarks) == ["dlrm_dcnv2", "flux1"]
