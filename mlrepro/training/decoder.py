@@ -33,8 +33,8 @@ class RMSNorm(nn.Module):
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(dim))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # x / rms(x) * weight, in one kernel
+        return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
 
 
 # ------------------------------------------------------------------------------------------------ RoPE
@@ -107,12 +107,11 @@ class Attention(nn.Module):
     def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
         b, t, _ = x.shape
         q, k, v = self.project(x, rope)
-        group = self.heads // self.kv_heads  # each key/value head serves this many query heads
-        k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
         if self.window and t > self.window:
-            y = banded_attention(q, k, v, self.window)
-        else:
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            group = self.heads // self.kv_heads  # each key/value head serves this many query heads
+            y = banded_attention(q, k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1), self.window)
+        else:  # enable_gqa: query head i reads key/value head i // (heads / kv_heads)
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
         return self.o_proj(y.transpose(1, 2).reshape(b, t, -1))
 
 
