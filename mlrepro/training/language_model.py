@@ -55,7 +55,7 @@ class PretrainWorkload:
 
     def __init__(self, data_dir: Path, params: dict[str, Any], device: torch.device, seed: int,
                  config: DecoderConfig) -> None:
-        self.device, self.seed, self.p = device, seed, params
+        self.device, self.seed = device, seed
         self.tokens = torch.from_numpy(np.load(data_dir / "train.npz")["tokens"].astype(np.int64))
         self.eval_tokens = torch.from_numpy(np.load(data_dir / "eval.npz")["tokens"].astype(np.int64)).to(device)
         self.model = Decoder(config).to(device)
