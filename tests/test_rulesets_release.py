@@ -95,3 +95,10 @@ def test_the_config_reads_the_configured_release(release: Path, tmp_path: Path) 
 def test_rulesets_of_the_current_rounds_take_their_benchmark_names(ruleset: str) -> None:
     _, benchmarks = mlconfig.load({"ruleset": ruleset, "benchmarks": {"flux1": {}, "dlrm_dcnv2": {}}})
     assert sorted(benchmarks) == ["dlrm_dcnv2", "flux1"]
+
+
+def test_every_mini_metric_runs_the_way_the_rules_say() -> None:
+    from mlrepro.training.workload import implemented_benchmarks, load_module
+
+    for benchmark in implemented_benchmarks():
+        assert load_module(benchmark).Workload.higher_is_better == rulesets.rules(benchmark).higher_is_better

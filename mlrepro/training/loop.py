@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from mlrepro.core import atomic
+from mlrepro.core import atomic, rulesets
 from mlrepro.datasets import manifest
 from mlrepro.training import distributed
 from mlrepro.training.mllog_writer import RunLog
@@ -129,6 +129,11 @@ def train(
     manifest.require_valid(data_dir)
     seed_everything(seed)
     workload: Workload = module.Workload(data_dir, params, device, seed)
+    # The metric's direction is the rules' (mlrepro/core/rulesets.yaml); a workload that says otherwise is wrong.
+    if workload.higher_is_better != rulesets.rules(benchmark).higher_is_better:
+        raise ValueError(f"workflows/{benchmark}/model.py: higher_is_better={workload.higher_is_better}, but the "
+                         f"rules' metric for {benchmark} is {'higher' if not workload.higher_is_better else 'lower'} "
+                         "is better (mlrepro/core/rulesets.yaml)")
     for tensor in workload.initialized_tensors():
         log.event(c.WEIGHTS_INITIALIZATION, tensor=tensor)
     log.event(c.GRADIENT_ACCUMULATION_STEPS, int(params.get("gradient_accumulation_steps", 1)))
