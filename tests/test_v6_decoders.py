@@ -284,3 +284,7 @@ def test_converges_with_a_log_the_6_0_0_checker_judges(tmp_path: Path, benchmark
                                                                logged["max_sequence_length"])
     assert logged["global_batch_size"] == params["batch_size"]
     assert logged["eval_samples"] == params["data"]["eval_samples"]
+    evals = [json.loads(line.split(":::MLLOG ", 1)[1]) for line in result.read_text().splitlines()
+             if '"key": "eval_accuracy"' in line]
+    per_epoch = params["data"]["train_samples"] // params["batch_size"] * params["batch_size"]
+    assert [e["metadata"]["samples_count"] for e in evals] == [per_epoch * e["metadata"]["epoch_num"] for e in evals]

@@ -91,6 +91,10 @@ class PretrainWorkload:
     def initialized_tensors(self) -> list[str]:
         return self.model.parameter_names()
 
+    def samples_count(self, epoch: int) -> int:
+        """Training sequences seen by the end of ``epoch`` (the LLM rules' eval position)."""
+        return epoch * self.steps_per_epoch * self.batch
+
     def batches(self, epoch: int) -> Iterator[torch.Tensor]:
         order = torch.randperm(len(self.tokens), generator=epoch_generator(self.seed, epoch))
         shuffled = self.tokens[order].to(self.device)

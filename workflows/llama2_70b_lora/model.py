@@ -186,6 +186,10 @@ class Workload:
     def initialized_tensors(self) -> list[str]:
         return self.model.parameter_names()  # the adapters: the base is loaded, not initialised
 
+    def samples_count(self, epoch: int) -> int:
+        """Training samples seen by the end of ``epoch`` (the rules' eval position)."""
+        return epoch * self.steps_per_epoch * self.batch
+
     def batches(self, epoch: int) -> Iterator[torch.Tensor]:
         order = torch.randperm(len(self.tokens), generator=epoch_generator(self.seed, epoch))
         shuffled = self.tokens[order].to(self.device)
