@@ -210,11 +210,19 @@ def load(raw: Mapping[str, Any], source: str = "config",
     if usage == "inference":
         raise ConfigError(f"invalid configuration ({source}):\n  usage: inference is for audits (audit=PATH); "
                           "the pipeline serves its models through LoadGen as configured under inference:")
-    if ruleset not in rulesets.known_rulesets(usage):
+    # the release that judges (logging_release, else the installed one) says which benchmarks and runs there are
+    try:
+        release = rulesets.release_folder(config.get("logging_release"), ruleset)
+        known = rulesets.known_rulesets(usage, release)
+    except ValueError as e:
+        raise ConfigError(f"invalid configuration ({source}):\n  logging_release: {e}") from None
+    judge = f"mlperf_logging in {release}" if release else "the installed mlperf_logging"
+    if ruleset not in known:
+        hint = "" if release else "; a later round's ruleset needs its release: set logging_release"
         raise ConfigError(f"invalid configuration ({source}):\n  ruleset: unknown ruleset {ruleset!r} for "
-                          f"{usage}; mlperf_logging knows {', '.join(rulesets.known_rulesets(usage))}")
+                          f"{usage}; {judge} knows {', '.join(known)}{hint}")
     implemented = implemented_benchmarks()
-    allowed = rulesets.allowed_benchmarks(ruleset, usage)
+    allowed = rulesets.allowed_benchmarks(ruleset, usage, release)
     benchmarks: dict[str, Benchmark] = {}
     problems = []
     unknown = [name for name in config["only"] if name not in config["benchmarks"]]
@@ -258,7 +266,7 @@ def load(raw: Mapping[str, Any], source: str = "config",
                 problems.append(f"  {key}: {', '.join(sorted(overrides))}: an implementation folder takes its "
                                 "hyperparameters from its config file; set system_config instead")
                 continue
-        required = rulesets.required_runs(name, usage)
+        required = rulesets.required_runs(name, usage, release)
         runs = int(pipeline.get("runs", required))
         if runs != required and not config["allow_fewer_runs"]:
             problems.append(f"  {key}.runs: {runs} runs, but {usage} {ruleset} requires exactly {required}; "

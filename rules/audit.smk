@@ -44,7 +44,7 @@ AUDIT_REJECTED = [e.encode("utf-8", "backslashreplace").decode() for e in
 
 
 # audit_logging=DIR: the mlperf-logging release that judges (one version's folder, or a folder of them
-# named by tag, from which the ruleset's round tag is chosen); it runs isolated (mlrepro/audit/versions.py)
+# named by tag, from which the ruleset's round tag is chosen); it runs isolated (mlrepro/core/versions.py)
 AUDIT_LOGGING = ["--logging", str(Path(config["audit_logging"]).resolve())] if config.get("audit_logging") else []
 # audit_logging_compare=DIR|installed: judge by a second release too; the summarize step lists where
 # verdicts differ (rules_changed.json/.csv beside the summary)

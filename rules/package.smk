@@ -1,4 +1,6 @@
 # Stage 5: the MLCommons submission tree, judged by the official package checker.
+from mlrepro.core import rulesets
+
 rule package:
     input:
         spec=PLAN.out.spec("package"),
@@ -17,10 +19,12 @@ rule package:
         tree=directory(PLAN.out.submission),
         verdict=PLAN.out.package_verdict,
     params:
+        # the release whose package checker judges (logging_release; else the installed mlperf_logging)
+        release=rulesets.release_args(PLAN.config),
         # the interpreter running Snakemake runs every stage too (a venv need not be activated)
         python=PLAN.python,
     log:
         PLAN.out.log("package_checker"),
     shell:
         "{params.python:q} -m mlrepro.package.assemble --spec {input.spec:q} --environment {input.environment:q} "
-        "--out {output.tree:q} --verdict {output.verdict:q} --log {log:q}"
+        "--out {output.tree:q} --verdict {output.verdict:q} --log {log:q} {params.release:q}"

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from mlrepro.audit import rcp_review, versions
+from mlrepro.audit import rcp_review
+from mlrepro.core import versions
 from tests import rounds
 from tests.conftest import require
 

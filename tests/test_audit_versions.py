@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from mlrepro.audit import versions
+from mlrepro.core import versions
 from tests import rounds
 from tests.conftest import require
 
@@ -107,12 +107,12 @@ def test_the_round_tag_is_chosen_from_the_ruleset(releases: Path, tmp_path: Path
 
 def test_a_version_judges_in_its_own_interpreter(releases: Path, tmp_path: Path) -> None:
     # the child reports where its mlperf_logging comes from; the project's interpreter never imports it
-    script = "import mlperf_logging, mlrepro.audit.versions as v; v.assert_isolated(); print(mlperf_logging.__file__)"
+    script = "import mlperf_logging, mlrepro.core.versions as v; v.assert_isolated(); print(mlperf_logging.__file__)"
     folder = versions.resolve(releases, RULESET)
     probe = tmp_path / "probe.py"
     probe.write_text(script)
     assert versions.run_isolated(folder, [str(probe)]) == 0
-    out = subprocess.run([sys.executable, "-c", f"import mlrepro.audit.versions as v, pathlib; "
+    out = subprocess.run([sys.executable, "-c", f"import mlrepro.core.versions as v, pathlib; "
                           f"raise SystemExit(v.run_isolated(pathlib.Path({str(folder)!r}), ['-c', {script!r}]))"],
                          capture_output=True, text=True, check=True).stdout
     assert out.strip().startswith(str(folder / "mlperf_logging"))

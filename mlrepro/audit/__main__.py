@@ -13,7 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from mlrepro.audit import compare, discover, versions
+from mlrepro.audit import compare, discover
+from mlrepro.core import versions
 
 
 def main(argv: list[str] | None = None) -> None:

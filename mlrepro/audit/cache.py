@@ -6,7 +6,7 @@ import json
 from importlib.metadata import version
 from pathlib import Path
 
-from mlrepro.audit import versions
+from mlrepro.core import versions
 from mlrepro.audit.runfile import FileCheck
 from mlrepro.core import atomic
 

@@ -190,7 +190,7 @@ def judge_org(task: tuple[Path, str, str, int | None, bool, list[Path]]
 
 def _reviews(copy: Path, usage: str, ruleset: str, later: list[Path]) -> Reviews:
     """``rcp_review.decide`` for every closed benchmark folder of the copy that the RCP check applies to."""
-    from mlrepro.audit import versions
+    from mlrepro.core import versions
 
     judge = versions.current()
     out: Reviews = {}

@@ -21,6 +21,7 @@ import numpy as np
 from mlperf_logging.rcp_checker import rcp_checker
 
 from mlrepro.audit.runfile import FileCheck
+from mlrepro.core import rulesets
 
 _RCP_RULESETS = {"1.0.0", "1.1.0", "2.0.0", "2.1.0", "3.0.0", "3.1.0", "4.0.0", "4.1.0", "5.0.0", "5.1.0",
                  "6.0.0", "6.1.0"}
@@ -57,7 +58,7 @@ class RcpVerdict:
 
 def applies(ruleset: str, division: str, benchmark: str) -> bool:
     """Whether the package checker runs the RCP checker on this folder."""
-    return ruleset in _RCP_RULESETS and division == "closed" and benchmark != "minigo"
+    return ruleset in _RCP_RULESETS and division == "closed" and rulesets.rules(benchmark, ruleset).rcp
 
 
 @functools.cache
@@ -85,7 +86,7 @@ def submission_epochs(records: list[FileCheck]) -> tuple[Any, list[float] | None
             benchmark = rec.rcp_benchmark
         elif rec.rcp_benchmark != benchmark:
             return -1, None, None
-    if (not_converged > 1 and benchmark != "unet3d") or (not_converged > 4 and benchmark == "unet3d"):
+    if not_converged > rulesets.rules(benchmark or "").dropped:
         return bs, None, benchmark
     return bs, epochs, benchmark
 

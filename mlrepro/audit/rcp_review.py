@@ -38,7 +38,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from mlrepro.audit import versions
+from mlrepro.core import versions
 from mlrepro.audit.discover import BenchmarkDir
 from mlrepro.audit.runfile import FileCheck
 

@@ -1,7 +1,7 @@
 """MLPerf Training scoring arithmetic: the olympic mean of a benchmark's runs.
 
 The rules (training_policies, "Benchmark Results"): sort the N times to train, drop the fastest
-and the slowest (unet3d: four of each) and average the rest. A run that did not converge counts
+and the slowest (unet3d: four of each; of three runs the middle one is left) and average the rest. A run that did not converge counts
 as a dropped slowest run; more such runs than may be dropped invalidate the benchmark. This is the
 arithmetic of ``mlperf_logging.result_summarizer._compute_olympic_average``, kept here so that
 scoring does not depend on the summarizer's crashes (KeyError on dlrm/minigo for rulesets 1.x/2.x).
@@ -13,9 +13,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from mlrepro.core import rulesets
+
 
 def max_dropped(benchmark: str) -> int:
-    return 4 if benchmark == "unet3d" else 1
+    """Runs dropped at each end (the rules' table, mlrepro/core/rulesets.yaml: unet3d 4, others 1)."""
+    return rulesets.rules(benchmark).dropped
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ The audit's fast paths are never used here: the gate's verdicts equal the unpatc
 every result file of the public v1.1 round (tests/test_gate_round.py).
 
 Interface: ``check(path, usage, ruleset) -> Verdict``; ``python -m mlrepro.gate.compliance RESULT
---ruleset R [--usage U] --out VERDICT.json [--run-json RUN.json]`` (exit 1 and the checker's
+--ruleset R [--usage U] --out VERDICT.json [--run-json RUN.json] [--logging-release DIR]`` (exit 1 and the checker's
 messages on a failing file; the verdict written only when compliant).
 """
 
@@ -21,9 +21,7 @@ from contextlib import redirect_stdout
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from mlperf_logging.compliance_checker import mlp_compliance
-
-from mlrepro.core import atomic, checker, integrity
+from mlrepro.core import atomic, integrity, versions
 
 
 @dataclass
@@ -34,9 +32,15 @@ class Verdict:
     valid: bool
     messages: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    judged_by: str = ""  # the mlperf-logging release whose checker gave the verdict
 
 
 def check(path: Path, usage: str, ruleset: str) -> Verdict:
+    # imported here: a gate that hands over to a release's own interpreter (--logging-release) never loads them
+    from mlperf_logging.compliance_checker import mlp_compliance
+
+    from mlrepro.core import checker
+
     official = mlp_compliance.make_checker(usage, ruleset, False, False)
     # The checker logs through the root logger and prints; keep both out of the pipeline's output.
     logging.getLogger().setLevel(logging.CRITICAL)
@@ -52,7 +56,7 @@ def check(path: Path, usage: str, ruleset: str) -> Verdict:
     messages = [*official.not_overwritable, *official.overwritable.values()]
     warnings = [f"{key}: {msg}" for key, msg in official.warnings.items()]
     return Verdict(str(path), usage, ruleset, bool(valid), [_cut(str(m)) for m in messages],
-                   [_cut(w) for w in warnings])
+                   [_cut(w) for w in warnings], versions.label())
 
 
 # A message can quote a log line, and a hostile line can be megabytes long.
@@ -73,7 +77,14 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--out", type=Path, required=True, help="the verdict as JSON (written only when compliant)")
     p.add_argument("--run-json", type=Path, default=None,
                    help="the run's record: check the result against the sha256 it recorded first")
+    p.add_argument("--logging-release", type=Path, default=None,
+                   help="the folder of the mlperf-logging release that judges (run isolated under it; "
+                   "default: the installed one)")
     args = p.parse_args(argv)
+    if args.logging_release and not versions.isolated(args.logging_release):  # a child judges with that release
+        sys.exit(versions.run_isolated(args.logging_release,
+                                       ["-m", "mlrepro.gate.compliance", *(sys.argv[1:] if argv is None else argv)]))
+    versions.assert_isolated()
     if args.run_json and (problem := integrity.result_problem(args.result, args.run_json)):
         sys.exit(f"error: {problem}\nRestore the file, or delete its run folder to run it again.")
     verdict = check(args.result, args.usage, args.ruleset)
@@ -81,7 +92,8 @@ def main(argv: list[str] | None = None) -> None:
         details = "\n".join(f"  {m}" for m in verdict.messages) or "  (the checker gave no message)"
         sys.exit(f"error: {args.result} fails the MLPerf compliance checker ({args.usage} {args.ruleset}):\n"
                  f"{details}\nRe-check by hand with: python -m mlperf_logging.compliance_checker "
-                 f"--usage {args.usage} --ruleset {args.ruleset} {args.result}")
+                 f"--usage {args.usage} --ruleset {args.ruleset} {args.result}"
+                 + (f" (with PYTHONPATH={args.logging_release})" if args.logging_release else ""))
     atomic.write_json(args.out, asdict(verdict))
 
 

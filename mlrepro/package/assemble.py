@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -34,6 +35,7 @@ class PackageVerdict:
     errors: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     submittable: bool = True
+    judged_by: str = ""  # the mlperf-logging release whose package checker judged
 
 
 def _copy_implementation(benchmark: str, impl: dict, dest: Path) -> None:
@@ -62,15 +64,18 @@ def _copy_implementation(benchmark: str, impl: dict, dest: Path) -> None:
         (dest / IMAGE_RECORD).write_text(json.dumps({k: record.get(k) for k in keep}, indent=2) + "\n")
 
 
-def system_descriptions(probed: dict[str, Any], systems: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+def system_descriptions(probed: dict[str, Any], systems: dict[str, dict[str, Any]],
+                        ruleset: str | None = None) -> dict[str, dict[str, Any]]:
     """Each system's description: the probed host's (mlrepro.environment.system_desc), named for the system,
-    with its node count and the fields its config sets by hand (systems.<name>.description)."""
+    with its node count, its status as ``ruleset`` words it, and the fields its config sets by hand
+    (systems.<name>.description)."""
     descs = {}
+    status = {"status": rulesets.system_status(probed["status"], ruleset)} if ruleset and "status" in probed else {}
     for name, system in systems.items():
         nodes = int(system["nodes"])
         networking = {"host_networking": "N/A (single node)"} if nodes == 1 else \
             {"host_networking": "Ethernet (Slurm cluster)", "host_networking_topology": "Slurm cluster"}
-        descs[name] = {**probed, **networking, "system_name": name, "number_of_nodes": str(nodes),
+        descs[name] = {**probed, **status, **networking, "system_name": name, "number_of_nodes": str(nodes),
                        **system["description"]}
     return descs
 
@@ -117,12 +122,14 @@ def chosen_runs(launched: dict[str, dict[str, list[Path]]], keep: dict[str, int]
     return runs, selections
 
 
-def check(org_dir: Path, usage: str, ruleset: str, log: Path) -> PackageVerdict:
-    """Run ``python -m mlperf_logging.package_checker``; it always exits 0, so read its output."""
+def check(org_dir: Path, usage: str, ruleset: str, log: Path, release: Path | None = None) -> PackageVerdict:
+    """Run ``python -m mlperf_logging.package_checker`` (of ``release``'s folder, else the installed one);
+    it always exits 0, so read its output."""
+    env = None if release is None else {**os.environ, "PYTHONPATH": str(release), "PYTHONNOUSERSITE": "1"}
     proc = subprocess.run(
         [sys.executable, "-P", "-m", "mlperf_logging.package_checker", str(org_dir), usage, ruleset,
          "--log_output", str(log.with_suffix(".checker.log"))],
-        capture_output=True, text=True, check=False,
+        capture_output=True, text=True, check=False, env=env,
     )
     output = proc.stdout + proc.stderr
     log.write_text(output)
@@ -134,7 +141,18 @@ def check(org_dir: Path, usage: str, ruleset: str, log: Path) -> PackageVerdict:
     valid = SUCCESS in output and not errors
     if not valid and not errors:
         errors.append("package checker did not report success")
-    return PackageVerdict(str(org_dir), usage, ruleset, valid, errors, warnings)
+    return PackageVerdict(str(org_dir), usage, ruleset, valid, errors, warnings, judged_by=_release_label(release))
+
+
+def _release_label(release: Path | None) -> str:
+    """The release that judged, as its folder says it (pip's dist-info, else the folder's name: its tag)."""
+    if release is None:
+        from importlib.metadata import version
+
+        return version("mlperf-logging")
+    from mlrepro.core.versions import describe
+
+    return describe(release).label
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -147,9 +165,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--out", type=Path, required=True, help="the submission folder to write")
     p.add_argument("--verdict", type=Path, required=True)
     p.add_argument("--log", type=Path, required=True)
+    p.add_argument("--logging-release", type=Path, default=None,
+                   help="the folder of the mlperf-logging release whose package checker judges (default: installed)")
     args = p.parse_args(argv)
     spec = json.loads(args.spec.read_text())
-    descs = system_descriptions(json.loads(args.environment.read_text())["system_desc"], spec["systems"])
+    descs = system_descriptions(json.loads(args.environment.read_text())["system_desc"], spec["systems"],
+                                spec["ruleset"])
     launched = {s: {b: [Path(f) for f in files] for b, files in benchmarks.items()}
                 for s, benchmarks in spec["runs"].items()}
     try:  # only results that match the hashes their runs recorded are packaged (and chosen from)
@@ -163,7 +184,7 @@ def main(argv: list[str] | None = None) -> None:
         org_dir = assemble(tmp, spec["org"], descs, runs, spec["implementations"], spec["ruleset"])
         if spec.get("provenance"):  # written before the check, so that the checker judges the package with it
             provenance.write_for_package(org_dir, spec, spec["provenance"])
-        verdict = check(org_dir, spec["usage"], spec["ruleset"], args.log)
+        verdict = check(org_dir, spec["usage"], spec["ruleset"], args.log, args.logging_release)
         manifest_sha256 = provenance.write_for_package(org_dir, spec, spec["provenance"]) \
             if spec.get("provenance") else None  # again: the checker may have added files
         verdict.folder = str(args.out / spec["org"])
@@ -171,7 +192,8 @@ def main(argv: list[str] | None = None) -> None:
         if not verdict.valid and verdict.submittable:
             errors = "\n".join(f"  {e}" for e in verdict.errors)
             sys.exit(f"error: the submission package {args.out / spec['org']} fails the official package "
-                     f"checker ({spec['usage']} {spec['ruleset']}):\n{errors}\nFull output: {args.log}")
+                     f"checker ({spec['usage']} {spec['ruleset']}, mlperf-logging {verdict.judged_by}):\n{errors}\n"
+                     f"Full output: {args.log}")
         files = integrity.tree_hashes(tmp)  # what later steps verify the package against
     atomic.write_json(args.verdict, {**asdict(verdict), "manifest_sha256": manifest_sha256, "files": files})
 

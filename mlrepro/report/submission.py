@@ -124,6 +124,10 @@ def build_context(out: Outputs, spec: dict[str, Any]) -> dict[str, Any]:
     env = json.loads(out.environment.read_text())
     descs = {s: json.loads(out.system_desc(config["org"], s).read_text()) for s in systems}
     order = sorted(benchmarks, key=lambda b: rulesets.SEED_ORDER.index(b) if b in rulesets.SEED_ORDER else 99)
+    # the mlperf-logging releases whose compliance checker judged the results (one, unless the config changed)
+    gate_judges = sorted({json.loads(out.verdict(s, b, i).read_text()).get("judged_by") or "(not recorded)"
+                          for s, sys_spec in systems.items() for b in sys_spec["implementations"]
+                          for i in range(benchmarks[b]["runs"]) if out.verdict(s, b, i).exists()})
     sections, summary = [], []
     for system, sys_spec in systems.items():
         desc = descs[system]
@@ -149,7 +153,8 @@ def build_context(out: Outputs, spec: dict[str, Any]) -> dict[str, Any]:
         "system": ", ".join(systems), "systems": descs, "org": config["org"], "division": config["division"],
         "ruleset": config["ruleset"], "usage": config["usage"], "engine": config["engine"],
         "submittable": submittable, "summary": summary, "seed_table": seed_columns(summary), "sections": sections,
-        "package": package, "environment": env, "config": config, "config_hash": config_hash,
+        "package": package, "gate_judges": gate_judges, "environment": env, "config": config,
+        "config_hash": config_hash,
         "commit": git_commit(), "timings": _timings(out.info), "cpu_only": all(r["accelerators"] == 0 for r in summary),
     }
 

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from mlrepro.core import atomic
+from mlrepro.core import atomic, rulesets
 from mlrepro.core.workflows import load_module
 from mlrepro.datasets import manifest
 from mlrepro.training import distributed
@@ -130,6 +130,11 @@ def train(
     manifest.require_valid(data_dir)
     seed_everything(seed)
     workload: Workload = module.Workload(data_dir, params, device, seed)
+    # The metric's direction is the rules' (mlrepro/core/rulesets.yaml); a workload that says otherwise is wrong.
+    if workload.higher_is_better != rulesets.rules(benchmark).higher_is_better:
+        raise ValueError(f"workflows/{benchmark}/model.py: higher_is_better={workload.higher_is_better}, but the "
+                         f"rules' metric for {benchmark} is {'higher' if not workload.higher_is_better else 'lower'} "
+                         "is better (mlrepro/core/rulesets.yaml)")
     for tensor in workload.initialized_tensors():
         log.event(c.WEIGHTS_INITIALIZATION, tensor=tensor)
     log.event(c.GRADIENT_ACCUMULATION_STEPS, int(params.get("gradient_accumulation_steps", 1)))
@@ -143,16 +148,22 @@ def train(
     max_epochs = int(params["max_epochs"])
     metrics: list[dict[str, Any]] = []
     status, value, epoch = "aborted", None, 0
+    eval_keys = getattr(workload, "eval_keys", (c.EVAL_ACCURACY,))
+    samples_count = getattr(workload, "samples_count", None)
     log.start(c.RUN_START)
     start = time.time()
     for epoch in range(1, max_epochs + 1):
+        # Rounds from 3.1 on count progress in samples for some benchmarks (flux1, stable_diffusion)
+        where = {"epoch_num": epoch} if samples_count is None else \
+            {"epoch_num": epoch, "samples_count": samples_count(epoch)}
         log.start(c.EPOCH_START, epoch_num=epoch)
         train_epoch(workload, epoch)
         log.end(c.EPOCH_STOP, epoch_num=epoch)
-        log.start(c.EVAL_START, epoch_num=epoch)
+        log.start(c.EVAL_START, **where)
         value = workload.evaluate(epoch)
-        log.event(c.EVAL_ACCURACY, value, epoch_num=epoch)
-        log.end(c.EVAL_STOP, epoch_num=epoch)
+        for key in eval_keys:
+            log.event(key, value, **where)
+        log.end(c.EVAL_STOP, **where)
         metrics.append({"epoch": epoch, "value": value, "time_ms": int((time.time() - start) * 1000)})
         if reached(value, target, workload.higher_is_better):
             status = "success"

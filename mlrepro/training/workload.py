@@ -39,6 +39,9 @@ class Workload(Protocol):
     # Optional, default False: batches are index tensors of the global batch, so a run spanning several
     # processes (mlrepro.training.distributed) trains data-parallel, each rank on its share.
     data_parallel: bool
+    # Optional, default ("eval_accuracy",): the MLLOG keys each evaluation's value is logged under (flux1's
+    # checker asks for averaged_validation_loss beside eval_accuracy).
+    eval_keys: tuple[str, ...]
 
     def __init__(self, data_dir: Path, params: dict[str, Any], device: torch.device, seed: int) -> None:
         """``seed`` is the run's: every random draw after the weights' initialisation (data order,
@@ -60,6 +63,9 @@ class Workload(Protocol):
     def evaluate(self, epoch: int) -> Metric:
         """The quality metric on held-out data; a dict for multi-metric benchmarks (maskrcnn)."""
         ...
+
+    # Optional: ``samples_count(epoch) -> int``, the training samples seen by the end of ``epoch``; where a
+    # workload defines it, the evaluation's events carry it as ``samples_count`` metadata (flux1).
 
 
 def reached(value: Metric, target: Metric, higher_is_better: bool) -> bool:

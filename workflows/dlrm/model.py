@@ -9,80 +9,31 @@ mini workload keeps the model and the recipe and scales the rest down:
   vectors (the "interaction"), and a top MLP on [bottom output, dot products] that gives one logit;
 - the loss is binary cross-entropy, the optimizer plain SGD with the reference's schedule (linear
   warmup, constant, then polynomial decay of power 2), the metric the ROC AUC, computed exactly;
-- the click logs come from a hidden model of DLRM's own form: every category value has a hidden
-  vector, the dense features are projected to one more, and the click probability is the sigmoid
-  of their pairwise dot products plus an offset that makes clicks rarer than non-clicks, as in
-  Criteo. Labels are drawn from that probability, so even the hidden model is far from an AUC of
-  1 and the target sits below what it reaches on the held-out rows.
+- the click logs come from a hidden model of DLRM's own form (mlrepro/training/clicks.py, shared
+  with dlrm_dcnv2): hidden vectors per category value and for the dense features, a click
+  probability from their pairwise dot products; labels are drawn from it, so the target sits
+  below what the hidden model itself reaches on the held-out rows.
 """
 
 from __future__ import annotations
 
-import itertools
 import math
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from mlrepro.training.epoch_order import epoch_generator, shuffled_batches
+from mlrepro.training.clicks import ClickWorkload, linear_names, mlp, write_click_logs
+from mlrepro.training.clicks import roc_auc as roc_auc  # the inference stage scores with the module's roc_auc
 
 
-# ---------------------------------------------------------------------------------------- data
-def _hidden_logits(dense: np.ndarray, cats: np.ndarray, proj: np.ndarray, tables: list[np.ndarray], offset: float):
-    vecs = np.stack([dense @ proj] + [t[cats[:, i]] for i, t in enumerate(tables)], axis=1)  # (n, F, k)
-    dots = vecs @ vecs.transpose(0, 2, 1)
-    iu = np.triu_indices(vecs.shape[1], k=1)
-    return dots[:, iu[0], iu[1]].sum(1) + offset
-
-
+# ------------------------------------------------------------------------------ data, metric
 def generate_data(out_dir: Path, params: dict[str, Any], seed: int) -> None:
-    d = params["data"]
-    rng = np.random.default_rng(seed)
-    k, n_dense, n_cat, card = d["hidden_dim"], d["dense_features"], d["categorical_features"], d["cardinality"]
-    # Scaled so that the sum of the F(F-1)/2 dot products has a standard deviation of about ``signal``.
-    pairs = (n_cat + 1) * n_cat / 2
-    scale = (d["signal"] ** 2 / (pairs * k)) ** 0.25
-    proj = rng.normal(0, scale / math.sqrt(n_dense), size=(n_dense, k))
-    tables = [rng.normal(0, scale, size=(card, k)) for _ in range(n_cat)]
-    for split, n in (("train", d["train_samples"]), ("eval", d["eval_samples"])):
-        dense = rng.normal(size=(n, n_dense)).astype(np.float32)
-        # Zipf-like category frequencies, as in Criteo: a few values are common, most are rare.
-        freq = 1.0 / np.arange(1, card + 1)
-        cats = np.stack([rng.choice(card, size=n, p=freq / freq.sum()) for _ in range(n_cat)], axis=1)
-        p = 1 / (1 + np.exp(-_hidden_logits(dense, cats, proj, tables, d["offset"])))
-        labels = (rng.random(n) < p).astype(np.float32)
-        np.savez(out_dir / f"{split}.npz", dense=dense, cats=cats.astype(np.int16), labels=labels)
-
-
-# ------------------------------------------------------------------------------------- metric
-def roc_auc(scores: torch.Tensor, labels: torch.Tensor) -> float:
-    """ROC AUC by the rank-sum (Mann-Whitney U) formula: the probability that a random positive
-    scores above a random negative, ties counting one half (tied scores share their mean rank)."""
-    s, order = torch.sort(scores.double())
-    y = labels[order] > 0.5
-    _, inverse, counts = torch.unique_consecutive(s, return_inverse=True, return_counts=True)
-    last = torch.cumsum(counts, 0).double()  # 1-based rank of each tie group's last member
-    ranks = (last - (counts.double() - 1) / 2)[inverse]  # the group's mean rank
-    n_pos = y.sum().double()
-    n_neg = len(y) - n_pos
-    return ((ranks[y].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg)).item()
+    write_click_logs(out_dir, params["data"], seed)
 
 
 # --------------------------------------------------------------------------------------- model
-def mlp(sizes: list[int], last_relu: bool) -> nn.Sequential:
-    layers: list[nn.Module] = []
-    for i, (a, b) in enumerate(itertools.pairwise(sizes)):
-        layers.append(nn.Linear(a, b))
-        if last_relu or i < len(sizes) - 2:
-            layers.append(nn.ReLU())
-    return nn.Sequential(*layers)
-
-
 class DLRM(nn.Module):
     def __init__(self, n_dense: int, n_cat: int, card: int, dim: int, bottom: list[int], top: list[int]) -> None:
         super().__init__()
@@ -105,30 +56,14 @@ class DLRM(nn.Module):
 
     def reference_names(self) -> list[str]:
         """The tensors under the closed rules' names: all tables count as one, "embeddings"."""
-        bottom = [m for m in self.bottom if isinstance(m, nn.Linear)]
-        top = [m for m in self.top if isinstance(m, nn.Linear)]
-        return (["embeddings"] + [f"bottom_mlp_dense{i + 1}" for i in range(len(bottom))]
-                + [f"top_mlp_dense{i + 1}" for i in range(len(top))])
+        return ["embeddings", *linear_names("bottom_mlp_dense", self.bottom), *linear_names("top_mlp_dense", self.top)]
 
 
 # ------------------------------------------------------------------------------------ workload
-class Workload:
-    higher_is_better = True
-    grad_clip_norm = None
-    data_parallel = True  # batches are index tensors: mlrepro.train shards them across processes
-
+class Workload(ClickWorkload):
     def __init__(self, data_dir: Path, params: dict[str, Any], device: torch.device, seed: int) -> None:
-        self.device, self.seed = device, seed
+        super().__init__(data_dir, device, seed)
         d = params["data"]
-        train, evals = np.load(data_dir / "train.npz"), np.load(data_dir / "eval.npz")
-
-        def load(split: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-            return (torch.from_numpy(split["dense"]).to(device),
-                    torch.from_numpy(split["cats"].astype(np.int64)).to(device),
-                    torch.from_numpy(split["labels"]).to(device))
-
-        self.dense, self.cats, self.labels = load(train)
-        self.e_dense, self.e_cats, self.e_labels = load(evals)
         self.model = DLRM(d["dense_features"], d["categorical_features"], d["cardinality"],
                           params["embedding_dim"], params["bottom_mlp"], params["top_mlp"]).to(device)
         self.batch = params["batch_size"]
@@ -157,22 +92,3 @@ class Workload:
             "opt_learning_rate_decay_steps": decay_steps,
             "sgd_opt_learning_rate_decay_poly_power": 2,
         }
-        self.train_samples = len(self.labels)
-        self.eval_samples = len(self.e_labels)
-
-    def initialized_tensors(self) -> list[str]:
-        return self.model.reference_names()
-
-    def batches(self, epoch: int) -> Iterator[torch.Tensor]:
-        return shuffled_batches(len(self.labels), self.batch, epoch_generator(self.seed, epoch), self.device)
-
-    def loss(self, idx: torch.Tensor) -> torch.Tensor:
-        logits = self.model(self.dense[idx], self.cats[idx])
-        return F.binary_cross_entropy_with_logits(logits, self.labels[idx])
-
-    @torch.no_grad()
-    def evaluate(self, epoch: int) -> float:
-        self.model.eval()
-        scores = torch.cat([self.model(self.e_dense[i : i + 4096], self.e_cats[i : i + 4096])
-                            for i in range(0, len(self.e_labels), 4096)])
-        return roc_auc(scores.cpu(), self.e_labels.cpu())

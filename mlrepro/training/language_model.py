@@ -1,0 +1,119 @@
+"""Decoder pretraining on the synthetic language (:mod:`mlrepro.datasets.synthetic_text`), shared by the
+llama31, gpt_oss and deepseekv3 minis: the data files, AdamW with a linear warm-up and a cosine decay, the
+gradient clip, the held-out log perplexity and the MLPerf hyperparameter keys of those benchmarks. Each
+benchmark's ``model.py`` supplies its :class:`~mlrepro.training.decoder.Decoder` configuration and its own
+extra keys.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from mlrepro.datasets import synthetic_text
+from mlrepro.training.decoder import Decoder, DecoderConfig, cosine_with_warmup, next_token_loss
+from mlrepro.training.epoch_order import epoch_generator
+from mlrepro.training.lamb import decay_groups
+from mlrepro.training.schedules import FunctionLR
+
+SOURCE_FILE = "source.json"  # the language's floors on the held-out set, for the record (and the tests)
+
+
+def generate_text_data(out_dir: Path, params: dict[str, Any], seed: int) -> None:
+    """train.npz and eval.npz (texts of ``max_sequence_length`` words) from one source, and the source's floors."""
+    d = params["data"]
+    rng = np.random.default_rng(seed)
+    source = synthetic_text.make_source(rng, d["vocab_size"], d["branching"], d["concentration"])
+    train = synthetic_text.sample(rng, source, d["train_samples"], d["max_sequence_length"])
+    evals = synthetic_text.sample(rng, source, d["eval_samples"], d["max_sequence_length"])
+    np.savez(out_dir / "train.npz", tokens=train.astype(np.int16))
+    np.savez(out_dir / "eval.npz", tokens=evals.astype(np.int16))
+    floors = {"eval_log_perplexity_floor": synthetic_text.bayes_log_perplexity(source, evals),
+              "eval_first_order_floor": synthetic_text.first_order_log_perplexity(source, evals)}
+    (out_dir / SOURCE_FILE).write_text(json.dumps(floors, indent=1, sort_keys=True) + "\n")
+
+
+def read_floors(data_dir: Path) -> dict[str, float]:
+    return json.loads((data_dir / SOURCE_FILE).read_text())
+
+
+def decoder_config(params: dict[str, Any], **arch: Any) -> DecoderConfig:
+    m, d = params["model"], params["data"]
+    return DecoderConfig(vocab=d["vocab_size"], max_length=d["max_sequence_length"], **m, **arch)
+
+
+class PretrainWorkload:
+    """Next-token prediction on train.npz; the metric is the mean cross-entropy (nats) on eval.npz, the
+    log perplexity of MLPerf's LLM benchmarks; lower is better."""
+
+    higher_is_better = False
+
+    def __init__(self, data_dir: Path, params: dict[str, Any], device: torch.device, seed: int,
+                 config: DecoderConfig) -> None:
+        self.device, self.seed = device, seed
+        self.tokens = torch.from_numpy(np.load(data_dir / "train.npz")["tokens"].astype(np.int64))
+        self.eval_tokens = torch.from_numpy(np.load(data_dir / "eval.npz")["tokens"].astype(np.int64)).to(device)
+        self.model = Decoder(config).to(device)
+        self.aux_loss_coeff = float(params.get("moe_aux_loss_coeff", 0.0))
+        self.batch = params["batch_size"]
+        self.steps_per_epoch = len(self.tokens) // self.batch  # whole batches only, as the reference's sampler
+        self.max_steps = self.steps_per_epoch * params["max_epochs"]
+        warmup = params["warmup_steps"]
+        self.optimizer = torch.optim.AdamW(decay_groups(self.model.parameters()), lr=params["lr"],
+                                           betas=(params["beta1"], params["beta2"]), eps=params["epsilon"],
+                                           weight_decay=params["weight_decay"], foreach=True)
+        self.scheduler = FunctionLR(self.optimizer, cosine_with_warmup(params["lr"], params["end_lr"], warmup,
+                                                                       self.max_steps))
+        self.grad_clip_norm = params["grad_clip_norm"]
+        self.train_samples, self.eval_samples = len(self.tokens), len(self.eval_tokens)
+        self.hyperparameters: dict[str, Any] = {
+            "global_batch_size": self.batch,
+            "max_sequence_length": self.tokens.shape[1],
+            "opt_name": "adamw",
+            "opt_base_learning_rate": params["lr"],
+            "opt_end_learning_rate": params["end_lr"],
+            "opt_learning_rate_warmup_steps": warmup,
+            "opt_learning_rate_decay_steps": self.max_steps - warmup,
+            "opt_learning_rate_decay_schedule": "cosine with linear warmup",
+            "opt_adamw_beta_1": params["beta1"],
+            "opt_adamw_beta_2": params["beta2"],
+            "opt_adamw_epsilon": params["epsilon"],
+            "opt_adamw_weight_decay": params["weight_decay"],
+            "opt_gradient_clip_norm": self.grad_clip_norm,
+            "max_steps": self.max_steps,
+        }
+
+    def initialized_tensors(self) -> list[str]:
+        return self.model.parameter_names()
+
+    def samples_count(self, epoch: int) -> int:
+        """Training sequences seen by the end of ``epoch`` (the LLM rules' eval position)."""
+        return epoch * self.steps_per_epoch * self.batch
+
+    def batches(self, epoch: int) -> Iterator[torch.Tensor]:
+        order = torch.randperm(len(self.tokens), generator=epoch_generator(self.seed, epoch))
+        shuffled = self.tokens[order].to(self.device)
+        for i in range(self.steps_per_epoch):
+            yield shuffled[i * self.batch : (i + 1) * self.batch]
+
+    def loss(self, batch: torch.Tensor) -> torch.Tensor:
+        loss = next_token_loss(self.model(batch), batch)
+        if self.aux_loss_coeff:
+            loss = loss + self.aux_loss_coeff * self.model.aux_loss()
+        return loss
+
+    @torch.no_grad()
+    def evaluate(self, epoch: int) -> float:
+        self.model.eval()
+        total, count = 0.0, 0
+        for i in range(0, len(self.eval_tokens), 512):
+            chunk = self.eval_tokens[i : i + 512]
+            n = chunk.shape[0] * (chunk.shape[1] - 1)
+            total += next_token_loss(self.model(chunk), chunk).item() * n
+            count += n
+        return total / count
