@@ -163,9 +163,7 @@ def canary_cases(base: Path, rows: list[dict[str, Any]]) -> None:
     from argparse import Namespace
 
     from mlrepro.audit import __main__ as audit_main
-    from mlrepro.core import versions
-    from mlrepro.core import smk
-    from mlrepro.core import probe
+    from mlrepro.core import probe, smk, versions
     from mlrepro.package import assemble
     from mlrepro.telemetry import start_sampler
 

@@ -11,17 +11,11 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from mlrepro.core import atomic, integrity, median_window, mllog_reader
+from mlrepro.core import atomic, integrity, median_window
+from mlrepro.core.mllog_reader import run_minutes
 from mlrepro.core.olympic import Score, max_dropped, olympic_mean
 
 __all__ = ["Score", "max_dropped", "olympic_mean", "rcp_factor", "run_minutes", "score_files"]
-
-
-def run_minutes(result: Path) -> tuple[float | None, str | None]:
-    """(time to train in minutes, run_stop status) of one result file; minutes is None unless it converged."""
-    start, stop = mllog_reader.run_window(result)
-    status = mllog_reader.run_status(result)
-    return ((stop - start) / 60 / 1000 if status == "success" else None), status
 
 
 def rcp_factor(benchmark: str, results: Sequence[Path], ruleset: str, division: str,
@@ -89,19 +83,11 @@ def _scored(benchmark: str, files: list[Path], keep: int | None, ruleset: str | 
     """``score_files`` of the runs a package holds: of more than ``keep``, the median window (its record beside)."""
     if keep is None or len(files) <= keep:
         return score_files(benchmark, files, ruleset, division)
-    selection = median_window.choose([window_run(str(f), f) for f in files], keep,
+    selection = median_window.choose([median_window.window_run(str(f), f) for f in files], keep,
                                      lambda minutes: olympic_mean(benchmark, minutes).minutes)
     return {**score_files(benchmark, [Path(k) for k in selection["chosen_keys"]], ruleset, division),
             "selection": selection}
 
-
-def window_run(key: str, result: Path) -> dict[str, Any]:
-    """A run as median_window.choose takes it: its run_start and minutes (None unless it converged)."""
-    try:
-        start: int | None = mllog_reader.run_window(result)[0]
-    except ValueError:  # no run_start or run_stop: it did not converge, and has no place in time
-        start = None
-    return {"key": key, "run_start_ms": start, "minutes": run_minutes(result)[0] if start is not None else None}
 
 
 if __name__ == "__main__":

@@ -59,6 +59,6 @@ def test_seven_runs_package_the_median_window_of_five(tmp_path: Path) -> None:
 
 
 def _minutes(result: Path) -> float | None:
-    from mlrepro.score import run_minutes
+    from mlrepro.core.mllog_reader import run_minutes
 
     return run_minutes(result)[0]

@@ -170,8 +170,7 @@ def test_every_entry_point_ignores_modules_in_the_working_folder(canaries: tuple
                                                                  tmp_path: Path) -> None:
     _, mark = canaries
     from mlrepro.audit import __main__ as audit_main
-    from mlrepro.core import versions
-    from mlrepro.core import probe
+    from mlrepro.core import probe, versions
     from mlrepro.package import assemble
     from mlrepro.telemetry import start_sampler
 

@@ -6,9 +6,8 @@ import json
 from importlib.metadata import version
 from pathlib import Path
 
-from mlrepro.core import versions
 from mlrepro.audit.runfile import FileCheck
-from mlrepro.core import atomic
+from mlrepro.core import atomic, versions
 
 # Bump when FileCheck's content, the way it is computed or the cache's layout changes: old entries then miss.
 SCHEMA = 4

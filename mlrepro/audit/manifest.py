@@ -182,7 +182,7 @@ def _check_selections(check: ManifestCheck, manifest: dict[str, Any], ledger: di
     the chosen window is the median one of the selection's runs, and the package holds exactly that window.
     Returns the (system, benchmark, run) launched and left outside the window."""
     from mlrepro.core import median_window
-    from mlrepro.score import olympic_mean
+    from mlrepro.core.olympic import olympic_mean
 
     outside: set[tuple[str, str, str]] = set()
     selections = manifest.get("selections") or {}

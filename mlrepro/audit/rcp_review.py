@@ -38,9 +38,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from mlrepro.core import versions
 from mlrepro.audit.discover import BenchmarkDir
 from mlrepro.audit.runfile import FileCheck
+from mlrepro.core import versions
 
 
 @dataclass(frozen=True)

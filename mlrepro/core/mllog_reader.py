@@ -49,6 +49,13 @@ def run_status(path: Path) -> str | None:
     return None
 
 
+def run_minutes(result: Path) -> tuple[float | None, str | None]:
+    """(time to train in minutes, run_stop status) of one result file; minutes is None unless it converged."""
+    start, stop = run_window(result)
+    status = run_status(result)
+    return ((stop - start) / 60 / 1000 if status == "success" else None), status
+
+
 def mllog_lines(text: str) -> list[str]:
     """The ``:::MLLOG`` lines of a run's whole output, from the prefix on (launchers put rank tags before it)."""
     out = []

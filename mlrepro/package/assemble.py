@@ -103,7 +103,7 @@ def chosen_runs(launched: dict[str, dict[str, list[Path]]], keep: dict[str, int]
                 ) -> tuple[dict[str, dict[str, list[Path]]], dict[str, dict[str, Any]]]:
     """The runs the package holds: of more runs than a benchmark keeps, the median window in time order
     (mlrepro/core/median_window.py); and each such choice's record (system -> benchmark -> selection)."""
-    from mlrepro.score import olympic_mean, window_run
+    from mlrepro.core.olympic import olympic_mean
 
     runs: dict[str, dict[str, list[Path]]] = {}
     selections: dict[str, dict[str, Any]] = {}
@@ -115,7 +115,7 @@ def chosen_runs(launched: dict[str, dict[str, list[Path]]], keep: dict[str, int]
                 continue
             # keyed by run folder: the ledger's and the provenance manifest's name of a run
             by_dir = {f.parent.name: f for f in files}
-            chosen = median_window.choose([window_run(name, f) for name, f in by_dir.items()], n,
+            chosen = median_window.choose([median_window.window_run(name, f) for name, f in by_dir.items()], n,
                                           lambda minutes, b=benchmark: olympic_mean(b, minutes).minutes)
             runs.setdefault(system, {})[benchmark] = [by_dir[k] for k in chosen["chosen_keys"]]
             selections.setdefault(system, {})[benchmark] = chosen
