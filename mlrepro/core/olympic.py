@@ -4,7 +4,8 @@ The rules (training_policies, "Benchmark Results"): sort the N times to train, d
 and the slowest (unet3d: four of each; of three runs the middle one is left) and average the rest.
 A run that did not converge counts as a dropped slowest run; more such runs than may be dropped
 invalidate the benchmark. This is the arithmetic of
-``mlperf_logging.result_summarizer._compute_olympic_average``, kept here so that scoring does not depend on the summarizer's crashes (KeyError on dlrm/minigo for rulesets 1.x/2.x).
+``mlperf_logging.result_summarizer._compute_olympic_average``, kept here so that scoring does not
+depend on the summarizer's crashes (KeyError on dlrm/minigo for rulesets 1.x/2.x).
 The submitter's score (``mlrepro.score``) and the audit's (``mlrepro.audit.scoring``) both use it.
 """
 
