@@ -18,10 +18,9 @@ from mlrepro.audit import (
     result_ids,
     scoring,
     summary,
-    versions,
 )
 from mlrepro.audit.runfile import FileCheck, convergence_unit
-from mlrepro.core import atomic
+from mlrepro.core import atomic, versions
 
 
 def _relative(path: Path, root: Path) -> str:
