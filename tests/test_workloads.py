@@ -1,4 +1,6 @@
-"""Every mini workload: trains to its target from generated data, reproducibly, with a compliant log."""
+"""Every mini workload: generated data is deterministic; the seed documents' eight train to their targets,
+reproducibly, with a log that the 2.0.0 checker passes. The v6.0 minis train to their targets and meet (or fail on
+exactly the pinned keys of) the 6.0.0-rc6 checker in tests/test_v6_decoders.py and tests/test_v60_suite.py."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from mlrepro.core.rulesets import SEED_ORDER
 from mlrepro.core.workflows import implemented_benchmarks, workflow_dir
 from mlrepro.datasets import generated, manifest
 from mlrepro.gate import compliance
@@ -28,8 +31,8 @@ def _train(benchmark: str, data_dir: Path, params: dict, seed: int, out: Path) -
     return {**json.loads(summary.read_text()), "result": result}
 
 
-@pytest.mark.integration  # trains every model to its target, twice
-@pytest.mark.parametrize("benchmark", implemented_benchmarks())
+@pytest.mark.integration  # trains every model of the seed documents to its target, twice
+@pytest.mark.parametrize("benchmark", [b for b in implemented_benchmarks() if b in SEED_ORDER])
 def test_workload_converges_reproducibly_with_a_compliant_log(tmp_path: Path, benchmark: str) -> None:
     params = yaml.safe_load((workflow_dir(benchmark) / "defaults.yaml").read_text())
     generated.generate(benchmark, tmp_path / "data", {"data": params["data"]}, seed=7)
