@@ -26,8 +26,8 @@ import yaml
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+from mlrepro.core.workflows import workflow_dir  # noqa: E402
 from mlrepro.datasets import generated  # noqa: E402
-from mlrepro.training.workload import workflow_dir  # noqa: E402
 
 BENCHMARKS = ["llama31_8b", "llama31_405b", "llama2_70b_lora", "gpt_oss_20b", "deepseekv3_671b"]
 SUBMISSION = json.dumps({"org": "bench", "platform": "cpu", "division": "open", "status": "research"})
@@ -42,7 +42,7 @@ def parameters(benchmark: str, data_dir: Path, params: dict[str, Any]) -> tuple[
     """(all parameters, trainable ones) of the benchmark's model."""
     import torch
 
-    from mlrepro.training.workload import load_module
+    from mlrepro.core.workflows import load_module
 
     model = load_module(benchmark).Workload(data_dir, params, torch.device("cpu"), 0).model
     return (sum(p.numel() for p in model.parameters()),

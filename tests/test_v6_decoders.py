@@ -21,10 +21,10 @@ import torch
 import torch.nn.functional as F
 import yaml
 
+from mlrepro.core.workflows import load_module, workflow_dir
 from mlrepro.datasets import generated, manifest, synthetic_text
 from mlrepro.training import decoder, language_model
 from mlrepro.training.loop import train_epoch
-from mlrepro.training.workload import load_module, workflow_dir
 from tests import rounds
 from tests.conftest import require
 

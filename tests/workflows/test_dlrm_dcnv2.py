@@ -11,7 +11,7 @@ import pytest
 import torch
 import yaml
 
-from mlrepro.training.workload import load_module, workflow_dir
+from mlrepro.core.workflows import load_module, workflow_dir
 
 dcn = load_module("dlrm_dcnv2")
 
