@@ -74,3 +74,13 @@ def test_the_executor_comes_from_the_command_line_or_its_profile(tmp_path: Path)
     (named / "config.yaml").write_text("executor: slurm\n")
     assert smk.executor(["--profile", "cluster"], {"XDG_CONFIG_HOME": str(tmp_path)}) == "slurm"
     assert smk.executor(["--profile", "cluster", "--executor", "local"], {"XDG_CONFIG_HOME": str(tmp_path)}) == "local"
+
+
+def test_the_config_files_come_from_the_command_line_and_its_profile(tmp_path: Path) -> None:
+    assert smk.configfiles(["--cores", "2"], {}) == []
+    assert smk.configfiles(["--configfile", "a.yaml", "b.yaml", "-n"], {}) == [Path("a.yaml"), Path("b.yaml")]
+    assert smk.configfiles(["--configfiles=c.yaml", "--cores", "1"], {}) == [Path("c.yaml")]
+    profile = tmp_path / "p"
+    profile.mkdir()
+    (profile / "config.yaml").write_text("configfile: [d.yaml, e.yaml]\n")
+    assert smk.configfiles(["--profile", str(profile)], {}) == [Path("d.yaml"), Path("e.yaml")]

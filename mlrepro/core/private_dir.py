@@ -16,8 +16,10 @@ import pwd
 import stat
 from pathlib import Path
 
+from mlrepro.core.errors import MlreproError
 
-class PrivateDirError(RuntimeError):
+
+class PrivateDirError(MlreproError, RuntimeError):
     pass
 
 

@@ -18,10 +18,12 @@ from typing import Any
 
 import yaml
 
+from mlrepro.core.errors import MlreproError
+
 RULES = Path(__file__).with_name("rulesets.yaml")
 
 
-class ReleaseError(ValueError):
+class ReleaseError(MlreproError, ValueError):
     """A release folder whose ``benchmark_meta.py`` cannot be read as data."""
 
 

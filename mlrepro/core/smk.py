@@ -49,6 +49,30 @@ def executor(argv: list[str] | None = None, environ: Mapping[str, str] | None = 
     return _profile_executor(profile, environ) if profile else None
 
 
+def configfiles(argv: list[str] | None = None, environ: Mapping[str, str] | None = None) -> list[Path]:
+    """The config files this ``snakemake`` command line gives (``--configfile``/``--configfiles``, each followed by
+    one or more paths, and its ``--profile``'s ``configfile``/``configfiles``), as Snakemake's documented command line
+    and profiles give them; the Snakefile's own ``configfile:`` is the project's. The workflow API does not list
+    them: the template check (mlrepro.config.refuse_templates) asks the command line."""
+    argv = sys.argv[1:] if argv is None else argv
+    environ = os.environ if environ is None else environ
+    found: list[str] = []
+    for i, arg in enumerate(argv):
+        if arg in ("--configfile", "--configfiles"):
+            for value in argv[i + 1:]:
+                if value.startswith("-"):
+                    break
+                found.append(value)
+        elif arg.startswith(("--configfile=", "--configfiles=")):
+            found.append(arg.split("=", 1)[1])
+    profile = _option(argv, "--profile") or environ.get("SNAKEMAKE_PROFILE")
+    if profile:
+        for key in ("configfile", "configfiles"):
+            value = _profile_value(profile, environ, key)
+            found += [str(v) for v in value] if isinstance(value, list) else [str(value)] if value else []
+    return [Path(f) for f in found]
+
+
 def _option(argv: list[str], *names: str) -> str | None:
     found = None
     for i, arg in enumerate(argv):
@@ -61,6 +85,11 @@ def _option(argv: list[str], *names: str) -> str | None:
 
 
 def _profile_executor(profile: str, environ: Mapping[str, str]) -> str | None:
+    value = _profile_value(profile, environ, "executor")
+    return str(value) if value else None
+
+
+def _profile_value(profile: str, environ: Mapping[str, str], key: str) -> Any:
     import yaml
 
     folders = [Path(profile)] if Path(profile).exists() else [
@@ -72,8 +101,7 @@ def _profile_executor(profile: str, environ: Mapping[str, str]) -> str | None:
             file = folder / name if folder.is_dir() else folder
             if file.is_file():
                 data = yaml.safe_load(file.read_text(encoding="utf-8")) or {}
-                value = data.get("executor") if isinstance(data, dict) else None
-                return str(value) if value else None
+                return data.get(key) if isinstance(data, dict) else None
     return None
 
 

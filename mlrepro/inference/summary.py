@@ -57,7 +57,7 @@ class Summary:
 MAX_METRIC = 1e15
 
 
-class OutOfRange(ValueError):
+class OutOfRange(MlreproError, ValueError):
     """A number that is one, but no measurement: not finite, negative, or beyond MAX_METRIC."""
 
 

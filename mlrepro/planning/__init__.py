@@ -35,7 +35,7 @@ def start(workflow: Any, config: dict[str, Any]) -> tuple[Plan, Preparation]:
         source = "config/config.yaml and --config"
         full, benchmarks = mlconfig.load(raw, source=source, base_dir=Path.cwd())
         # a config file from the command line that is a template: refused unless allowed (docs/security.md)
-        mlconfig.refuse_templates([*workflow.configfiles, *workflow.config_settings.configfiles],
+        mlconfig.refuse_templates(smk.configfiles(),
                                   bool(full.get("allow_templates")))
         systems, units = mlsystems.load(full, benchmarks, Path.cwd(), source)
         if "inference" in full:  # every served benchmark is a model of the declared round, with a scenario

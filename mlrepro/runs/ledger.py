@@ -26,6 +26,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from mlrepro.core.errors import MlreproError
+
 LEDGER = "ledger.jsonl"
 RESULT = "result.txt"  # the run step's result file, whose hash the end line records
 
@@ -38,7 +40,7 @@ def _on_sigterm(signum: int, frame: object) -> None:
     raise Terminated(f"signal {signum}")
 
 
-class LedgerError(OSError):
+class LedgerError(MlreproError, OSError):
     """A line that could not be appended whole (the disk full, say): the ledger is left as it was."""
 
 

@@ -4,6 +4,6 @@
 # hyperparameters as JSON). The MLPerf log goes to stdout; the driver keeps its :::MLLOG lines. A
 # converged run leaves its weights in $LOGDIR/checkpoint.pt for the inference stage.
 set -euo pipefail
-exec python -m mlrepro.train --benchmark llama31_405b --data-dir "$DATADIR" --seed "$SEED" \
+exec python -P -m mlrepro.train --benchmark llama31_405b --data-dir "$DATADIR" --seed "$SEED" \
     --params "$MLREPRO_PARAMS" --device "${MLREPRO_DEVICE:-auto}" --threads "${OMP_NUM_THREADS:-1}" \
     --checkpoint "$LOGDIR/checkpoint.pt" ${MLREPRO_DROP_CACHES:+--drop-caches}
