@@ -19,7 +19,7 @@ from mlrepro import PROJECT_ROOT
 from mlrepro.core.hashing import sha256_file
 from mlrepro.runs import capture_cache
 from mlrepro.runs.executed_code import mini_run_files
-from mlrepro.runs.runsub import RUN_SUB
+from mlrepro.runs.runsub import RUN_SUB, defaults
 
 MINI = "mini"
 RUN_SCRIPT = "run_and_time.sh"
@@ -185,6 +185,10 @@ def resolve(benchmark: str, choice: str, system: str, system_config: str | None,
                                   f"in {folder}")
     config = folder / name
     env = capture(config)
+    # later rounds' run.sub files default it (`: "${DGXNGPU:=8}"`) and their config files leave it out
+    if kind != MINI and "DGXNGPU" not in env and (folder / RUN_SUB).is_file() and (
+            gpus := defaults(folder / RUN_SUB).get("DGXNGPU")):
+        env = {**env, "DGXNGPU": gpus}
     container = None
     if kind == "folder":
         container = image

@@ -4,7 +4,8 @@ One entry per (system, benchmark): the implementation, its config file, the numb
 run asks for, ``node_hours`` (runs x nodes x WALLTIME: the upper bound) and ``steps``, the commands one run executes
 in their order, each an argument list. A folder with run.sub: its own steps, found by running it with recording
 stand-ins (mlrepro/slurm/trace.py) with exactly the variables a run gives it (mlrepro/runs/runsub.py); the
-allocation's job id, node names and run.sub's date stamp are placeholders (JOBID, node1..nodeN). Other
+allocation's job id, node names and run.sub's date stamp are placeholders (JOBID, node1..nodeN, DATESTAMP); a
+status other than 0 after the training step is the stand-ins' (a step's output that run.sub reads is empty). Other
 implementations: the run script the driver starts.
 """
 
@@ -45,9 +46,10 @@ def entry(system: str, launch: LaunchSpec, runs: int, seed: int, image_record: P
         traced = trace.trace(Path(launch.run_sub), env, int(alloc["nodes"]), int(alloc["gpus_per_node"]))
         found.update({"launcher": "run.sub", "run_sub": launch.run_sub, "allocation": alloc,
                       "steps": traced.steps, "summary": trace.summarize(traced)})
-        if traced.exit_code != 0:
-            found["error"] = (f"{launch.run_sub} exited with status {traced.exit_code} when traced; a run would "
-                              f"fail the same way. Its last lines:\n{traced.stderr_tail}")
+        found["traced_exit_code"] = traced.exit_code
+        if "training" not in found["summary"]:  # it stopped before its training step: a run would stop there too
+            found["error"] = (f"{launch.run_sub} exited with status {traced.exit_code} before its training step "
+                              f"(the srun of run_and_time.sh) when traced. Its last lines:\n{traced.stderr_tail}")
     else:
         alloc = {"nodes": launch.nodes, "gpus_per_node": launch.gpus // max(1, launch.nodes), "time_minutes": None}
         script = launch.script_in_container or f"{launch.folder}/run_and_time.sh"

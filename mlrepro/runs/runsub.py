@@ -87,6 +87,12 @@ def missing(folder: Path, given: Mapping[str, str]) -> list[tuple[str, str]]:
             if name not in given and name not in PROVIDED and name not in SHELL_VARS and not name.startswith("SLURM_")]
 
 
+def defaults(run_sub: Path) -> dict[str, str]:
+    """The plain defaults run.sub gives itself (``: "${DGXNGPU:=8}"``): what it runs with where nothing sets them."""
+    text = _code(run_sub.read_text(encoding="utf-8", errors="replace"))
+    return dict(re.findall(r'^\s*:\s*"?\$\{([A-Za-z_][A-Za-z0-9_]*):=([0-9A-Za-z_./-]*)\}"?\s*$', text, re.MULTILINE))
+
+
 def dgx_system(config_file: Path, env: Mapping[str, str]) -> str:
     """DGXSYSTEM: as the config file exports it, else its name (config_<DGXSYSTEM>.sh)."""
     return env.get("DGXSYSTEM") or config_file.name.removeprefix("config_").removesuffix(".sh")
