@@ -18,6 +18,7 @@ rule run:
         device=PLAN.config["device"],
         drop_caches=PLAN.config["drop_caches"],
         hz=PLAN.telemetry_hz,
+        backend=PLAN.config["telemetry"].get("backend", "nvml"),
         # not run-changing: where the run's folder is, how the engine is reached, which GPUs it may claim
         run_dir=str(PLAN.out.run_dir("{system}", "{benchmark}", "{run}")),
         # native: the same for every run (a value, not a call per job)
@@ -43,4 +44,4 @@ rule run:
     shell:
         "{params.python:q} -m mlrepro.runs.driver --launch {params.launch:q} --seed {params.seed:q} "
         "--run-dir {params.run_dir:q} {params.engine:q} --gpu-locks {params.locks:q} "
-        "--gpus {params.machine:q} --telemetry-hz {params.hz:q} > {log:q} 2>&1"
+        "--gpus {params.machine:q} --telemetry-hz {params.hz:q} --telemetry-backend {params.backend:q} > {log:q} 2>&1"

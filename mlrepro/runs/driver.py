@@ -276,7 +276,12 @@ def _drive(args: argparse.Namespace, launch: dict[str, Any], run_dir: Path) -> N
         "implementation": {k: launch[k] for k in ("kind", "name", "folder", "config_file")},
         "processes": int(launch.get("nodes", 1)) * int(launch.get("tasks_per_node", 1)),
         "slurm": job,
+        "launcher": "run.sub" if run_sub else "mlrepro",
     }
+    if run_sub:  # what the run.sub ran in; its steps' own task counts are in its log (and the launch preview)
+        alloc = launch.get("allocation") or {}
+        record["allocation"] = {"nodes": alloc.get("nodes"), "gpus_per_node": alloc.get("gpus_per_node"),
+                                "node_list": (job or {}).get("node_list")}
     if (run_dir / CHECKPOINT).is_file():
         record["checkpoint"] = {"file": CHECKPOINT, "sha256": sha256_file(run_dir / CHECKPOINT)}
     record["peak_rss_mb"] = 0.0

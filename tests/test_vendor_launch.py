@@ -1,0 +1,168 @@
+"""A folder with run.sub (issue 33): planned on a host without GPUs, its runs ask Slurm for the nodes' GPUs and run
+run.sub there; the variables it needs are named at planning; GPUs outside Slurm are locked per host."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mlrepro.core import config as mlconfig
+from mlrepro.core import systems as mlsystems
+from mlrepro.planning import jobs
+from mlrepro.planning.plan import Plan
+from mlrepro.runs import accelerators, runsub
+from mlrepro.slurm.resources import run_resources
+from tests.conftest import REPO
+
+RUN_SUB = """#!/bin/bash
+#SBATCH --job-name vendor
+#SBATCH --exclusive
+#SBATCH --mem=0
+set -euxo pipefail
+: "${CONT:?CONT not set}"
+: "${DGXSYSTEM:?DGXSYSTEM not set}"
+: "${NEXP:=5}"
+: "${CLEAR_CACHES:=1}"
+_cont_mounts="${DATADIR}:/data,${EXTRADIR}:/extra,${LOGDIR}:/results"
+if [ "${API_LOGGING:-0}" -eq 1 ]; then _cont_mounts="${_cont_mounts},${API_LOG_DIR}:/logs"; fi
+srun --ntasks="${SLURM_JOB_NUM_NODES}" --container-image="${CONT}" --container-name=vendor true
+for _experiment_index in $(seq 1 "${NEXP}"); do
+  if [ "${CLEAR_CACHES}" -eq 1 ]; then
+    srun --ntasks="${SLURM_JOB_NUM_NODES}" bash -c "sync && sudo /sbin/sysctl vm.drop_caches=3"
+    srun --ntasks="${SLURM_JOB_NUM_NODES}" --container-name=vendor python -c "log(CACHE_CLEAR)"
+  fi
+  srun --mpi=pmix --ntasks="$(( SLURM_JOB_NUM_NODES * DGXNGPU ))" --ntasks-per-node="${DGXNGPU}" \\
+    --container-name=vendor --container-mounts="${_cont_mounts}" --container-workdir=/workspace ./run_and_time.sh
+done
+"""
+
+
+def _folder(base: Path) -> Path:
+    folder = base / "vendor"
+    folder.mkdir()
+    (folder / "run.sub").write_text(RUN_SUB)
+    (folder / "run_and_time.sh").write_text("#!/bin/bash\necho run\n")
+    for nodes in (1, 2):
+        (folder / f"config_SIM_{nodes}x4.sh").write_text(
+            f"export DGXNNODES={nodes}\nexport DGXNGPU=4\nexport WALLTIME=00:20:00\n"
+            "export DGXSYSTEM=$(basename ${BASH_SOURCE[0]} .sh | sed s/^config_//)\n")
+    (base / "data").mkdir()
+    return folder
+
+
+def _config(base: Path, env: dict[str, str] | None = None) -> dict[str, Any]:
+    return {"outdir": str(base / "out"), "ruleset": "2.0.0", "engine": "enroot", "allow_fewer_runs": True,
+            "systems": {"sim_n1": {"benchmarks": ["resnet"], "config_files": {"resnet": "config_SIM_1x4.sh"}},
+                        "sim_n2": {"nodes": 2, "benchmarks": ["resnet"],
+                                   "config_files": {"resnet": "config_SIM_2x4.sh"}, "env": {"EXTRADIR": "/n2"}}},
+            "benchmarks": {"resnet": {"implementation": "vendor", "image": "registry.example/vendor:1",
+                                      "data_dir": "data", "runs": 2, "env": env or {}},
+                           # an embedded mini of a benchmark the systems do not run: not planned
+                           "bert": {}}}
+
+
+def _plan(raw: dict[str, Any], base: Path) -> Plan:
+    full, benchmarks = mlconfig.load(raw, "test", base_dir=base)
+    systems, units = mlsystems.load(full, benchmarks, base, "test")
+    return Plan(full, benchmarks, {}, systems, units, REPO, [sys.executable])
+
+
+def test_a_variable_run_sub_needs_stops_planning_naming_it_and_the_file(tmp_path: Path) -> None:
+    folder = _folder(tmp_path)
+    # API_LOG_DIR: only in an optional mount; LOGDIR and the others but EXTRADIR: the run sets them
+    assert runsub.needed(folder) == dict.fromkeys(("CONT", "DGXSYSTEM", "DATADIR", "EXTRADIR", "LOGDIR"),
+                                                  str(folder / "run.sub"))
+    assert runsub.missing(folder, {}) == [("EXTRADIR", str(folder / "run.sub"))]
+    with pytest.raises(mlconfig.ConfigError) as e:
+        _plan(_config(tmp_path), tmp_path)
+    # sim_n2 sets it in systems.sim_n2.env; sim_n1 does not
+    assert str(e.value).count("EXTRADIR") >= 1 and f"{folder / 'run.sub'} reads ${{EXTRADIR}}" in str(e.value)
+    assert "benchmarks.resnet.env.EXTRADIR" in str(e.value) and "systems.sim_n2" not in str(e.value)
+
+
+def test_planned_on_a_host_without_gpus_the_runs_ask_for_the_nodes_gpus(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    _folder(tmp_path)
+    monkeypatch.setattr(accelerators, "machine_gpus", lambda: 0)  # the login node
+    import mlrepro.planning.plan as plan_module
+    monkeypatch.setattr(plan_module, "machine_gpus", lambda: 0)
+    plan = _plan(_config(tmp_path, {"EXTRADIR": "/extra/data"}), tmp_path)
+    assert plan.ordered_units == [("sim_n1", "resnet"), ("sim_n2", "resnet")]  # bert (a mini) is not planned
+    assert plan.local_gpus == 0
+    resources = run_resources(plan.config, 1, plan.unit_shapes)
+    w = type("W", (), {"system": "sim_n2", "benchmark": "resnet"})()
+    value = {k: (v(w) if callable(v) else v) for k, v in resources.items()}
+    assert value["gres"] == "gpu:4" and value["nodes"] == 2 and value["mpi"] == "srun"
+    assert value["slurm_extra"].split() == ["--exclusive", "--mem=0"] and value["mem_mb"] == 0
+    assert value["runtime"] == 20 and value["cpus_per_task"] == -1 and value["tasks_per_gpu"] == 0
+    launch = plan.launch_spec("sim_n2", "resnet")
+    assert launch.gpus == 8 and launch.container == "registry.example/vendor:1"
+    assert launch.runsub_env == {"DGXSYSTEM": "SIM_2x4", "EXTRADIR": "/n2"}  # the system's value wins
+    assert plan.images == []  # a ready image: nothing is built
+    env = runsub.environment(launch.to_dict(), 7, "/logs", launch.container or "")
+    assert (env["CONT"], env["NEXP"], env["SEED"], env["LOGDIR"], env["EXTRADIR"]) == (
+        "registry.example/vendor:1", "1", "7", "/logs", "/n2")
+    out = tmp_path / "out" / "launch_preview.json"
+    jobs.launch_preview(plan, out, tmp_path / "preview.log")
+    entries = json.loads(out.read_text())
+    n2 = entries[1]
+    assert n2["node_hours"] == pytest.approx(2 * 2 * 20 / 60, abs=1e-3) and n2["allocation"]["gpus_per_node"] == 4
+    training = n2["steps"][-1]
+    assert training[:5] == ["srun", "--mpi=pmix", "--ntasks=8", "--ntasks-per-node=4", "--container-name=vendor"]
+    assert training[5] == (f"--container-mounts={tmp_path / 'data'}:/data,/n2:/extra,"
+                           f"{plan.out.run_dir('sim_n2', 'resnet', 0).resolve()}:/results")
+    assert n2["summary"]["cache_clear"] and n2["summary"]["cache_clear_logged"]
+    assert "node-hours" in (tmp_path / "preview.log").read_text()
+
+
+def test_allocated_gpus_are_the_jobs_gres_on_this_node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # scontrol show job -d as Slurm 22.05 prints it for a 2-node job of gres gpu:4
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "scontrol").write_text(
+        "#!/bin/sh\nif [ \"$2\" = hostnames ]; then echo mlnode1; echo mlnode2; exit 0; fi\n"
+        "echo 'JobId=5 JobName=x'\necho '   Nodes=mlnode[1-2] CPU_IDs=0-3 Mem=0 GRES=gpu:4(IDX:0-3)'\n")
+    (bin_dir / "scontrol").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    assert accelerators.allocated_gpus({"SLURM_JOB_ID": "5"}, host="mlnode2") == [0, 1, 2, 3]
+    assert accelerators.allocated_gpus({"SLURM_JOB_ID": "5", "CUDA_VISIBLE_DEVICES": "2,3"}, host="other") == [2, 3]
+
+
+def test_gpu_locks_are_per_host_and_private(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    folder = accelerators.lock_dir(None)
+    assert folder == tmp_path / "mlrepro" / "gpu-locks" and stat.S_IMODE(folder.stat().st_mode) == 0o700
+    # two pipelines (two output folders) on one host share the folder: their runs get disjoint GPUs
+    with accelerators.claim(folder, 4, 2) as first, accelerators.claim(folder, 4, 2) as second:
+        assert sorted(first + second) == [0, 1, 2, 3]
+        with pytest.raises(accelerators.GpuError, match="no 1 free GPUs"), \
+                accelerators.claim(folder, 4, 1, timeout_s=0.3):
+            pass
+    folder.chmod(0o755)
+    with pytest.raises(accelerators.GpuError, match="mode 0700"):
+        accelerators.lock_dir(None)
+    open_to_all = tmp_path / "shared"
+    open_to_all.mkdir(mode=0o777)
+    open_to_all.chmod(0o777)
+    with pytest.raises(accelerators.GpuError, match="root-owned sticky"):
+        accelerators.lock_dir(str(open_to_all))
+
+
+def test_minis_a_ruleset_lacks_are_left_out_where_the_systems_name_what_runs(tmp_path: Path) -> None:
+    _folder(tmp_path)
+    raw = {"outdir": str(tmp_path / "out"), "ruleset": "4.1.0", "engine": "enroot", "allow_fewer_runs": True,
+           "benchmarks": {"ssd": {"implementation": "vendor", "image": "registry.example/retinanet:1",
+                                  "data_dir": "data", "runs": 1, "env": {"EXTRADIR": "/x"}},
+                          "minigo": {}},  # the embedded default's; 4.1.0 has no minigo
+           "systems": {"sim_n1": {"benchmarks": ["ssd"], "config_files": {"ssd": "config_SIM_1x4.sh"}}}}
+    assert _plan(raw, tmp_path).ordered_units == [("sim_n1", "ssd")]
+    del raw["systems"]["sim_n1"]["benchmarks"]
+    with pytest.raises(mlconfig.ConfigError, match=r"benchmarks.minigo: ruleset training 4.1.0 has no benchmark "
+                                                  r"'minigo' .*leave it out with only: \[\.\.\.\]"):
+        _plan(raw, tmp_path)
