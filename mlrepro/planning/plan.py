@@ -30,7 +30,7 @@ from mlrepro.runs import runsub
 from mlrepro.runs.accelerators import machine_gpus
 from mlrepro.runs.implementation import describe as describe_implementation
 from mlrepro.runs.launch_spec import LaunchSpec
-from mlrepro.slurm.resources import JobShape, shape_for, shape_from_config_sh
+from mlrepro.slurm.resources import JobShape, run_sub_resources, shape_for, shape_from_config_sh
 from mlrepro.training.workload import workflow_dir
 
 RECIPE_STEPS = ("verify", "extract", "prepare", "path")
@@ -316,10 +316,10 @@ class Plan:
         with run.sub's #SBATCH lines); node_hours is the upper bound of one run."""
         shape = self.run_shape(system, benchmark)
         slurm = self.config["slurm"]
+        extra = run_sub_resources(shape, slurm)["slurm_extra"].split()
         return {"nodes": shape.nodes, "gpus_per_node": shape.gpus_per_node, "time_minutes": shape.minutes,
-                "exclusive": bool(slurm["exclusive"]) or "--exclusive" in shape.sbatch,
-                "sbatch": list(shape.sbatch), "partition": slurm["partition"], "account": slurm["account"],
-                "qos": slurm["qos"], "constraint": slurm["constraint"]}
+                "exclusive": "--exclusive" in extra, "sbatch": extra, "partition": slurm["partition"],
+                "account": slurm["account"], "qos": slurm["qos"], "constraint": slurm["constraint"]}
 
     # --- inference (opt-in: inference.benchmarks)
     @cached_property
@@ -362,8 +362,11 @@ class Plan:
 
     def _environment_spec(self) -> dict[str, Any]:
         c = self.config
-        return {"org": c["org"], "system": c["system"], "division": c["division"], "status": c["status"],
+        spec = {"org": c["org"], "system": c["system"], "division": c["division"], "status": c["status"],
                 "threads": c["threads_per_run"], "device": c["device"]}
+        if not all(u.mini for u in self.units.values()):  # the note on our mini workloads is not a vendor's
+            spec["mini"] = False
+        return spec
 
     def _package_spec(self) -> dict[str, Any]:
         c = self.config
