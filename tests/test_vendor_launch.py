@@ -166,3 +166,18 @@ def test_minis_a_ruleset_lacks_are_left_out_where_the_systems_name_what_runs(tmp
     with pytest.raises(mlconfig.ConfigError, match=r"benchmarks.minigo: ruleset training 4.1.0 has no benchmark "
                                                   r"'minigo' .*leave it out with only: \[\.\.\.\]"):
         _plan(raw, tmp_path)
+
+
+def test_an_image_is_built_for_its_systems_platform(tmp_path: Path) -> None:
+    folder = _folder(tmp_path)
+    (folder / "Dockerfile").write_text("ARG FROM_IMAGE_NAME=nvcr.io/nvidia/pytorch:24.09-py3\n"
+                                       "FROM ${FROM_IMAGE_NAME}\n")
+    raw = _config(tmp_path, {"EXTRADIR": "/x"})
+    del raw["benchmarks"]["resnet"]["image"]  # built from the folder's Dockerfile
+    raw["systems"]["sim_n1"]["platform"] = raw["systems"]["sim_n2"]["platform"] = "linux/arm64"
+    plan = _plan(raw, tmp_path)
+    assert plan.images == ["resnet-vendor"] and plan.image_platform("resnet-vendor") == "linux/arm64"
+    del raw["systems"]["sim_n2"]["platform"]
+    with pytest.raises(mlconfig.ConfigError, match="image resnet-vendor runs on systems of platforms default, "
+                                                  "linux/arm64"):
+        _plan(raw, tmp_path)

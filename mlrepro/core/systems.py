@@ -29,6 +29,7 @@ class System:
     description: dict[str, str] = field(default_factory=dict)  # system description fields set by hand
     implementations: dict[str, str] = field(default_factory=dict)  # benchmark -> this system's folder
     env: dict[str, str] = field(default_factory=dict)  # variables its runs' run.sub reads (over benchmarks.<bm>.env)
+    platform: str | None = None  # its nodes' (linux/arm64 for GB200): the images its runs use are built for it
 
 
 def load(config: Mapping[str, Any], benchmarks: Mapping[str, Benchmark], base_dir: Path,
@@ -63,7 +64,7 @@ def load(config: Mapping[str, Any], benchmarks: Mapping[str, Benchmark], base_di
         system = System(name, tuple(b for b in listed if b in benchmarks), block.get("nodes"),
                         dict(block.get("config_files") or {}), dict(block.get("description") or {}),
                         dict(block.get("implementations") or {}),
-                        {k: str(v) for k, v in (block.get("env") or {}).items()})
+                        {k: str(v) for k, v in (block.get("env") or {}).items()}, block.get("platform"))
         if system.benchmarks:  # else every benchmark of it left out by only: (no results, no system)
             systems[name] = system
     for system in systems.values():
@@ -78,6 +79,15 @@ def load(config: Mapping[str, Any], benchmarks: Mapping[str, Benchmark], base_di
                 problems.append(f"  {key}: {e}")
     for system in systems.values():
         problems += _unset(system, units)
+    built_for: dict[str, set[str | None]] = {}
+    for (s, _), unit in units.items():
+        if unit.implementation.container is None:
+            built_for.setdefault(unit.image, set()).add(systems[s].platform)
+    for image, platforms in sorted(built_for.items()):
+        if len(platforms) > 1:
+            problems.append(f"  systems.<name>.platform: image {image} runs on systems of platforms "
+                            f"{', '.join(sorted(p or 'default' for p in platforms))}; give each "
+                            "platform its own implementation folder (systems.<name>.implementations)")
     if problems:
         raise ConfigError(f"invalid configuration ({source}):\n" + "\n".join(problems))
     return systems, units

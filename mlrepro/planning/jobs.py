@@ -20,7 +20,8 @@ def build_image(plan: Plan, image: str, record: str | Path, log: str | Path, par
 
     image_record(image, Path(record), Path(log), engine=plan.config["engine"], socket=plan.engine_socket,
                  mode=params.mode, build_args=dict(params.build_args), tag_prefix=params.tag_prefix,
-                 lock_path=plan.images_lock, root=plan.repo, folder=plan.image_folder(image))
+                 lock_path=plan.images_lock, root=plan.repo, folder=plan.image_folder(image),
+                 platform=params.platform or None)
 
 
 def launch_preview(plan: Plan, out: str | Path, log: str | Path) -> str:

@@ -136,6 +136,10 @@ class Plan:
         ours (None) from containers/<image>/ with this repository as context."""
         return next((b.implementation.folder for b in self.units.values() if not b.mini and b.image == image), None)
 
+    def image_platform(self, image: str) -> str | None:
+        """The platform an image is built for: that of the systems that run it (systems.<name>.platform)."""
+        return next((self.systems[s].platform for (s, _), u in self.units.items() if u.image == image), None)
+
     def container_inputs(self, image: str) -> list[Path]:
         """Build mode: the files the image is built from (a changed Dockerfile or source rebuilds it).
         Locked mode: the lock file only (nothing is built)."""
