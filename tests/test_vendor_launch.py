@@ -181,3 +181,24 @@ def test_an_image_is_built_for_its_systems_platform(tmp_path: Path) -> None:
     with pytest.raises(mlconfig.ConfigError, match="image resnet-vendor runs on systems of platforms default, "
                                                   "linux/arm64"):
         _plan(raw, tmp_path)
+
+
+def test_the_simulated_clusters_vendor_folder_previews_its_steps(tmp_path: Path) -> None:
+    """tests/fixtures/vendor_gpu (the simulated GPU cluster's folder, NVIDIA's form): what its runs will execute."""
+    folder = REPO / "tests" / "fixtures" / "vendor_gpu"
+    if not (folder / "run.sub").is_file():
+        pytest.skip("tests/fixtures/vendor_gpu is not in this checkout")
+    (tmp_path / "data").mkdir()
+    raw = {"outdir": str(tmp_path / "out"), "ruleset": "2.0.0", "engine": "enroot", "allow_fewer_runs": True,
+           "systems": {"simgpu_n2": {"nodes": 2, "benchmarks": ["resnet"],
+                                     "config_files": {"resnet": "config_SIMGPU_2x4.sh"}}},
+           "benchmarks": {"resnet": {"implementation": str(folder), "image": "sim:latest", "data_dir": "data",
+                                     "runs": 1, "env": {"EXTRADIR": str(tmp_path / "data")}}}}
+    plan = _plan(raw, tmp_path)
+    jobs.launch_preview(plan, tmp_path / "p.json", tmp_path / "p.log")
+    (entry,) = json.loads((tmp_path / "p.json").read_text())
+    assert "error" not in entry, entry.get("error")
+    training = entry["summary"]["training"]
+    assert (training["ntasks"], training["ntasks_per_node"], training["mpi"]) == ("8", "4", "pmix")
+    assert training["mounts"] == ["/data", "/extra", "/results"] and entry["summary"]["cache_clear_logged"]
+    assert entry["node_hours"] == pytest.approx(2 * 10 / 60, abs=1e-3)

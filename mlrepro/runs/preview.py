@@ -4,7 +4,7 @@ One entry per (system, benchmark): the implementation, its config file, the numb
 run asks for, ``node_hours`` (runs x nodes x WALLTIME: the upper bound) and ``steps``, the commands one run executes
 in their order, each an argument list. A folder with run.sub: its own steps, found by running it with recording
 stand-ins (mlrepro/slurm/trace.py) with exactly the variables a run gives it (mlrepro/runs/runsub.py); the
-allocation's job id, node names and run.sub's date stamp are placeholders (JOBID, node1..nodeN, DATESTAMP); a
+allocation's job id, node names and run.sub's date stamp are placeholders (999999, node1..nodeN, DATESTAMP); a
 status other than 0 after the training step is the stand-ins' (a step's output that run.sub reads is empty). Other
 implementations: the run script the driver starts.
 """

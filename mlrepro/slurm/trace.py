@@ -2,7 +2,7 @@
 
 The launch preview (``snakemake launch_preview``) runs the folder's own ``run.sub`` with bash, in the folder,
 with the variables a run gives it (:func:`mlrepro.runs.runsub.environment`) and a Slurm allocation of the run's
-shape described by its variables (SLURM_JOB_ID ``JOBID``, nodes ``node1..nodeN``). ``srun``, ``sbatch``,
+shape described by its variables (SLURM_JOB_ID ``999999``, nodes ``node1..nodeN``). ``srun``, ``sbatch``,
 ``enroot``, ``sudo``, ``scontrol`` and ``sleep`` are stand-ins on PATH that record their argument list and
 do nothing (``scontrol`` answers ``show hostnames`` and ``show job`` as Slurm would); so nothing runs on a node,
 and every command the script would start there is listed in its order, each argument as bash passed it.
@@ -22,7 +22,7 @@ from typing import Any
 
 RECORDED = ("srun", "sbatch", "enroot", "sudo")  # the steps: what would run on the cluster
 QUERIES = ("scontrol", "sleep")  # answered or skipped, recorded but not steps
-JOB_ID = "JOBID"
+JOB_ID = "999999"  # a number, as Slurm's are (run.sub files do arithmetic on it)
 SEP = "\x1e"  # between one command's arguments and the next command (record separator)
 
 _STANDIN = r"""#!/bin/sh
