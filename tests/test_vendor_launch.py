@@ -202,3 +202,15 @@ def test_the_simulated_clusters_vendor_folder_previews_its_steps(tmp_path: Path)
     assert (training["ntasks"], training["ntasks_per_node"], training["mpi"]) == ("8", "4", "pmix")
     assert training["mounts"] == ["/data", "/extra", "/results"] and entry["summary"]["cache_clear_logged"]
     assert entry["node_hours"] == pytest.approx(2 * 10 / 60, abs=1e-3)
+
+
+def test_data_steps_have_their_own_slurm_resources(tmp_path: Path) -> None:
+    raw = {"outdir": str(tmp_path / "out"), "only": ["resnet"], "allow_fewer_runs": True,
+           "benchmarks": {"resnet": {"runs": 1}},
+           "slurm": {"data_steps": {"prepare": {"runtime": 600, "mem_mb": 256000, "cpus_per_task": 32}}}}
+    plan = _plan(raw, tmp_path)
+    assert plan.data_resources("prepare") == {"runtime": 600, "mem_mb": 256000, "cpus_per_task": 32}
+    assert plan.data_resources("download") == {}
+    raw["slurm"]["data_steps"]["train"] = {"runtime": 1}
+    with pytest.raises(mlconfig.ConfigError, match="data_steps"):
+        _plan(raw, tmp_path)

@@ -222,6 +222,11 @@ class Plan:
             return [self.out.generated_receipt(benchmark)]
         return [self.out.receipt(benchmark, step) for step in RECIPE_STEPS]
 
+    def data_resources(self, step: str) -> dict[str, Any]:
+        """A data step's Slurm resources (slurm.data_steps.<step>: runtime, mem_mb, cpus_per_task, partition,
+        extra); left out: the profile's defaults. BERT's preparation needs hours and hundreds of GB."""
+        return dict((self.config["slurm"].get("data_steps") or {}).get(step) or {})
+
     # --- runs
     @cached_property
     def local_gpus(self) -> int:
