@@ -282,6 +282,10 @@ def _drive(args: argparse.Namespace, launch: dict[str, Any], run_dir: Path) -> N
         alloc = launch.get("allocation") or {}
         record["allocation"] = {"nodes": alloc.get("nodes"), "gpus_per_node": alloc.get("gpus_per_node"),
                                 "node_list": (job or {}).get("node_list")}
+        # the allocation's first node as NVML and /sys see it: what its system description is made from
+        from mlrepro.environment import probe, system_desc
+
+        record["node"] = {**probe.host(), "sockets": system_desc.sockets()}
     if (run_dir / CHECKPOINT).is_file():
         record["checkpoint"] = {"file": CHECKPOINT, "sha256": sha256_file(run_dir / CHECKPOINT)}
     record["peak_rss_mb"] = 0.0
