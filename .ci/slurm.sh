@@ -48,7 +48,8 @@ GPUS="${MLREPRO_SLURM_GPUS:-4}"
 NET="${MLREPRO_SLURM_SUBNET:-10.251.77}"
 BRIDGE=mlrepro-br0
 ETC=/etc/slurm
-POINTER=/run/mlrepro-slurm.state  # names the running cluster's state folder
+# names the running cluster's state folder (tests/test_ci_slurm_sh.py points it elsewhere)
+POINTER="${MLREPRO_SLURM_POINTER:-/run/mlrepro-slurm.state}"
 MARK="# written by .ci/slurm.sh"
 export SLURM_CONF="$ETC/slurm.conf"
 D=""  # the state folder: made by start, found by stop through $POINTER
@@ -368,10 +369,11 @@ stop() {
     fi
     rm -rf -- "$D/state" "$D/spool" "$D/dev" "$D"/node-tmp*
     rm -f "$POINTER"
+    # the config files of this cluster: written by this script, naming this state folder
+    for f in "$ETC/slurm.conf" "$ETC/slurmdbd.conf" "$ETC/gres.conf" "$ETC/mpi.conf"; do
+      if [ -f "$f" ] && grep -qx "$MARK" "$f" && grep -qF "$D/" "$f"; then rm -f "$f"; fi
+    done
   fi
-  for f in "$ETC/slurm.conf" "$ETC/slurmdbd.conf" "$ETC/gres.conf" "$ETC/mpi.conf"; do
-    if [ -f "$f" ] && grep -qx "$MARK" "$f"; then rm -f "$f"; fi
-  done
   log "stopped ${stopped[*]:-nothing (not running)}${D:+; logs in $D}"
 }
 
