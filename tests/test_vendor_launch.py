@@ -35,7 +35,7 @@ srun --ntasks="${SLURM_JOB_NUM_NODES}" --container-image="${CONT}" --container-n
 for _experiment_index in $(seq 1 "${NEXP}"); do
   if [ "${CLEAR_CACHES}" -eq 1 ]; then
     srun --ntasks="${SLURM_JOB_NUM_NODES}" bash -c "sync && sudo /sbin/sysctl vm.drop_caches=3"
-    srun --ntasks="${SLURM_JOB_NUM_NODES}" --container-name=vendor python -c "log(CACHE_CLEAR)"
+    srun --ntasks="${SLURM_JOB_NUM_NODES}" --container-name=vendor python3 -c "print('CACHE_CLEAR logged')"
   fi
   srun --mpi=pmix --ntasks="$(( SLURM_JOB_NUM_NODES * DGXNGPU ))" --ntasks-per-node="${DGXNGPU}" \\
     --container-name=vendor --container-mounts="${_cont_mounts}" --container-workdir=/workspace ./run_and_time.sh
@@ -214,3 +214,57 @@ def test_data_steps_have_their_own_slurm_resources(tmp_path: Path) -> None:
     raw["slurm"]["data_steps"]["train"] = {"runtime": 1}
     with pytest.raises(mlconfig.ConfigError, match="data_steps"):
         _plan(raw, tmp_path)
+
+
+# A one-node allocation as this machine can give it without Slurm: srun runs its command here once (the options,
+# pyxis' included, are dropped) and records its arguments; scontrol answers as Slurm 22.05 does.
+FAKE_SRUN = """#!/bin/bash
+printf '%s\\n' "$*" >> "$FAKE_SLURM_LOG"
+while [ $# -gt 0 ] && [ "${1#-}" != "$1" ]; do shift; done
+[ $# -gt 0 ] && exec "$@"
+"""
+FAKE_SCONTROL = """#!/bin/sh
+case "$1 $2" in
+  "show hostnames") echo "$(hostname)" ;;
+  "show job") echo "JobId=$4$3 NumNodes=1 NodeList=$(hostname) Partition=sim"
+              echo "   Nodes=$(hostname) CPU_IDs=0-3 Mem=0 GRES=gpu:4(IDX:0-3)" ;;
+esac
+"""
+
+
+def test_the_driver_runs_one_experiment_of_run_sub_in_the_allocation(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    from mlrepro.runs import driver
+    from tests.conftest import write_mllog
+
+    folder = _folder(tmp_path)
+    write_mllog(folder / "log.txt", "resnet", 1_700_000_000_000, 1.0)
+    (folder / "run_and_time.sh").write_text('#!/bin/bash\necho "rank of $DGXNGPU, seed $SEED"\ncat log.txt\n')
+    (folder / "run_and_time.sh").chmod(0o755)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, text in (("srun", FAKE_SRUN), ("scontrol", FAKE_SCONTROL), ("sudo", "#!/bin/sh\nexit 0\n")):
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("SLURM_JOB_ID", "77")  # the jobstep plugin leaves only the job id
+    monkeypatch.setenv("FAKE_SLURM_LOG", str(tmp_path / "srun.log"))
+    for var in ("SLURM_JOB_NUM_NODES", "SLURM_JOB_NODELIST", "SLURM_NNODES", "SLURM_NODELIST"):
+        monkeypatch.delenv(var, raising=False)
+    plan = _plan(_config(tmp_path, {"EXTRADIR": "/extra/data"}), tmp_path)
+    launch = plan.launch_spec("sim_n1", "resnet")
+    path = tmp_path / "launch.json"
+    launch.write(path)
+    run_dir = tmp_path / "run0"
+    driver.main(["--launch", str(path), "--seed", "5", "--run-dir", str(run_dir), "--telemetry-hz", "0"])
+    record = json.loads((run_dir / "run.json").read_text())
+    assert record["launcher"] == "run.sub" and record["gpus"] == [0, 1, 2, 3]
+    assert record["allocation"]["nodes"] == 1 and record["node"]["sockets"] >= 1
+    log = (run_dir / "train.log").read_text()
+    assert log.count("rank of 4, seed 5") == 1  # NEXP=1 (run.sub's own default is 5), the run's seed
+    steps = (tmp_path / "srun.log").read_text().splitlines()
+    assert steps[0] == "--ntasks=1 --container-image=registry.example/vendor:1 --container-name=vendor true"
+    assert steps[-1] == (f"--mpi=pmix --ntasks=4 --ntasks-per-node=4 --container-name=vendor --container-mounts="
+                         f"{tmp_path / 'data'}:/data,/extra/data:/extra,{run_dir}:/results "
+                         "--container-workdir=/workspace ./run_and_time.sh")
+    assert (run_dir / "result.txt").read_text().count(":::MLLOG") == 18
