@@ -24,7 +24,7 @@ rule run:
         # native: the same for every run (a value, not a call per job)
         engine=PLAN.engine_options([]) if PLAN.native else signature_once(lambda w, input: PLAN.engine_options(input.image)),
         # outside Slurm: this host's GPU lock folder (config gpu_lock_dir; empty: the user's own) and its GPUs
-        locks=PLAN.config["gpu_lock_dir"] or "",
+        locks=PLAN.config.get("gpu_lock_dir", ""),
         machine=str(PLAN.config["gpus"]),
         # written by PREPARE before any job (mlrepro/planning/prepare.py), pipeline keys included
         launch=str(PLAN.out.launch("{system}", "{benchmark}")),

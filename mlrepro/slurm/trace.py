@@ -13,7 +13,6 @@ is LOGDIR. The preview is a job (rules/preview.smk), never part of planning: run
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import tempfile
 from dataclasses import dataclass, field
@@ -155,7 +154,3 @@ def summarize(trace_: Trace) -> dict[str, Any]:
         }
     return found
 
-
-def which_missing() -> list[str]:
-    """Host tools the traced run.sub files call themselves."""
-    return [t for t in ("bash", "envsubst") if shutil.which(t) is None]
