@@ -273,7 +273,8 @@ rule reproduce_run:
     params:
         run_dir=lambda w: RO / "runs" / w.benchmark / w.run,
         seed=lambda w: REPRO.benchmarks[w.benchmark].seeds[int(w.run)],
-        locks=config.get("gpu_lock_dir") or "",  # this host's GPU lock folder (mlrepro/runs/accelerators.py)
+        # this host's GPU lock folder (mlrepro/runs/accelerators.py); left out: the user's own
+        locks=["--gpu-locks", config["gpu_lock_dir"]] if config.get("gpu_lock_dir") else [],
         hz=config["telemetry"]["hz"] if config["telemetry"]["enabled"] else 0,
         # the driver asks NVML where the run runs (auto), never the planning host
         machine=str(config["gpus"]),
@@ -290,7 +291,7 @@ rule reproduce_run:
     shell:
         # the pipeline's run driver, as in rules/runs.smk; the implementation is the package's staged copy
         "{params.python:q} -m mlrepro.runs.driver --launch {input.launch:q} --seed {params.seed:q} "
-        "--run-dir {params.run_dir:q} {params.engine:q} --gpu-locks {params.locks:q} "
+        "--run-dir {params.run_dir:q} {params.engine:q} {params.locks:q} "
         "--gpus {params.machine:q} "
         "--telemetry-hz {params.hz:q} > {log:q} 2>&1"
 

@@ -24,7 +24,7 @@ rule run:
         # native: the same for every run (a value, not a call per job)
         engine=PLAN.engine_options([]) if PLAN.native else signature_once(lambda w, input: PLAN.engine_options(input.image)),
         # outside Slurm: this host's GPU lock folder (config gpu_lock_dir; empty: the user's own) and its GPUs
-        locks=PLAN.config.get("gpu_lock_dir", ""),
+        locks=["--gpu-locks", PLAN.config["gpu_lock_dir"]] if PLAN.config.get("gpu_lock_dir") else [],
         machine=str(PLAN.config["gpus"]),
         # written by PREPARE before any job (mlrepro/planning/prepare.py), pipeline keys included
         launch=str(PLAN.out.launch("{system}", "{benchmark}")),
@@ -43,5 +43,5 @@ rule run:
         PLAN.out.bench("run_{system}_{benchmark}_{run}")
     shell:
         "{params.python:q} -m mlrepro.runs.driver --launch {params.launch:q} --seed {params.seed:q} "
-        "--run-dir {params.run_dir:q} {params.engine:q} --gpu-locks {params.locks:q} "
+        "--run-dir {params.run_dir:q} {params.engine:q} {params.locks:q} "
         "--gpus {params.machine:q} --telemetry-hz {params.hz:q} --telemetry-backend {params.backend:q} > {log:q} 2>&1"

@@ -271,7 +271,8 @@ def _drive(args: argparse.Namespace, launch: dict[str, Any], run_dir: Path) -> N
         "benchmark": launch["benchmark"], **summary,
         "seed": summary["seed"] if summary["seed"] is not None else launch["seed"],
         "result_sha256": sha256_file(run_dir / "result.txt"),
-        "engine": engine.name, "gpus": gpus,
+        # run.sub starts its containers itself (srun --container-*: pyxis)
+        "engine": "pyxis (run.sub)" if run_sub else engine.name, "gpus": gpus,
         "image": _image_identity(args.image_record, image) if args.image_record else None,
         "implementation": {k: launch[k] for k in ("kind", "name", "folder", "config_file")},
         "processes": int(launch.get("nodes", 1)) * int(launch.get("tasks_per_node", 1)),
