@@ -117,7 +117,7 @@ def test_planned_on_a_host_without_gpus_the_runs_ask_for_the_nodes_gpus(tmp_path
     assert training[:5] == ["srun", "--mpi=pmix", "--ntasks=8", "--ntasks-per-node=4", "--container-name=vendor"]
     assert training[5] == (f"--container-mounts={tmp_path / 'data'}:/data,/n2:/extra,"
                            f"{plan.out.run_dir('sim_n2', 'resnet', 0).resolve()}:/results")
-    assert n2["summary"]["cache_clear"] and n2["summary"]["cache_clear_logged"]
+    assert n2["summary"]["cache_clear"] and n2["summary"]["cache_clear_logged"] and "unset_variables" not in n2
     assert "node-hours" in (tmp_path / "preview.log").read_text()
 
 
@@ -268,3 +268,15 @@ def test_the_driver_runs_one_experiment_of_run_sub_in_the_allocation(tmp_path: P
                          f"{tmp_path / 'data'}:/data,/extra/data:/extra,{run_dir}:/results "
                          "--container-workdir=/workspace ./run_and_time.sh")
     assert (run_dir / "result.txt").read_text().count(":::MLLOG") == 18
+
+
+def test_the_preview_names_a_variable_run_sub_reads_unset(tmp_path: Path) -> None:
+    folder = _folder(tmp_path)
+    text = (folder / "run.sub").read_text()
+    (folder / "run.sub").write_text(text.replace('for _experiment_index', 'echo ":::DLPAL ${MLPERF_CLUSTER_NAME}"\n'
+                                                                        'for _experiment_index', 1))
+    plan = _plan(_config(tmp_path, {"EXTRADIR": "/x"}), tmp_path)
+    jobs.launch_preview(plan, tmp_path / "p.json", tmp_path / "p.log")
+    entry = json.loads((tmp_path / "p.json").read_text())[0]
+    assert entry["unset_variables"] == ["MLPERF_CLUSTER_NAME"] and "unbound variable" in entry["error"]
+    assert "run.sub fails" in (tmp_path / "p.log").read_text()

@@ -12,6 +12,7 @@ implementations: the run script the driver starts.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from mlrepro.runs.launch_spec import LaunchSpec
 from mlrepro.slurm import trace
 
 DATESTAMP = "DATESTAMP"
+UNBOUND = re.compile(r"line \d+: ([A-Za-z_][A-Za-z0-9_]*): unbound variable")
 
 
 def cont_for(launch: LaunchSpec, image_record: Path | None) -> str:
@@ -47,6 +49,8 @@ def entry(system: str, launch: LaunchSpec, runs: int, seed: int, image_record: P
         found.update({"launcher": "run.sub", "run_sub": launch.run_sub, "allocation": alloc,
                       "steps": traced.steps, "summary": trace.summarize(traced)})
         found["traced_exit_code"] = traced.exit_code
+        if unset := sorted(set(UNBOUND.findall(traced.stderr_tail))):
+            found["unset_variables"] = unset  # set them in benchmarks.<bm>.env or systems.<name>.env
         if "training" not in found["summary"]:  # it stopped before its training step: a run would stop there too
             found["error"] = (f"{launch.run_sub} exited with status {traced.exit_code} before its training step "
                               f"(the srun of run_and_time.sh) when traced. Its last lines:\n{traced.stderr_tail}")
