@@ -177,6 +177,9 @@ def test_an_image_is_built_for_its_systems_platform(tmp_path: Path) -> None:
     raw["systems"]["sim_n1"]["platform"] = raw["systems"]["sim_n2"]["platform"] = "linux/arm64"
     plan = _plan(raw, tmp_path)
     assert plan.images == ["resnet-vendor"] and plan.image_platform("resnet-vendor") == "linux/arm64"
+    spec = json.loads(plan.specs["environment"])  # the system description: a vendor's framework, no mini note
+    assert spec["mini"] is False
+    assert spec["frameworks"] == {"resnet": "pytorch 24.09-py3 (nvcr.io/nvidia/pytorch:24.09-py3)"}
     del raw["systems"]["sim_n2"]["platform"]
     with pytest.raises(mlconfig.ConfigError, match="image resnet-vendor runs on systems of platforms default, "
                                                   "linux/arm64"):
@@ -280,3 +283,13 @@ def test_the_preview_names_a_variable_run_sub_reads_unset(tmp_path: Path) -> Non
     entry = json.loads((tmp_path / "p.json").read_text())[0]
     assert entry["unset_variables"] == ["MLPERF_CLUSTER_NAME"] and "unbound variable" in entry["error"]
     assert "run.sub fails" in (tmp_path / "p.log").read_text()
+
+
+def test_a_vendor_systems_description_names_its_frameworks_and_no_mini_note() -> None:
+    from mlrepro.environment import system_desc
+
+    desc = system_desc.describe("org", "closed", "onprem", "dgx", 1, "cuda", mini=False,
+                                frameworks={"ssd": "pytorch 24.09-py3 (nvcr.io/nvidia/pytorch:24.09-py3)"})
+    assert desc["framework"] == "ssd: pytorch 24.09-py3 (nvcr.io/nvidia/pytorch:24.09-py3)"
+    assert desc["sw_notes"] == "" and int(desc["host_processors_per_node"]) == system_desc.sockets() >= 1
+    assert "mini workloads" in system_desc.describe("org", "open", "research", "cpu", 1, "cpu")["sw_notes"]

@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> None:
         "host": probe.host(),
         "system_desc": system_desc.describe(sub["org"], sub["division"], sub["status"],
                                             system_name(sub["system"]), sub["threads"], sub["device"], software,
-                                            mini=sub.get("mini", True)),
+                                            mini=sub.get("mini", True), frameworks=sub.get("frameworks")),
     }
     atomic.write_json(args.out, record)
 

@@ -18,7 +18,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, TypeVar
 
-from mlrepro.containers.context import context_digest, context_files, folder_files
+from mlrepro.containers.context import base_images, context_digest, context_files, folder_files
 from mlrepro.core import rulesets
 from mlrepro.core.config import Benchmark, config_hash, run_seed, submittable
 from mlrepro.core.outputs import Outputs
@@ -375,7 +375,24 @@ class Plan:
                 "threads": c["threads_per_run"], "device": c["device"]}
         if not all(u.mini for u in self.units.values()):  # the note on our mini workloads is not a vendor's
             spec["mini"] = False
+            spec["frameworks"] = self.frameworks
         return spec
+
+    @cached_property
+    def frameworks(self) -> dict[str, str]:
+        """Each vendor benchmark's framework, from its image: the ready image's reference, else its Dockerfile's
+        base (nvcr.io/nvidia/pytorch:24.09-py3 -> "pytorch 24.09-py3 (nvcr.io/nvidia/pytorch:24.09-py3)")."""
+        found: dict[str, str] = {}
+        for (_, b), unit in self.units.items():
+            impl = unit.implementation
+            if unit.mini or b in found:
+                continue
+            refs = [impl.container] if impl.container else base_images(
+                impl.folder / "Dockerfile", {k: str(v) for k, v in self.config["build_args"].items()})
+            if refs:
+                name, _, tag = refs[-1].rsplit("/", 1)[-1].partition(":")
+                found[b] = f"{name} {tag or 'latest'} ({refs[-1]})"
+        return found
 
     def _package_spec(self) -> dict[str, Any]:
         c = self.config
