@@ -293,3 +293,15 @@ def test_a_vendor_systems_description_names_its_frameworks_and_no_mini_note() ->
     assert desc["framework"] == "ssd: pytorch 24.09-py3 (nvcr.io/nvidia/pytorch:24.09-py3)"
     assert desc["sw_notes"] == "" and int(desc["host_processors_per_node"]) == system_desc.sockets() >= 1
     assert "mini workloads" in system_desc.describe("org", "open", "research", "cpu", 1, "cpu")["sw_notes"]
+
+
+@pytest.mark.parametrize(("ruleset", "benchmark"), [("1.1.0", "minigo"), ("2.0.0", "ssd"), ("3.0.0", "rnnt"),
+                                                    ("4.1.0", "gnn"), ("5.0.0", "retinanet"), ("6.0.0", "llama31_8b")])
+def test_every_round_plans_a_vendor_folder_of_its_own(tmp_path: Path, ruleset: str, benchmark: str) -> None:
+    _folder(tmp_path)
+    raw = {"outdir": str(tmp_path / "out"), "ruleset": ruleset, "engine": "enroot", "allow_fewer_runs": True,
+           "benchmarks": {benchmark: {"implementation": "vendor", "image": "registry.example/x:1", "data_dir": "data",
+                                      "runs": 1, "env": {"EXTRADIR": "/x"}}},
+           "systems": {"sim_n1": {"config_files": {benchmark: "config_SIM_1x4.sh"}}}}
+    plan = _plan(raw, tmp_path)
+    assert plan.ordered_units == [("sim_n1", benchmark)] and plan.launch_spec("sim_n1", benchmark).run_sub
