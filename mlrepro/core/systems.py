@@ -1,10 +1,13 @@
-"""The systems of one submission: ``systems: {NAME: {nodes, benchmarks, config_files, description}}``.
+"""The systems of one submission: ``systems: {NAME: {nodes, benchmarks, config_files, implementations, env,
+platform, description}}``.
 
 A submission holds one result folder and one system description per system (NVIDIA's v2.0 package holds 21:
 dgxa100_n1_..., dgxa100_n8_..., ...). Each (system, benchmark) is its own unit of runs: its job shape takes
-the system's node count, its vendor config file is the system's (``config_files``, else config_<NAME>.sh,
-else the benchmark's ``system_config``), its runs sit in ``runs/<system>/<benchmark>/``. Today's ``system:``
-is the one-system shorthand: one system of every benchmark, its nodes from ``job_shapes`` or the config file.
+the system's node count, its vendor folder (``implementations``, current rounds ship one per system) and config file
+are the system's (``config_files``, else config_<NAME>.sh, else the benchmark's ``system_config``), its run.sub gets
+``benchmarks.<bm>.env`` then ``env`` (the system's wins), its runs sit in ``runs/<system>/<benchmark>/``. Today's
+``system:`` is the one-system shorthand: one system of every benchmark, its nodes from ``job_shapes`` or the config
+file.
 """
 
 from __future__ import annotations
