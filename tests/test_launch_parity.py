@@ -22,8 +22,8 @@ from typing import Any
 
 import pytest
 
-from mlrepro.core import config as mlconfig
-from mlrepro.core import systems as mlsystems
+from mlrepro import config as mlconfig
+from mlrepro import systems as mlsystems
 from mlrepro.planning import jobs
 from mlrepro.planning.plan import Plan
 from mlrepro.slurm import trace

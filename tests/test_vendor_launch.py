@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from mlrepro.core import config as mlconfig
-from mlrepro.core import systems as mlsystems
+from mlrepro import config as mlconfig
+from mlrepro import systems as mlsystems
 from mlrepro.planning import jobs
 from mlrepro.planning.plan import Plan
 from mlrepro.runs import accelerators, runsub
