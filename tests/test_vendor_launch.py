@@ -286,12 +286,13 @@ def test_the_preview_names_a_variable_run_sub_reads_unset(tmp_path: Path) -> Non
 
 
 def test_a_vendor_systems_description_names_its_frameworks_and_no_mini_note() -> None:
+    from mlrepro.core import probe
     from mlrepro.environment import system_desc
 
     desc = system_desc.describe("org", "closed", "onprem", "dgx", 1, "cuda", mini=False,
                                 frameworks={"ssd": "pytorch 24.09-py3 (nvcr.io/nvidia/pytorch:24.09-py3)"})
     assert desc["framework"] == "ssd: pytorch 24.09-py3 (nvcr.io/nvidia/pytorch:24.09-py3)"
-    assert desc["sw_notes"] == "" and int(desc["host_processors_per_node"]) == system_desc.sockets() >= 1
+    assert desc["sw_notes"] == "" and int(desc["host_processors_per_node"]) == probe.sockets() >= 1
     assert "mini workloads" in system_desc.describe("org", "open", "research", "cpu", 1, "cpu")["sw_notes"]
 
 

@@ -31,17 +31,6 @@ def _cpu_mhz() -> str:
         return "unknown"
 
 
-def sockets() -> int:
-    """CPU sockets of this host: the distinct physical package ids of its CPUs (1 where /sys does not say)."""
-    ids = set()
-    for path in Path("/sys/devices/system/cpu").glob("cpu[0-9]*/topology/physical_package_id"):
-        try:
-            ids.add(path.read_text().strip())
-        except OSError:
-            continue
-    return len(ids) or 1
-
-
 def _storage() -> tuple[str, str]:
     import psutil
 
@@ -69,7 +58,7 @@ def describe(submitter: str, division: str, status: str, system_name: str, threa
         "status": status,
         "system_name": system_name,
         "number_of_nodes": "1",
-        "host_processors_per_node": str(sockets()),
+        "host_processors_per_node": str(probe.sockets()),
         "host_processor_model_name": host["cpu_model"],
         "host_processor_core_count": str(host["physical_cpus"] or host["logical_cpus"]),
         "host_processor_vcpu_count": str(host["logical_cpus"]),

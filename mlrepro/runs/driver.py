@@ -286,9 +286,8 @@ def _drive(args: argparse.Namespace, launch: dict[str, Any], run_dir: Path) -> N
                                 "node_list": (job or {}).get("node_list")}
         # the allocation's first node as NVML and /sys see it: what its system description is made from
         from mlrepro.core import probe
-        from mlrepro.environment import system_desc
 
-        record["node"] = {**probe.host(), "sockets": system_desc.sockets()}
+        record["node"] = {**probe.host(), "sockets": probe.sockets()}
     if (run_dir / CHECKPOINT).is_file():
         record["checkpoint"] = {"file": CHECKPOINT, "sha256": sha256_file(run_dir / CHECKPOINT)}
     record["peak_rss_mb"] = 0.0
