@@ -64,6 +64,7 @@ else:
     include: "rules/score.smk"
     include: "rules/report.smk"
     include: "rules/inference.smk"
+    include: "rules/preview.smk"
 
     # On a cluster (profiles/slurm) these run on the submit host: seconds of work each, or (images) a
     # build through the host's engine socket; runs and data generation are cluster jobs.

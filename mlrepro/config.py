@@ -12,7 +12,7 @@ import os
 import platform
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +29,7 @@ from mlrepro.runs.implementation import MINI, Implementation, ImplementationErro
 SCHEMA = PROJECT_ROOT / "config" / "schema.yaml"
 # Keys of a benchmark's block that say how and where it runs, not what it computes: changing them
 # does not make finished runs stale (rules/runs.smk keeps them out of the run rule's params).
-PIPELINE_KEYS = ("runs", "runs_to_run", "image", "implementation", "system_config", "mounts", "data_dir")
+PIPELINE_KEYS = ("runs", "runs_to_run", "image", "implementation", "system_config", "mounts", "data_dir", "env")
 
 
 class ConfigError(MlreproError, ValueError):
@@ -178,6 +178,7 @@ class Benchmark:
     data_dir: Path | None = None  # a vendor's dataset on this host; ours is generated into {outdir}/data
     # M >= runs launched; of more than runs, the package holds the median window (core/median_window.py)
     runs_to_run: int = 0  # 0: runs
+    env: dict[str, str] = field(default_factory=dict)  # benchmarks.<bm>.env: variables its run.sub reads
 
     @property
     def mini(self) -> bool:
@@ -229,16 +230,18 @@ def load(raw: Mapping[str, Any], source: str = "config",
     if unknown:
         raise ConfigError(f"invalid configuration ({source}):\n  only: {', '.join(unknown)} not among the "
                           f"configured benchmarks ({', '.join(config['benchmarks'])})")
+    selected = selection(config)
     for name, overrides in config["benchmarks"].items():
         key = f"benchmarks.{name}"
         overrides = dict(overrides or {})
-        choice = overrides.get("implementation", MINI)
+        choice = overrides.get("implementation") or _first_system_folder(config, name) or MINI
         if choice == MINI and name not in implemented:
             problems.append(f"  {key}: no implementation of {name!r} (workflows/ has: {', '.join(implemented)}); "
                             "set implementation: <folder> for one of your own")
             continue
-        if config["only"] and name not in config["only"]:
-            # left out of this run, but still checked: a mistake is reported now, not when it is chosen
+        if selected is not None and name not in selected:
+            # left out of this run (only:, or no system lists it), but still checked: a mistake is reported now,
+            # not when it is chosen
             try:
                 _validate(deep_merge(_load_yaml(workflow_dir(name) / "defaults.yaml"), overrides or {}),
                           _load_yaml(workflow_dir(name) / "params.schema.yaml"), ["benchmarks", name], source)
@@ -247,7 +250,8 @@ def load(raw: Mapping[str, Any], source: str = "config",
             continue
         if name not in allowed:
             problems.append(f"  {key}: ruleset {usage} {ruleset} has no benchmark {name!r} "
-                            f"(it has: {', '.join(allowed)})")
+                            f"(it has: {', '.join(allowed)}); leave it out with only: [...] or the systems' "
+                            "benchmarks: lists, or choose another ruleset")
             continue
         if choice == MINI:
             params = deep_merge(_load_yaml(workflow_dir(name) / "defaults.yaml"), overrides)
@@ -298,15 +302,34 @@ def load(raw: Mapping[str, Any], source: str = "config",
         except ImplementationError as e:
             problems.append(f"  {key}: {e}")
             continue
-        if choice != MINI and config["engine"] != "native" and not base_images(
+        if choice != MINI and impl.container is None and config["engine"] != "native" and not base_images(
                 impl.folder / "Dockerfile", {k: str(v) for k, v in config["build_args"].items()}):
             problems.append(f"  {key}: {impl.folder / 'Dockerfile'} names no base image (no FROM, or only FROM "
                             "scratch); start it with `ARG FROM_IMAGE_NAME=<image>` and `FROM ${FROM_IMAGE_NAME}`")
             continue
-        benchmarks[name] = Benchmark(name, params, runs, required, impl, data_dir, runs_to_run)
+        benchmarks[name] = Benchmark(name, params, runs, required, impl, data_dir, runs_to_run,
+                                     {k: str(v) for k, v in (pipeline.get("env") or {}).items()})
     if problems:
         raise ConfigError(f"invalid configuration ({source}):\n" + "\n".join(problems))
     return config, benchmarks
+
+
+def selection(config: Mapping[str, Any]) -> set[str] | None:
+    """The benchmarks that run: only:, else those the systems list where every system lists its own; None: all."""
+    if config["only"]:
+        return set(config["only"])
+    systems = (config.get("systems") or {}).values()
+    if systems and all(block.get("benchmarks") for block in systems):
+        return {b for block in systems for b in block["benchmarks"]}
+    return None
+
+
+def _first_system_folder(config: Mapping[str, Any], benchmark: str) -> str | None:
+    """The implementation folder the first system that runs the benchmark names (systems.<name>.implementations)."""
+    for block in (config.get("systems") or {}).values():
+        if benchmark in (block.get("benchmarks") or config["benchmarks"]):
+            return (block.get("implementations") or {}).get(benchmark)
+    return None
 
 
 def _first_system(config: Mapping[str, Any], benchmark: str) -> tuple[str, str | None]:

@@ -14,6 +14,8 @@ rule container_image:
         build_args=PLAN.config.get("build_args") or {},
         tag_prefix=PLAN.config.get("image_tag_prefix", "localhost/mlrepro-"),
         mode=PLAN.config["images"],
+        # the nodes' platform (systems.<name>.platform, e.g. linux/arm64 for GB200); "": the builder's
+        platform=lambda w: PLAN.image_platform(w.image) or "",
         # The content of the build context, so that an edit rebuilds even where time stamps do not tell
         # (Snakemake skips an input that is only newer when its checksum is unchanged).
         context=lambda w: PLAN.build_context_digest(w.image),

@@ -17,6 +17,8 @@ rule data:
         receipt=lambda w: PLAN.dataset_receipts(w.benchmark)[0],
         # the interpreter running Snakemake runs every stage too (a venv need not be activated)
         python=PLAN.python,
+    resources:
+        **PLAN.data_resources("generate"),  # slurm.data_steps.generate: its Slurm job
     log:
         PLAN.out.log("data_{benchmark}"),
     benchmark:
@@ -36,6 +38,8 @@ rule data_download:
         root=lambda w: PLAN.data_root / w.benchmark,
         # the interpreter running Snakemake runs every stage too (a venv need not be activated)
         python=PLAN.python,
+    resources:
+        **PLAN.data_resources("download"),  # slurm.data_steps.download: its Slurm job
     log:
         PLAN.out.log("data_download_{benchmark}"),
     shell:
@@ -54,6 +58,8 @@ rule data_verify:
         root=lambda w: PLAN.data_root / w.benchmark,
         # the interpreter running Snakemake runs every stage too (a venv need not be activated)
         python=PLAN.python,
+    resources:
+        **PLAN.data_resources("verify"),  # slurm.data_steps.verify: its Slurm job
     log:
         PLAN.out.log("data_verify_{benchmark}"),
     shell:
@@ -73,6 +79,8 @@ rule data_extract:
         group=PLAN.config["data_group"] or "",  # whose folders in a shared data_root are reused (docs/security.md)
         # the interpreter running Snakemake runs every stage too (a venv need not be activated)
         python=PLAN.python,
+    resources:
+        **PLAN.data_resources("extract"),  # slurm.data_steps.extract: its Slurm job
     log:
         PLAN.out.log("data_extract_{benchmark}"),
     shell:
@@ -94,6 +102,8 @@ rule data_prepare:
         group=PLAN.config["data_group"] or "",
         # the interpreter running Snakemake runs every stage too (a venv need not be activated)
         python=PLAN.python,
+    resources:
+        **PLAN.data_resources("prepare"),  # slurm.data_steps.prepare: its Slurm job
     log:
         PLAN.out.log("data_prepare_{benchmark}"),
     shell:

@@ -26,7 +26,6 @@ from mlrepro.datasets.manifest import MANIFEST as _DATA_MANIFEST
 from mlrepro.package.provenance import MANIFEST as _PROVENANCE
 from mlrepro.reproduce import plan as _plan
 from mlrepro.reproduce.errors import ReproduceError
-from mlrepro.runs.accelerators import machine_gpus
 from mlrepro.slurm.resources import ShapeError, run_resources, shape_from_config_sh
 
 # Every step runs with the interpreter that runs Snakemake (a venv need not be activated): each rule's
@@ -274,10 +273,11 @@ rule reproduce_run:
     params:
         run_dir=lambda w: RO / "runs" / w.benchmark / w.run,
         seed=lambda w: REPRO.benchmarks[w.benchmark].seeds[int(w.run)],
-        locks=RO / ".gpu_locks",
+        # this host's GPU lock folder (mlrepro/runs/accelerators.py); left out: the user's own
+        locks=["--gpu-locks", config["gpu_lock_dir"]] if config.get("gpu_lock_dir") else [],
         hz=config["telemetry"]["hz"] if config["telemetry"]["enabled"] else 0,
-        # NVML is asked once a run is planned, not while this file is parsed
-        machine_gpus=lambda w: machine_gpus() if config["gpus"] == "auto" else int(config["gpus"]),
+        # the driver asks NVML where the run runs (auto), never the planning host
+        machine=str(config["gpus"]),
         # the image's build record names the engine and its socket (mlrepro.engines.engine_for)
         engine=lambda w, input: ["--image-record", input.image[0]] if input.image else ["--engine", "native"],
         python=_smk.python_command(),
@@ -291,8 +291,8 @@ rule reproduce_run:
     shell:
         # the pipeline's run driver, as in rules/runs.smk; the implementation is the package's staged copy
         "{params.python:q} -m mlrepro.runs.driver --launch {input.launch:q} --seed {params.seed:q} "
-        "--run-dir {params.run_dir:q} {params.engine:q} --gpu-locks {params.locks:q} "
-        "--machine-gpus {params.machine_gpus:q} "
+        "--run-dir {params.run_dir:q} {params.engine:q} {params.locks:q} "
+        "--gpus {params.machine:q} "
         "--telemetry-hz {params.hz:q} > {log:q} 2>&1"
 
 

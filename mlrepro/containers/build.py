@@ -39,7 +39,7 @@ def inputs_digest(dockerfile_sha: str, context_sha: str, build_args: dict[str, s
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def ensure_base(client: Any, ref: str) -> dict[str, Any]:
+def ensure_base(client: Any, ref: str, platform: str | None = None) -> dict[str, Any]:
     """The base image's identity; pulled when absent; BaseImageMissing (naming it) when that fails."""
     import docker.errors
 
@@ -49,7 +49,7 @@ def ensure_base(client: Any, ref: str) -> dict[str, Any]:
         pass
     reason = "not found after pulling"
     try:
-        client.images.pull(ref)
+        client.images.pull(ref, platform=platform) if platform else client.images.pull(ref)
         return inspect_image(client, ref)
     except docker.errors.DockerException as exc:
         reason = str(getattr(exc, "explanation", None) or exc).splitlines()[0][:200]
@@ -98,10 +98,12 @@ def build_image(
     root: Path = PROJECT_ROOT,
     nocache: bool = False,
     folder: Path | None = None,
+    platform: str | None = None,
 ) -> dict[str, Any]:
     """Build ``containers/<image>/Dockerfile`` with the repository as context; return its build record.
 
     ``folder``: an implementation folder instead, built from its own Dockerfile with itself as context.
+    ``platform``: the nodes' platform where it is not the builder's (``linux/arm64`` for GB200 nodes).
     """
     args = {k: str(v) for k, v in (build_args or {}).items()}
     files = None
@@ -112,18 +114,20 @@ def build_image(
         dockerfile = image_dir(image, root) / "Dockerfile"
     dockerfile_sha = sha256_file(dockerfile)
     context_sha = context_digest(image, root, files)
-    tag = image_tag(image, tag_prefix, inputs_digest(dockerfile_sha, context_sha, args))
+    # the platform is part of what the image is built from: an arm64 image never passes for an amd64 one
+    tag = image_tag(image, tag_prefix, inputs_digest(dockerfile_sha, context_sha,
+                                                     {**args, **({"platform": platform} if platform else {})}))
     refs = base_images(dockerfile, args)
     if not refs:
         raise BaseImageMissing(f"{dockerfile}: names no base image (no FROM line, or only FROM scratch); "
                                "start it with `ARG FROM_IMAGE_NAME=<image>` and `FROM ${FROM_IMAGE_NAME}`")
-    bases = [ensure_base(client, ref) for ref in refs]
+    bases = [ensure_base(client, ref, platform) for ref in refs]
     log.parent.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     chunks = client.api.build(
         fileobj=context_tar(image, root, files), custom_context=True,
         dockerfile=dockerfile.relative_to(root).as_posix(), tag=tag, buildargs=args,
-        rm=True, forcerm=True, pull=False, nocache=nocache, decode=True)
+        rm=True, forcerm=True, pull=False, nocache=nocache, decode=True, **({"platform": platform} if platform else {}))
     _, steps, cached = _stream(chunks, log)
     seconds = time.monotonic() - started
     info = inspect_image(client, tag)  # authoritative over the id the log text mentions
@@ -135,6 +139,7 @@ def build_image(
         "size_bytes": info["size_bytes"],
         "base_images": bases,
         "build_args": args,
+        **({"platform": platform} if platform else {}),
         "dockerfile": dockerfile.relative_to(root).as_posix(),
         "dockerfile_sha256": dockerfile_sha,
         "context_sha256": context_sha,

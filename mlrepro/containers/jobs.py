@@ -55,6 +55,7 @@ def image_record(
     lock_path: Path,
     root: Path = PROJECT_ROOT,
     folder: Path | None = None,
+    platform: str | None = None,
 ) -> dict[str, Any]:
     """Write ``{outdir}/containers/{image}.json``: build the image (mode build) or check it against the lock.
 
@@ -62,7 +63,8 @@ def image_record(
     """
     try:
         return _image_record(image, out, log, engine=engine, socket=socket, mode=mode, build_args=build_args,
-                             tag_prefix=tag_prefix, lock_path=lock_path, root=root, folder=folder)
+                             tag_prefix=tag_prefix, lock_path=lock_path, root=root, folder=folder,
+                             platform=platform)
     except (ContainerError, EngineUnavailable) as exc:
         log.parent.mkdir(parents=True, exist_ok=True)
         with log.open("a", encoding="utf-8") as f:
@@ -72,7 +74,7 @@ def image_record(
 
 def _image_record(image: str, out: Path, log: Path, *, engine: str, socket: str | None, mode: str,
                   build_args: dict[str, Any], tag_prefix: str, lock_path: Path, root: Path,
-                  folder: Path | None) -> dict[str, Any]:
+                  folder: Path | None, platform: str | None = None) -> dict[str, Any]:
     client = connect(builder_engine(engine), socket)
     if mode == "locked":
         entry = locked_entry(lock_path, image)
@@ -88,7 +90,7 @@ def _image_record(image: str, out: Path, log: Path, *, engine: str, socket: str 
         atomic.write_text(log, f"{image}: locked {record['id']} present\n")
     else:
         record = build_image(client, image, build_args=build_args, tag_prefix=tag_prefix, log=log, root=root,
-                             folder=folder)
+                             folder=folder, platform=platform)
         record.update(engine=engine, socket=socket)
         if engine in FILE_SUFFIX:
             file = out.with_suffix(FILE_SUFFIX[engine])

@@ -77,3 +77,14 @@ def host() -> dict[str, Any]:
         "memory_bytes": psutil.virtual_memory().total,
         "gpus": gpus(),
     }
+
+
+def sockets() -> int:
+    """CPU sockets of this host: the distinct physical package ids of its CPUs (1 where /sys does not say)."""
+    ids = set()
+    for path in Path("/sys/devices/system/cpu").glob("cpu[0-9]*/topology/physical_package_id"):
+        try:
+            ids.add(path.read_text().strip())
+        except OSError:
+            continue
+    return len(ids) or 1

@@ -29,7 +29,8 @@ def main(argv: list[str] | None = None) -> None:
         "engine": software,
         "host": probe.host(),
         "system_desc": system_desc.describe(sub["org"], sub["division"], sub["status"],
-                                            system_name(sub["system"]), sub["threads"], sub["device"], software),
+                                            system_name(sub["system"]), sub["threads"], sub["device"], software,
+                                            mini=sub.get("mini", True), frameworks=sub.get("frameworks")),
     }
     atomic.write_json(args.out, record)
 

@@ -39,11 +39,13 @@ def _storage() -> tuple[str, str]:
 
 
 def describe(submitter: str, division: str, status: str, system_name: str, threads: int,
-             device: str, software: dict[str, Any] | None = None) -> dict[str, Any]:
+             device: str, software: dict[str, Any] | None = None, mini: bool = True,
+             frameworks: dict[str, str] | None = None) -> dict[str, Any]:
     """Every field ``mlperf_logging.system_desc_checker`` requires, filled from this host.
 
     ``software``: what the runs' engine saw (``Engine.describe``: inside the image for container runs);
-    None: this interpreter.
+    None: this interpreter. ``mini``: the runs are ours (the note says so); a vendor's runs get no such note.
+    ``frameworks``: each vendor benchmark's framework, from its image (the framework field names each).
     """
     host = probe.host()
     gpus = host["gpus"]["devices"] if device != "cpu" else []
@@ -56,7 +58,7 @@ def describe(submitter: str, division: str, status: str, system_name: str, threa
         "status": status,
         "system_name": system_name,
         "number_of_nodes": "1",
-        "host_processors_per_node": "1",
+        "host_processors_per_node": str(probe.sockets()),
         "host_processor_model_name": host["cpu_model"],
         "host_processor_core_count": str(host["physical_cpus"] or host["logical_cpus"]),
         "host_processor_vcpu_count": str(host["logical_cpus"]),
@@ -80,8 +82,9 @@ def describe(submitter: str, division: str, status: str, system_name: str, threa
         "accelerator_interconnect_topology": "N/A",
         "cooling": "air",
         "hw_notes": f"{threads} CPU thread(s) per run" if not gpus else "",
-        "framework": f"PyTorch {torch_version}",
+        "framework": "; ".join(f"{b}: {f}" for b, f in sorted(frameworks.items())) if frameworks
+        else f"PyTorch {torch_version}",
         "other_software_stack": f"Python {software.get('python') or platform.python_version()}",
         "operating_system": platform.platform(),
-        "sw_notes": "mini workloads of mlrepro on generated data (open division)",
+        "sw_notes": "mini workloads of mlrepro on generated data (open division)" if mini else "",
     }

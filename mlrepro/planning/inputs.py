@@ -20,7 +20,8 @@ def run_inputs(plan: Plan, prepare: Preparation) -> Callable[[Any], dict[str, An
 
     def inputs(wildcards: Any) -> dict[str, Any]:
         benchmark = wildcards.benchmark
-        found: dict[str, Any] = {"prepared": prepare(wildcards), "image": plan.image_record(benchmark)}
+        found: dict[str, Any] = {"prepared": prepare(wildcards),
+                                 "image": plan.image_record(benchmark, wildcards.system)}  # the system's folder's
         if plan.benchmarks[benchmark].mini:  # ours: its data choice (rules/data.smk); a vendor's: data_dir
             found["manifest"] = plan.dataset_ready(benchmark)
         return found

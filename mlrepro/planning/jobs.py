@@ -20,4 +20,23 @@ def build_image(plan: Plan, image: str, record: str | Path, log: str | Path, par
 
     image_record(image, Path(record), Path(log), engine=plan.config["engine"], socket=plan.engine_socket,
                  mode=params.mode, build_args=dict(params.build_args), tag_prefix=params.tag_prefix,
-                 lock_path=plan.images_lock, root=plan.repo, folder=plan.image_folder(image))
+                 lock_path=plan.images_lock, root=plan.repo, folder=plan.image_folder(image),
+                 platform=params.platform or None)
+
+
+def launch_preview(plan: Plan, out: str | Path, log: str | Path) -> str:
+    """Every (system, benchmark)'s launch as its runs will execute it (mlrepro/runs/preview.py); the node-hours
+    table, also written to the log."""
+    from mlrepro.runs import preview
+
+    entries = []
+    for s, b in plan.ordered_units:
+        launch = plan.launch_spec(s, b)
+        record = plan.image_record(b, s)
+        item = preview.entry(s, launch, plan.units[(s, b)].runs, plan.run_seed(b, 0), record[0] if record else None,
+                             str(plan.out.run_dir(s, b, 0).resolve()))
+        entries.append(preview.with_node_hours(item, plan.run_shape(s, b).minutes))
+    preview.write(Path(out), entries)
+    text = preview.table(entries)
+    Path(log).write_text(text + "\n", encoding="utf-8")
+    return text

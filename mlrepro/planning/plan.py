@@ -19,18 +19,19 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from mlrepro.config import Benchmark, config_hash, run_seed, submittable
-from mlrepro.containers.context import context_digest, context_files, folder_files
+from mlrepro.containers.context import base_images, context_digest, context_files, folder_files
 from mlrepro.core import rulesets
 from mlrepro.core.outputs import Outputs
 from mlrepro.core.workflows import workflow_dir
 from mlrepro.datasets import recipe as data_recipe
 from mlrepro.datasets.manifest import MANIFEST
 from mlrepro.inference import rounds
+from mlrepro.runs import runsub
 from mlrepro.runs.accelerators import machine_gpus
 from mlrepro.runs.implementation import describe as describe_implementation
 from mlrepro.runs.launch_spec import LaunchSpec
-from mlrepro.slurm.resources import JobShape, shape_for, shape_from_config_sh
-from mlrepro.systems import System
+from mlrepro.slurm.resources import JobShape, run_sub_resources, shape_for, shape_from_config_sh
+from mlrepro.systems import System, run_sub_env
 
 RECIPE_STEPS = ("verify", "extract", "prepare", "path")
 T = TypeVar("T")
@@ -107,7 +108,8 @@ class Plan:
 
     @cached_property
     def images(self) -> list[str]:
-        return sorted({b.image for b in self.benchmarks.values()})
+        """The images to build: every unit's, but those of folders that name a ready one (benchmarks.<bm>.image)."""
+        return sorted({u.image for u in self.units.values() if u.implementation.container is None})
 
     @property
     def native(self) -> bool:
@@ -118,9 +120,13 @@ class Plan:
         """Every image's build record; none for native runs."""
         return [] if self.native else [self.out.image_record(i) for i in self.images]
 
-    def image_record(self, benchmark: str) -> list[Path]:
-        """The build record of the image a benchmark runs in; none for native runs."""
-        return [] if self.native else [self.out.image_record(self.benchmarks[benchmark].image)]
+    def image_record(self, benchmark: str, system: str | None = None) -> list[Path]:
+        """The build record of the image a benchmark runs in (the system's folder's); none for native runs or a
+        ready image."""
+        unit = self.units[(system, benchmark)] if system else self.benchmarks[benchmark]
+        if self.native or unit.implementation.container is not None:
+            return []
+        return [self.out.image_record(unit.image)]
 
     @cached_property
     def images_lock(self) -> Path:
@@ -130,8 +136,11 @@ class Plan:
     def image_folder(self, image: str) -> Path | None:
         """An implementation folder's image is built from its own Dockerfile with the folder as context;
         ours (None) from containers/<image>/ with this repository as context."""
-        return next((b.implementation.folder for b in self.benchmarks.values() if not b.mini and b.image == image),
-                    None)
+        return next((b.implementation.folder for b in self.units.values() if not b.mini and b.image == image), None)
+
+    def image_platform(self, image: str) -> str | None:
+        """The platform an image is built for: that of the systems that run it (systems.<name>.platform)."""
+        return next((self.systems[s].platform for (s, _), u in self.units.items() if u.image == image), None)
 
     def container_inputs(self, image: str) -> list[Path]:
         """Build mode: the files the image is built from (a changed Dockerfile or source rebuilds it).
@@ -215,25 +224,31 @@ class Plan:
             return [self.out.generated_receipt(benchmark)]
         return [self.out.receipt(benchmark, step) for step in RECIPE_STEPS]
 
+    def data_resources(self, step: str) -> dict[str, Any]:
+        """A data step's Slurm resources (slurm.data_steps.<step>: runtime, mem_mb, cpus_per_task, partition,
+        extra); left out: the profile's defaults. BERT's preparation needs hours and hundreds of GB."""
+        return dict((self.config["slurm"].get("data_steps") or {}).get(step) or {})
+
     # --- runs
     @cached_property
-    def machine_gpus(self) -> int:
-        """The GPUs runs share out; the default profile passes the same count as --resources gpus."""
+    def local_gpus(self) -> int:
+        """This machine's GPUs, for Snakemake's local scheduling only (``resources: gpus``; ignored on Slurm, where
+        each run's GPUs are its allocation's and the driver finds them there: mlrepro/runs/accelerators.py)."""
         return machine_gpus() if self.config["gpus"] == "auto" else int(self.config["gpus"])
 
-    @cached_property
-    def run_device(self) -> str:
-        device = self.config["device"]
-        if device == "auto":
-            return "cuda" if self.machine_gpus else "cpu"
-        return "cuda" if device.startswith("cuda") else "cpu"
-
     def run_gpus(self, system: str, benchmark: str) -> int:
-        """Accelerators a run holds: nodes x GPUs per node of its config; ours one when it trains on a GPU."""
+        """Accelerators a run holds: nodes x GPUs per node of its config; ours one where it trains on a GPU
+        (device cuda; device auto: one if the machine that runs it has one, the driver decides)."""
         b = self.units[(system, benchmark)]
-        if b.implementation.gpus == 0 and b.mini and self.run_device == "cuda":
+        if b.implementation.gpus == 0 and b.mini and self.config["device"] != "cpu":
             return 1
         return b.implementation.gpus
+
+    def scheduled_gpus(self, system: str, benchmark: str) -> int:
+        """What a run holds of Snakemake's local ``gpus`` resource: device auto on a machine without GPUs: none."""
+        gpus = self.run_gpus(system, benchmark)
+        b = self.units[(system, benchmark)]
+        return 0 if b.mini and self.config["device"] == "auto" and not self.local_gpus else gpus
 
     @cached_property
     def unit_shapes(self) -> dict[Unit, JobShape]:
@@ -242,12 +257,16 @@ class Plan:
         system's nodes where it has them."""
         shapes = {}
         for system, benchmark in self.ordered_units:
+            impl = self.units[(system, benchmark)].implementation
             if benchmark in self.config["job_shapes"]:
                 shape = shape_for(self.config, benchmark)
             else:
-                shape = shape_from_config_sh(self.units[(system, benchmark)].implementation.env)
+                shape = shape_from_config_sh(impl.env)
             nodes = self.systems[system].nodes
-            shapes[(system, benchmark)] = dataclasses.replace(shape, nodes=nodes) if nodes else shape
+            shape = dataclasses.replace(shape, nodes=nodes) if nodes else shape
+            if impl.run_sub is not None:  # the allocation run.sub asks for: its #SBATCH lines kept
+                shape = dataclasses.replace(shape, run_sub=True, sbatch=tuple(runsub.kept_sbatch(impl.run_sub)))
+            shapes[(system, benchmark)] = shape
         return shapes
 
     def run_shape(self, system: str, benchmark: str) -> JobShape:
@@ -290,7 +309,28 @@ class Plan:
             # run_and_time.sh starts its own per GPU, as run_with_docker.sh runs it once per node
             nodes=shape.nodes, tasks_per_node=shape.tasks_per_node if shaped else 1,
             device=self.config["device"], drop_caches=self.config["drop_caches"],
-            submission=self.submission(system))
+            submission=self.submission(system), **self._run_sub(system, benchmark, shape))
+
+    def _run_sub(self, system: str, benchmark: str, shape: JobShape) -> dict[str, Any]:
+        """A folder with run.sub: the script, the variables the config gives it, its ready image and allocation."""
+        b = self.units[(system, benchmark)]
+        impl = b.implementation
+        if impl.run_sub is None:
+            return {}
+        return {"run_sub": str(impl.run_sub), "container": impl.container,
+                "runsub_env": {"DGXSYSTEM": runsub.dgx_system(impl.config_file, impl.env),
+                               **run_sub_env(self.systems[system], b)},
+                "allocation": self.allocation(system, benchmark)}
+
+    def allocation(self, system: str, benchmark: str) -> dict[str, Any]:
+        """What a run asks Slurm for (as the folder's README submits run.sub: sbatch -N DGXNNODES -t WALLTIME,
+        with run.sub's #SBATCH lines); node_hours is the upper bound of one run."""
+        shape = self.run_shape(system, benchmark)
+        slurm = self.config["slurm"]
+        extra = run_sub_resources(shape, slurm)["slurm_extra"].split()
+        return {"nodes": shape.nodes, "gpus_per_node": shape.gpus_per_node, "time_minutes": shape.minutes,
+                "exclusive": "--exclusive" in extra, "sbatch": extra, "partition": slurm["partition"],
+                "account": slurm["account"], "qos": slurm["qos"], "constraint": slurm["constraint"]}
 
     # --- inference (opt-in: inference.benchmarks)
     @cached_property
@@ -333,8 +373,28 @@ class Plan:
 
     def _environment_spec(self) -> dict[str, Any]:
         c = self.config
-        return {"org": c["org"], "system": c["system"], "division": c["division"], "status": c["status"],
+        spec = {"org": c["org"], "system": c["system"], "division": c["division"], "status": c["status"],
                 "threads": c["threads_per_run"], "device": c["device"]}
+        if not all(u.mini for u in self.units.values()):  # the note on our mini workloads is not a vendor's
+            spec["mini"] = False
+            spec["frameworks"] = self.frameworks
+        return spec
+
+    @cached_property
+    def frameworks(self) -> dict[str, str]:
+        """Each vendor benchmark's framework, from its image: the ready image's reference, else its Dockerfile's
+        base (nvcr.io/nvidia/pytorch:24.09-py3 -> "pytorch 24.09-py3 (nvcr.io/nvidia/pytorch:24.09-py3)")."""
+        found: dict[str, str] = {}
+        for (_, b), unit in self.units.items():
+            impl = unit.implementation
+            if unit.mini or b in found:
+                continue
+            refs = [impl.container] if impl.container else base_images(
+                impl.folder / "Dockerfile", {k: str(v) for k, v in self.config["build_args"].items()})
+            if refs:
+                name, _, tag = refs[-1].rsplit("/", 1)[-1].partition(":")
+                found[b] = f"{name} {tag or 'latest'} ({refs[-1]})"
+        return found
 
     def _package_spec(self) -> dict[str, Any]:
         c = self.config

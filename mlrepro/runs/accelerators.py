@@ -1,43 +1,123 @@
-"""Every timed run has its accelerators to itself.
+"""Every timed run has its accelerators to itself; which ones, the machine that runs it says, never the planning host.
 
-Snakemake bounds how many GPUs the running jobs hold together (``resources: gpus``, the default
-profile passes this machine's count); which GPUs each run gets is decided here: one lock file per
-GPU under the output folder, held (``flock``) for the run's whole life, so concurrent runs see
-disjoint ``CUDA_VISIBLE_DEVICES`` sets and a killed run frees its GPUs with its process.
+Inside a Slurm allocation the run's GPUs are the allocation's: on each node those Slurm gave the job (its GRES,
+``scontrol show job -d``, or the batch step's CUDA_VISIBLE_DEVICES); Slurm keeps jobs apart, so no lock is taken.
+Without a scheduler they are this machine's (NVML, or the config's ``gpus: N``), shared by every run on it: one
+lock file per GPU (``flock``, held for the run's whole life; a killed run frees its GPUs with its process) in a
+folder per host, not per output folder, so that two pipelines (two output folders, or two users with a shared
+folder) never give one GPU to two timed runs. Snakemake's local ``resources: gpus`` only queues the jobs.
 """
 
 from __future__ import annotations
 
 import fcntl
 import os
+import re
+import socket
+import stat
+import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
 
+class GpuError(RuntimeError):
+    pass
+
+
 def machine_gpus() -> int:
-    """GPUs NVML sees on this machine; 0 without NVML or a driver (the default profile's --resources gpus)."""
+    """GPUs NVML sees on this machine; 0 without NVML or a driver."""
     from mlrepro.core.probe import gpus
 
     return len(gpus()["devices"])
 
 
+def _indices(text: str) -> list[int]:
+    """``0-3,6`` -> [0, 1, 2, 3, 6]."""
+    found: list[int] = []
+    for part in text.split(","):
+        if m := re.fullmatch(r"(\d+)(?:-(\d+))?", part.strip()):
+            found += range(int(m.group(1)), int(m.group(2) or m.group(1)) + 1)
+    return found
+
+
+def allocated_gpus(env: Mapping[str, str], host: str | None = None) -> list[int]:
+    """The GPUs of this node that the Slurm job holds: the GRES indices scontrol reports for this host, else the
+    batch step's CUDA_VISIBLE_DEVICES; none where the job asked for none."""
+    job_id = env["SLURM_JOB_ID"]
+    host = host or socket.gethostname().split(".")[0]
+    try:
+        out = subprocess.run(["scontrol", "show", "job", "-d", job_id], capture_output=True, text=True, timeout=30,
+                             check=False).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        out = ""
+    for line in out.splitlines():  # "   Nodes=node1 CPU_IDs=0-3 Mem=0 GRES=gpu:4(IDX:0-3)"
+        idx = re.search(r"GRES=\S*?gpu[^(]*\(IDX:([0-9,\-]+)\)", line)
+        if idx and (m := re.search(r"Nodes=(\S+)", line)) and _covers(m.group(1), host):
+            return _indices(idx.group(1))
+    visible = env.get("CUDA_VISIBLE_DEVICES", "")
+    return _indices(visible) if visible and visible != "NoDevFiles" else []
+
+
+def _covers(node_list: str, host: str) -> bool:
+    if node_list == host:
+        return True
+    try:
+        names = subprocess.run(["scontrol", "show", "hostnames", node_list], capture_output=True, text=True,
+                               timeout=30, check=False).stdout.split()
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return host in names
+
+
+def lock_dir(configured: str | None) -> Path:
+    """The folder of this host's GPU lock files (config ``gpu_lock_dir``): by default the user's own
+    ($XDG_RUNTIME_DIR/mlrepro/gpu-locks, else ~/.cache/mlrepro/gpu-locks), made mode 0700 and checked to be the
+    user's; a configured folder shared by several users must be root's with the sticky bit (as /run/lock)."""
+    if configured:
+        folder = Path(configured)
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        info = folder.lstat()
+        private = info.st_uid == os.getuid() and stat.S_IMODE(info.st_mode) & 0o077 == 0
+        shared = info.st_uid == 0 and info.st_mode & stat.S_ISVTX
+        if stat.S_ISLNK(info.st_mode) or not (private or shared):
+            raise GpuError(f"gpu_lock_dir {folder}: owned by uid {info.st_uid}, mode {stat.S_IMODE(info.st_mode):o}; "
+                           "use a folder of yours with mode 0700, or a root-owned sticky one (mode 1777) shared by "
+                           "every user of this host's GPUs")
+        return folder
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    base = Path(runtime) if runtime and Path(runtime).is_dir() else Path.home() / ".cache"
+    folder = base / "mlrepro" / "gpu-locks"
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    info = folder.lstat()
+    if stat.S_ISLNK(info.st_mode) or info.st_uid != os.getuid() or stat.S_IMODE(info.st_mode) & 0o077:
+        raise GpuError(f"{folder}: the GPU lock folder must be yours with mode 0700 (it is uid {info.st_uid}, mode "
+                       f"{stat.S_IMODE(info.st_mode):o}); remove it, or set gpu_lock_dir")
+    return folder
+
+
+def _open_lock(path: Path) -> int:
+    flags = os.O_RDONLY | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
+    return os.open(path, flags, 0o644)  # flock works on a read-only descriptor: another user's file locks too
+
+
 @contextmanager
-def claim(lock_dir: Path, total: int, count: int, timeout_s: float = 600.0) -> Iterator[list[int]]:
-    """Hold ``count`` of the ``total`` GPUs (their indices) until the block ends; RuntimeError after ``timeout_s``."""
+def claim(lock_folder: Path, total: int, count: int, timeout_s: float = 600.0) -> Iterator[list[int]]:
+    """Hold ``count`` of this machine's ``total`` GPUs (their indices) until the block ends; GpuError after
+    ``timeout_s``."""
     if count == 0:
         yield []
         return
     if count > total:
-        raise RuntimeError(f"the run needs {count} GPUs but this machine has {total} (config gpus); "
-                           "choose a config file with fewer (DGXNNODES x DGXNGPU) or run it where there are more")
-    lock_dir.mkdir(parents=True, exist_ok=True)
+        raise GpuError(f"the run needs {count} GPUs but this machine has {total} (config gpus); choose a config "
+                       "file with fewer (DGXNNODES x DGXNGPU) or run it where there are more (profiles/slurm: on "
+                       "the allocation's nodes)")
     deadline = time.monotonic() + timeout_s
     while True:
         held: list[tuple[int, int]] = []
         for i in range(total):
-            fd = os.open(lock_dir / f"gpu{i}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+            fd = _open_lock(lock_folder / f"gpu{i}.lock")
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -51,8 +131,8 @@ def claim(lock_dir: Path, total: int, count: int, timeout_s: float = 600.0) -> I
         for _, fd in held:  # not enough free: let go, so two runs never wait on each other's halves
             os.close(fd)
         if time.monotonic() > deadline:
-            raise RuntimeError(f"no {count} free GPUs of {total} after {timeout_s:.0f} s (locks in {lock_dir}); "
-                               "something outside this pipeline holds them, or --resources gpus exceeds config gpus")
+            raise GpuError(f"no {count} free GPUs of {total} after {timeout_s:.0f} s (locks in {lock_folder}); "
+                           "another pipeline on this host holds them")
         time.sleep(0.2)
     try:
         yield [i for i, _ in held]

@@ -12,7 +12,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +24,8 @@ from mlrepro.core.errors import MlreproError
 from mlrepro.core.hashing import sha256_file
 from mlrepro.core.mllog_reader import mllog_lines, run_summary
 from mlrepro.engines import Engine, Mount, engine_for, get_engine
-from mlrepro.runs import ledger
-from mlrepro.runs.accelerators import claim
+from mlrepro.runs import ledger, runsub
+from mlrepro.runs.accelerators import GpuError, allocated_gpus, claim, lock_dir, machine_gpus
 from mlrepro.runs.launch_spec import LaunchSpec, LaunchSpecError
 from mlrepro.slurm import containers
 from mlrepro.slurm import launch as launcher
@@ -94,6 +97,25 @@ def execute(engine: Engine, launch: dict[str, Any], image: str | None, run_dir: 
                         f"{argv[-1]} (image {image}): {type(e).__name__}: {e}") from e
 
 
+def execute_run_sub(launch: dict[str, Any], cont: str, run_dir: Path, log: Path, roots: Path | None) -> int:
+    """One experiment of the folder's own run.sub (NEXP=1), run by bash in its folder inside this run's Slurm
+    allocation, as the folder's README launches it; its output (every step's) is the run's log."""
+    if not launcher.in_allocation(os.environ):
+        raise RunFailed(f"{launch['benchmark']}: {launch['run_sub']} starts its steps with srun and needs a Slurm "
+                        "allocation; run it through `snakemake --profile profiles/slurm`")
+    try:
+        slurm = launcher.allocation_env(os.environ)
+    except launcher.LaunchError as e:
+        raise RunFailed(f"{launch['benchmark']} run in {run_dir}: {e}") from e
+    env = {**os.environ, **slurm, **runsub.environment(launch, launch["seed"], str(run_dir), cont)}
+    with log.open("wb") as out:
+        proc = subprocess.Popen(["bash", launch["run_sub"]], cwd=launch["folder"], env=env, stdin=subprocess.DEVNULL,
+                                stdout=out, stderr=subprocess.STDOUT)
+        if roots is not None:
+            atomic.write_text(roots, f"{proc.pid}\n")
+        return proc.wait()
+
+
 def _multi_process(engine: Engine, launch: dict[str, Any], image: str | None, argv: list[str], env: dict[str, str],
                    mounts: list[Mount], workdir: str | None, run_dir: Path, log: Path
                    ) -> tuple[list[str], dict[str, str], str | None, list[Mount], Engine]:
@@ -124,7 +146,8 @@ def _tail(log: Path, n: int = 15) -> str:
 
 def collect(launch: dict[str, Any], run_dir: Path, log: Path, code: int) -> dict[str, Any]:
     """result.txt from the log's :::MLLOG lines and the run's summary; RunFailed naming the log otherwise."""
-    what = f"{launch['benchmark']} run in {run_dir} ({launch['folder']}/run_and_time.sh)"
+    script = launch.get("run_sub") or f"{launch['folder']}/run_and_time.sh"
+    what = f"{launch['benchmark']} run in {run_dir} ({script})"
     if code != 0:
         # a run of several processes fails whole (srun --kill-on-bad-exit): srun names the tasks and nodes that failed
         failed = launcher.failed_tasks(log.read_text(errors="replace"))
@@ -156,8 +179,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--image-record", type=Path, default=None,
                    help="the image's build record (container engines): it names the image, engine and socket")
     p.add_argument("--locked", action="store_true", help="run the locked image id; refuse a mismatch")
-    p.add_argument("--gpu-locks", type=Path, required=True, help="the folder of per-GPU lock files")
-    p.add_argument("--machine-gpus", type=int, default=0, help="the GPUs this machine has")
+    p.add_argument("--gpu-locks", default=None,
+                   help="the folder of this host's per-GPU lock files (config gpu_lock_dir); default: the user's own")
+    p.add_argument("--gpus", default="auto",
+                   help="outside Slurm, the GPUs of this machine that runs share (config gpus); auto: what NVML sees")
     p.add_argument("--telemetry-hz", type=float, default=0.0, help="0 disables the sampler")
     p.add_argument("--telemetry-backend", default="nvml", help="nvml, or replay:TRACE.json (tests and demos)")
     args = p.parse_args(argv)
@@ -171,6 +196,34 @@ def main(argv: list[str] | None = None) -> None:
         _drive(args, launch, run_dir)
 
 
+@contextmanager
+def _gpus(args: argparse.Namespace, launch: dict[str, Any]) -> Iterator[list[int]]:
+    """The run's GPUs on this node, from the machine that runs it: in a Slurm allocation the job's own (no lock:
+    Slurm keeps jobs apart); elsewhere this machine's, each held by its lock in this host's lock folder. Ours with
+    device auto takes one where there is one."""
+    nodes = max(1, int(launch.get("nodes", 1)))
+    need = -(-int(launch["gpus"]) // nodes)  # per node
+    optional = launch["kind"] == "mini" and launch.get("device") == "auto"
+    try:
+        if launcher.in_allocation(os.environ):
+            here = allocated_gpus(os.environ)
+            need = min(need, len(here)) if optional else need
+            if need > len(here):
+                raise GpuError(f"the run needs {need} GPUs per node and Slurm gave this job {len(here)} on this node "
+                               "(its GRES); the run rule asks for gres=gpu:<DGXNGPU>: is the partition's GRES set?")
+            yield here[:need]
+            return
+        total = machine_gpus() if args.gpus == "auto" else int(args.gpus)
+        need = min(need, total) if optional else need
+        if need == 0:
+            yield []
+            return
+        with claim(lock_dir(args.gpu_locks), total, need) as gpus:
+            yield gpus
+    except GpuError as e:
+        raise RunFailed(f"{launch['benchmark']}: {e}") from None
+
+
 def _drive(args: argparse.Namespace, launch: dict[str, Any], run_dir: Path) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
     log = run_dir / LOG
@@ -180,14 +233,15 @@ def _drive(args: argparse.Namespace, launch: dict[str, Any], run_dir: Path) -> N
     job = this_job(os.environ)
     if job is not None:  # kept when the job is cancelled or times out: which Slurm job this attempt was
         atomic.write_json(run_dir / SLURM_RECORD, job)
-    engine = engine_for(args.engine, args.image_record)
+    run_sub = bool(launch.get("run_sub"))
+    engine = get_engine("native") if run_sub else engine_for(args.engine, args.image_record)
     image = None
     if args.image_record:
         from mlrepro.containers.lock import image_ref  # the Docker SDK only where a container runs
 
         image = image_ref(args.image_record, locked=args.locked)
     sampler = nodes = None
-    with claim(args.gpu_locks, args.machine_gpus, int(launch["gpus"])) as gpus:
+    with _gpus(args, launch) as gpus:
         roots = None
         if args.telemetry_hz > 0:
             from mlrepro.telemetry import start_sampler
@@ -205,7 +259,10 @@ def _drive(args: argparse.Namespace, launch: dict[str, Any], run_dir: Path) -> N
             nodes = start_for_run(run_dir / "telemetry", os.environ, int(launch.get("nodes", 1)), args.telemetry_hz,
                                   args.telemetry_backend)
         try:
-            code = execute(engine, launch, image, run_dir, log, gpus, roots)
+            if run_sub:
+                code = execute_run_sub(launch, launch.get("container") or str(image or ""), run_dir, log, roots)
+            else:
+                code = execute(engine, launch, image, run_dir, log, gpus, roots)
         finally:
             for handle in (nodes, sampler):
                 if handle is not None:
@@ -215,12 +272,22 @@ def _drive(args: argparse.Namespace, launch: dict[str, Any], run_dir: Path) -> N
         "benchmark": launch["benchmark"], **summary,
         "seed": summary["seed"] if summary["seed"] is not None else launch["seed"],
         "result_sha256": sha256_file(run_dir / "result.txt"),
-        "engine": engine.name, "gpus": gpus,
+        # run.sub starts its containers itself (srun --container-*: pyxis)
+        "engine": "pyxis (run.sub)" if run_sub else engine.name, "gpus": gpus,
         "image": _image_identity(args.image_record, image) if args.image_record else None,
         "implementation": {k: launch[k] for k in ("kind", "name", "folder", "config_file")},
         "processes": int(launch.get("nodes", 1)) * int(launch.get("tasks_per_node", 1)),
         "slurm": job,
+        "launcher": "run.sub" if run_sub else "mlrepro",
     }
+    if run_sub:  # what the run.sub ran in; its steps' own task counts are in its log (and the launch preview)
+        alloc = launch.get("allocation") or {}
+        record["allocation"] = {"nodes": alloc.get("nodes"), "gpus_per_node": alloc.get("gpus_per_node"),
+                                "node_list": (job or {}).get("node_list")}
+        # the allocation's first node as NVML and /sys see it: what its system description is made from
+        from mlrepro.core import probe
+
+        record["node"] = {**probe.host(), "sockets": probe.sockets()}
     if (run_dir / CHECKPOINT).is_file():
         record["checkpoint"] = {"file": CHECKPOINT, "sha256": sha256_file(run_dir / CHECKPOINT)}
     record["peak_rss_mb"] = 0.0

@@ -20,6 +20,7 @@ from mlrepro.core.errors import MlreproError
 from mlrepro.core.hashing import sha256_file
 from mlrepro.runs import capture_cache
 from mlrepro.runs.executed_code import mini_run_files
+from mlrepro.runs.runsub import RUN_SUB, defaults
 
 MINI = "mini"
 RUN_SCRIPT = "run_and_time.sh"
@@ -48,6 +49,9 @@ class Implementation:
     image: str  # the name of its image (its build record is {outdir}/containers/{image}.json)
     data_mount: str
     log_mount: str = LOG_MOUNT
+    # a folder's ready image (benchmarks.<bm>.image: a registry reference or a .sqsh file), its run.sub's CONT;
+    # None: built from its Dockerfile
+    container: str | None = None
 
     @property
     def name(self) -> str:
@@ -57,6 +61,12 @@ class Implementation:
     @property
     def gpus(self) -> int:
         return self.nodes * self.gpus_per_node
+
+    @property
+    def run_sub(self) -> Path | None:
+        """A vendor folder's own Slurm launch script: one run is one experiment of it (mlrepro/runs/runsub.py)."""
+        path = self.folder / RUN_SUB
+        return path if self.kind != MINI and path.is_file() else None
 
     def digest(self) -> str:
         """Content of what runs: the folder's files and, for ours, every project file a run executes. Listed
@@ -176,16 +186,23 @@ def resolve(benchmark: str, choice: str, system: str, system_config: str | None,
                                   f"in {folder}")
     config = folder / name
     env = capture(config)
+    # later rounds' run.sub files default it (`: "${DGXNGPU:=8}"`) and their config files leave it out
+    if kind != MINI and "DGXNGPU" not in env and (folder / RUN_SUB).is_file() and (
+            gpus := defaults(folder / RUN_SUB).get("DGXNGPU")):
+        env = {**env, "DGXNGPU": gpus}
+    container = None
     if kind == "folder":
-        if not (folder / "Dockerfile").is_file():
-            raise ImplementationError(f"{folder}: no Dockerfile; the image a run uses is built from it")
+        container = image
+        if container is None and not (folder / "Dockerfile").is_file():
+            raise ImplementationError(f"{folder}: no Dockerfile; the image a run uses is built from it (or name a "
+                                      "ready one with benchmarks.<bm>.image: a registry reference or a .sqsh file)")
         image = re.sub(r"[^a-z0-9_.-]+", "-", f"{benchmark}-{folder.name}".lower())
     return Implementation(
         benchmark=benchmark, kind=kind, folder=folder, config_file=config, env=env,
         nodes=_count(env, "DGXNNODES", 1, config), gpus_per_node=_count(env, "DGXNGPU", None, config),
         walltime_minutes=_walltime(env.get("WALLTIME"), config), image=str(image),
         data_mount=mounts.get("data", DATA_MOUNTS.get(benchmark, "/data")),
-        log_mount=mounts.get("logs", LOG_MOUNT))
+        log_mount=mounts.get("logs", LOG_MOUNT), container=container)
 
 
 def describe(impl: Implementation) -> dict[str, Any]:

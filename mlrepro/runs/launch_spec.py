@@ -46,6 +46,12 @@ class LaunchSpec:
     # container engines only: a host folder holding the run's code, mounted read-only at its own path, and the run
     # started in ``folder`` there (reproduce: the package's staged copy); None: the code is in the image
     code: str | None = None
+    # a folder with its own run.sub (mlrepro/runs/runsub.py): one run is one experiment of it in the run's
+    # allocation, with the variables the config gives it; its ready image (CONT) where the config names one
+    run_sub: str | None = None
+    runsub_env: dict[str, str] = dataclasses.field(default_factory=dict)
+    container: str | None = None
+    allocation: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -77,6 +77,24 @@ def hosts(env: Mapping[str, str]) -> list[str]:
     return names
 
 
+def allocation_env(env: Mapping[str, str]) -> dict[str, str]:
+    """The allocation's own variables that a batch script reads (SLURM_JOB_NUM_NODES, SLURM_JOB_NODELIST, ...) and
+    that Snakemake's jobstep plugin removes from the job's environment (it keeps SLURM_JOB_ID): from the controller."""
+    job_id = env["SLURM_JOB_ID"]
+    proc = subprocess.run(["scontrol", "show", "job", "-o", job_id], capture_output=True, text=True, timeout=30,
+                          check=False)
+    fields = dict(w.split("=", 1) for w in proc.stdout.split() if "=" in w)
+    if proc.returncode != 0 or "NodeList" not in fields:
+        raise LaunchError(f"Slurm job {job_id}: `scontrol show job -o {job_id}` named no node list "
+                          f"({proc.stderr.strip()[:200]})")
+    found = {"SLURM_JOBID": job_id, "SLURM_JOB_NODELIST": fields["NodeList"], "SLURM_NODELIST": fields["NodeList"],
+             "SLURM_JOB_NUM_NODES": fields.get("NumNodes", "1").split("-")[0],
+             "SLURM_NNODES": fields.get("NumNodes", "1").split("-")[0]}
+    if fields.get("Partition"):
+        found["SLURM_JOB_PARTITION"] = fields["Partition"]
+    return {**found, **{k: v for k, v in env.items() if k in found}}
+
+
 def first_host(env: Mapping[str, str]) -> str:
     """The first host of the job's node list, where rank 0 runs."""
     return hosts(env)[0]

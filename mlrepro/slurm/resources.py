@@ -31,6 +31,8 @@ class JobShape:
     gpus_per_node: int = 0
     walltime: str = "00:30:00"  # Slurm's [D-]HH:MM[:SS]
     mem_mb: int | None = None  # per node; None: the configured slurm.mem_mb
+    run_sub: bool = False  # the folder's own run.sub runs in the allocation (mlrepro/runs/runsub.py)
+    sbatch: tuple[str, ...] = ()  # run.sub's #SBATCH options the allocation keeps (--exclusive, --mem=0)
 
     @property
     def processes(self) -> int:
@@ -76,6 +78,8 @@ def shape_for(config: Mapping[str, Any], benchmark: str) -> JobShape:
 def slurm_resources(shape: JobShape, config: Mapping[str, Any], threads: int) -> dict[str, Any]:
     """The executor plugin's resources for one run of ``shape``; keys without a value are left out."""
     slurm = config.get("slurm", {})
+    if shape.run_sub:
+        return {k: v for k, v in run_sub_resources(shape, slurm).items() if v is not None}
     res: dict[str, Any] = {
         "nodes": shape.nodes,
         "tasks": shape.processes,
@@ -95,6 +99,28 @@ def slurm_resources(shape: JobShape, config: Mapping[str, Any], threads: int) ->
         res["gres"] = f"gpu:{shape.gpus_per_node}"
         res["tasks_per_gpu"] = 1
     return {k: v for k, v in res.items() if v is not None}
+
+
+def run_sub_resources(shape: JobShape, slurm: Mapping[str, Any]) -> dict[str, Any]:
+    """The allocation of one experiment of a folder's run.sub, as its README submits it (``sbatch -N DGXNNODES
+    -t WALLTIME run.sub``, with run.sub's ``#SBATCH`` lines) and with the node's GPUs: run.sub's own srun steps then
+    share it out. ``mpi`` makes the plugin run the driver once in the batch step (not in an srun step of its own,
+    which would hold the CPUs that run.sub's steps need); the plugin asks more than one task of an mpi job, and
+    run.sub sets every step's own task count, so ``tasks`` is only the allocation's count. No --cpus-per-task
+    (cpus_per_task -1) and no --mem from mem_mb: run.sub's --mem=0 and --exclusive (or slurm.exclusive) give
+    each node whole."""
+    extra = list(shape.sbatch)
+    if slurm.get("exclusive", True) and "--exclusive" not in extra:
+        extra.append("--exclusive")
+    if not any(w.startswith("--mem") for w in extra):
+        extra.append("--mem=0")
+    return {
+        "nodes": shape.nodes, "tasks": max(2, shape.nodes * max(1, shape.gpus_per_node)), "cpus_per_task": -1,
+        "mem_mb": 0, "runtime": shape.minutes, "mpi": "srun",
+        "gres": f"gpu:{shape.gpus_per_node}" if shape.gpus_per_node else None, "tasks_per_gpu": 0,
+        "slurm_partition": slurm.get("partition"), "slurm_account": slurm.get("account"), "qos": slurm.get("qos"),
+        "constraint": slurm.get("constraint"), "slurm_extra": " ".join(extra),
+    }
 
 
 RESOURCE_NAMES = ("nodes", "tasks", "cpus_per_task", "mem_mb", "runtime", "slurm_partition", "slurm_account",

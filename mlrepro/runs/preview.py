@@ -1,0 +1,88 @@
+"""``snakemake launch_preview``: what each (system, benchmark)'s runs will execute on the cluster, before any GPU hour.
+
+One entry per (system, benchmark): the implementation, its config file, the number of runs, the allocation each
+run asks for, ``node_hours`` (runs x nodes x WALLTIME: the upper bound) and ``steps``, the commands one run executes
+in their order, each an argument list. A folder with run.sub: its own steps, found by running it with recording
+stand-ins (mlrepro/slurm/trace.py) with exactly the variables a run gives it (mlrepro/runs/runsub.py); the
+allocation's job id, node names and run.sub's date stamp are placeholders (999999, node1..nodeN, DATESTAMP); a
+status other than 0 after the training step is the stand-ins' (a step's output that run.sub reads is empty). Other
+implementations: the run script the driver starts.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from mlrepro.core import atomic
+from mlrepro.runs import runsub
+from mlrepro.runs.launch_spec import LaunchSpec
+from mlrepro.slurm import trace
+
+DATESTAMP = "DATESTAMP"
+UNBOUND = re.compile(r"line \d+: ([A-Za-z_][A-Za-z0-9_]*): unbound variable")
+
+
+def cont_for(launch: LaunchSpec, image_record: Path | None) -> str:
+    """CONT as the run will have it: the ready image, the built image's record, else what it will be built from."""
+    if launch.container:
+        return launch.container
+    if image_record is not None and image_record.is_file():
+        record = json.loads(image_record.read_text(encoding="utf-8"))
+        return str(record.get("file") or record["tag"])
+    return f"<image built from {launch.folder}/Dockerfile>"
+
+
+def entry(system: str, launch: LaunchSpec, runs: int, seed: int, image_record: Path | None,
+          log_dir: str) -> dict[str, Any]:
+    """The preview of one (system, benchmark)."""
+    found: dict[str, Any] = {"system": system, "benchmark": launch.benchmark, "implementation": launch.folder,
+                             "config_file": launch.config_file, "runs": runs}
+    if launch.run_sub:
+        alloc = dict(launch.allocation)
+        env = {**runsub.environment(launch.to_dict(), seed, log_dir, cont_for(launch, image_record)),
+               "DATESTAMP": DATESTAMP}
+        traced = trace.trace(Path(launch.run_sub), env, int(alloc["nodes"]), int(alloc["gpus_per_node"]))
+        found.update({"launcher": "run.sub", "run_sub": launch.run_sub, "allocation": alloc,
+                      "steps": traced.steps, "summary": trace.summarize(traced)})
+        found["traced_exit_code"] = traced.exit_code
+        if unset := sorted(set(UNBOUND.findall(traced.stderr_tail))):
+            found["unset_variables"] = unset  # set them in benchmarks.<bm>.env or systems.<name>.env
+        if "training" not in found["summary"]:  # it stopped before its training step: a run would stop there too
+            found["error"] = (f"{launch.run_sub} exited with status {traced.exit_code} before its training step "
+                              f"(the srun of run_and_time.sh) when traced. Its last lines:\n{traced.stderr_tail}")
+    else:
+        alloc = {"nodes": launch.nodes, "gpus_per_node": launch.gpus // max(1, launch.nodes), "time_minutes": None}
+        script = launch.script_in_container or f"{launch.folder}/run_and_time.sh"
+        found.update({"launcher": "mlrepro", "allocation": alloc, "steps": [["bash", script]]})
+    return found
+
+
+def with_node_hours(item: dict[str, Any], time_minutes: float | None) -> dict[str, Any]:
+    alloc = item["allocation"]
+    alloc["time_minutes"] = alloc.get("time_minutes") or time_minutes
+    item["node_hours"] = round(item["runs"] * alloc["nodes"] * (alloc["time_minutes"] or 0) / 60, 3)
+    return item
+
+
+def table(entries: Iterable[dict[str, Any]]) -> str:
+    """Node-hours per system (and each benchmark's), the upper bound before submitting."""
+    entries = list(entries)
+    lines = [f"{'system':<28} {'benchmark':<18} {'runs':>4} {'nodes':>5} {'minutes':>8} {'node-hours':>10}"]
+    totals: dict[str, float] = {}
+    for e in entries:
+        a = e["allocation"]
+        failing = "  (run.sub fails: see its error)" if "error" in e else ""
+        lines.append(f"{e['system']:<28} {e['benchmark']:<18} {e['runs']:>4} {a['nodes']:>5} "
+                     f"{a['time_minutes'] or 0:>8.0f} {e['node_hours']:>10.2f}{failing}")
+        totals[e["system"]] = totals.get(e["system"], 0.0) + e["node_hours"]
+    lines += [f"{s:<28} {'(all)':<18} {'':>4} {'':>5} {'':>8} {h:>10.2f}" for s, h in totals.items()]
+    lines.append(f"{'total':<28} {'':<18} {'':>4} {'':>5} {'':>8} {sum(totals.values()):>10.2f}")
+    return "\n".join(lines)
+
+
+def write(out: Path, entries: list[dict[str, Any]]) -> None:
+    atomic.write_text(out, json.dumps(entries, indent=1) + "\n")

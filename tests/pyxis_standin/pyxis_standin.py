@@ -1,0 +1,303 @@
+"""A stand-in for pyxis, for tests/test_gpu_cluster.py only: pyxis (NVIDIA's SPANK plugin that adds srun's
+``--container-*`` options) and enroot cannot be installed on CI's machine. It is test code: never shipped, never
+used by the pipeline, which knows nothing of it.
+
+``tests/pyxis_standin/bin`` goes first on PATH (in the environment of the Snakemake process, so of every job and
+step); its ``srun`` runs this file. A call without a ``--container-*`` option is handed to the real srun (the next
+``srun`` on PATH) as it is. A call with them is handed to the real srun with those options taken out and each task
+started through this file again (``task``), which does what pyxis does for the task on its node:
+
+- ``--container-image=IMAGE --container-name=NAME``: the container NAME is made on this node (once: a name that
+  exists is reused, as pyxis reuses it); ``--container-name`` without an image needs a container of that name on
+  this node, made by an earlier step, else the task fails with pyxis' message. So a run.sub that forgot its import
+  step on some node fails there, as it would with pyxis.
+- ``--container-mounts=SRC:DST[:FLAGS],...``: each task runs in a mount namespace of its own where SRC is bound at
+  DST (``ro`` read-only); a SRC that does not exist fails the task, as enroot fails it.
+- ``--container-workdir=DIR``: the task starts in DIR (a DIR missing in the container fails it).
+- ``--container-env``, ``--container-remap-root``, ``--[no-]container-mount-home``, ``--container-writable``,
+  ``--container-readonly``, ``--[no-]container-entrypoint``: accepted and recorded.
+
+What it does not do, and why that is enough for the test: there is no image. The container's root is a tmpfs
+holding the host's own top-level folders (bound), so "the image's" programs are the host's (the test's venv
+Python on PATH), and the environment is the task's own; a mount point is made only where no host folder would be
+written (a DST whose first missing folder would be inside a host folder or another mount is refused, naming it).
+The default workdir is the task's current folder, not an image's WORKDIR.
+
+Each container task appends one JSON line to ``$MLREPRO_PYXIS_STANDIN_STATE/<host>/steps.jsonl`` (host, job,
+step, rank, container name, image, mounts, workdir, flags, command, whether the container was made here), which
+the test reads besides Slurm's own records. That folder must be a private one (mode 0700) of the user's.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import re
+import socket
+import stat
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+STATE_ENV = "MLREPRO_PYXIS_STANDIN_STATE"
+HERE = Path(__file__).resolve().parent
+# pyxis' options: those that take a value, and the flags
+VALUED = ("--container-image", "--container-mounts", "--container-workdir", "--container-name", "--container-save",
+          "--container-env")
+FLAGS = ("--container-mount-home", "--no-container-mount-home", "--container-remap-root", "--no-container-remap-root",
+         "--container-entrypoint", "--no-container-entrypoint", "--container-writable", "--container-readonly")
+HELP = """
+Options provided by plugins:
+      --container-image=[USER@][REGISTRY#]IMAGE[:TAG]|PATH
+                              [pyxis] the image to use for the container filesystem
+      --container-mounts=SRC:DST[:FLAGS][,SRC:DST...]
+                              [pyxis] bind mount[s] inside the container
+      --container-workdir=PATH
+                              [pyxis] working directory inside the container
+      --container-name=NAME   [pyxis] name to use for saving and loading the container on the host
+      --container-env=NAME[,NAME...]
+                              [pyxis] names of environment variables to override with the host environment
+      --[no-]container-mount-home, --[no-]container-remap-root, --[no-]container-entrypoint,
+      --container-writable, --container-readonly
+                              [pyxis] (test stand-in: tests/pyxis_standin/pyxis_standin.py)
+"""
+CLONE_NEWNS = 0x00020000
+MS_RDONLY, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 32, 4096, 16384, 1 << 18
+
+
+def fail(message: str) -> None:
+    print(f"pyxis: error: {message}", file=sys.stderr)
+    sys.exit(1)
+
+
+def real_srun() -> str:
+    """The next srun on PATH after this stand-in's."""
+    own = (HERE / "bin").resolve()
+    for folder in os.environ.get("PATH", "").split(os.pathsep):
+        candidate = Path(folder or ".") / "srun"
+        if candidate.resolve().parent != own and os.access(candidate, os.X_OK) and candidate.is_file():
+            return str(candidate)
+    fail("no real srun on PATH after the stand-in's")
+    raise AssertionError
+
+
+def srun_options(srun: str) -> tuple[set[str], set[str]]:
+    """srun's own options that take a value: (long names, short letters), read from its --help (``--name=x``:
+    required; ``--name[=x]``: optional, so it takes no separate word). Slurm's ``--container PATH`` (OCI bundles)
+    says no ``=`` there but takes one."""
+    text = subprocess.run([srun, "--help"], capture_output=True, text=True, check=False).stdout
+    longs, shorts = {"--container"}, set()
+    for m in re.finditer(r"^\s+(?:-(\w), )?(--[\w-]+)(=|\[=)?", text, re.MULTILINE):
+        if m.group(3) == "=":
+            longs.add(m.group(2))
+            if m.group(1):
+                shorts.add(m.group(1))
+    return longs, shorts
+
+
+def split_srun(args: list[str], longs: set[str], shorts: set[str]) -> tuple[list[str], dict[str, Any], list[str]]:
+    """srun's options without pyxis', pyxis' options, and the command."""
+    kept: list[str] = []
+    pyxis: dict[str, Any] = {"flags": []}
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if a == "--":
+            return kept, pyxis, args[i + 1:]
+        if not a.startswith("-") or a == "-":
+            return kept, pyxis, args[i:]
+        name = a.split("=", 1)[0]
+        if name in VALUED:
+            if "=" in a:
+                value = a.split("=", 1)[1]
+            else:
+                if i + 1 >= len(args):
+                    fail(f"option {name} needs a value")
+                i += 1
+                value = args[i]
+            pyxis[name.removeprefix("--").replace("-", "_")] = value
+        elif name in FLAGS:
+            pyxis["flags"].append(name)
+        elif a.startswith("--"):
+            kept.append(a)
+            if "=" not in a and name in longs and i + 1 < len(args):
+                i += 1
+                kept.append(args[i])
+        else:  # short options, perhaps several, the last one perhaps with its value attached
+            kept.append(a)
+            for j, letter in enumerate(a[1:]):
+                if letter in shorts:
+                    if j == len(a) - 2 and i + 1 < len(args):
+                        i += 1
+                        kept.append(args[i])
+                    break
+        i += 1
+    return kept, pyxis, []
+
+
+def main_srun(args: list[str]) -> None:
+    srun = real_srun()
+    longs, shorts = srun_options(srun)
+    kept, pyxis, command = split_srun(args, longs, shorts)
+    if any(a in ("--help", "-h", "--usage") for a in kept):
+        out = subprocess.run([srun, *kept], capture_output=True, text=True, check=False)
+        sys.stdout.write(out.stdout + HELP)
+        sys.stderr.write(out.stderr)
+        sys.exit(out.returncode)
+    if len(pyxis) == 1 and not pyxis["flags"]:
+        os.execv(srun, [srun, *args])
+    if not command:
+        fail("srun with --container-* options needs a command")
+    if "container_save" in pyxis:
+        fail("--container-save is not supported by the test stand-in")
+    task = [sys.executable, "-I", str(Path(__file__).resolve()), "task", json.dumps(pyxis), "--", *command]
+    os.execv(srun, [srun, *kept, *task])
+
+
+def private_folder(path: Path) -> Path:
+    st = path.lstat()
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+        fail(f"{STATE_ENV}={path} must be a folder of uid {os.getuid()} with mode 0700 (it is uid {st.st_uid}, "
+             f"mode {stat.filemode(st.st_mode)})")
+    return path
+
+
+def mounts(spec: str) -> list[tuple[str, str, bool]]:
+    """pyxis' ``SRC:DST[:FLAGS]`` list: (source, target, read-only)."""
+    out = []
+    for entry in filter(None, spec.split(",")):
+        parts = entry.split(":")
+        if len(parts) > 3:
+            fail(f"invalid mount '{entry}' in --container-mounts")
+        src, dst = parts[0], parts[1] if len(parts) > 1 and parts[1] else parts[0]
+        flags = parts[2].split("+") if len(parts) == 3 else []
+        out.append((src, dst, "ro" in flags))
+    return out
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _mount(source: str | None, target: Path, fstype: str | None, flags: int, data: str | None = None) -> None:
+    enc = [None if v is None else str(v).encode() for v in (source, target, fstype, data)]
+    if _libc.mount(enc[0], enc[1], enc[2], ctypes.c_ulong(flags), enc[3]) != 0:
+        err = ctypes.get_errno()
+        fail(f"mount {source} on {target}: {os.strerror(err)}")
+
+
+def mount_point(root: Path, dst: str, is_dir: bool, bound: list[str]) -> Path:
+    """The target of a mount inside the container's root, made where it is missing, but only inside the root's own
+    tmpfs: never inside a bound host folder or another mount (that would write there)."""
+    target = root / dst.lstrip("/")
+    if target.exists():
+        return target
+    rel = Path(dst.lstrip("/"))
+    inside = [b for b in bound if rel.parts[:len(Path(b).parts)] == Path(b).parts]
+    if inside:
+        fail(f"cannot make mount point {dst}: its folder {'/' + inside[0]} is the host's or another mount's, and the "
+             "test stand-in writes into neither (no image); mount at a path whose first missing folder is new")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if is_dir:
+        target.mkdir()
+    else:
+        target.touch()
+    return target
+
+
+def enter(root: Path, spec: dict[str, Any]) -> str:
+    """This process into a mount namespace of its own whose root is ``root``: the host's top-level folders, then
+    the container's mounts; the working folder to start in."""
+    if _libc.unshare(CLONE_NEWNS) != 0:
+        fail(f"unshare(CLONE_NEWNS): {os.strerror(ctypes.get_errno())} (the stand-in needs root)")
+    _mount(None, Path("/"), None, MS_REC | MS_PRIVATE)
+    root.mkdir(parents=True, exist_ok=True)
+    _mount("tmpfs", root, "tmpfs", 0, "mode=0755")
+    bound: list[str] = []
+    for entry in os.scandir("/"):
+        inner = root / entry.name
+        if entry.is_symlink():
+            os.symlink(os.readlink(entry.path), inner)
+        elif entry.is_dir():
+            inner.mkdir()
+            _mount(entry.path, inner, None, MS_BIND | MS_REC)
+            bound.append(entry.name)
+        else:
+            inner.touch()
+            _mount(entry.path, inner, None, MS_BIND)
+    for src, dst, read_only in mounts(spec.get("container_mounts", "")):
+        if not os.path.exists(src):
+            fail(f"mount source {src} (--container-mounts {src}:{dst}) does not exist")
+        target = mount_point(root, dst, os.path.isdir(src), bound)
+        _mount(src, target, None, MS_BIND | MS_REC)
+        if read_only:
+            _mount(None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY)
+        bound.append(dst.strip("/"))
+    workdir = spec.get("container_workdir") or os.getcwd()
+    os.chroot(root)
+    try:
+        os.chdir(workdir)
+    except OSError as e:
+        fail(f"--container-workdir {workdir}: {e.strerror}")
+    return workdir
+
+
+def main_task(spec_json: str, command: list[str]) -> None:
+    spec = json.loads(spec_json)
+    if STATE_ENV not in os.environ:
+        fail(f"{STATE_ENV} is not set: the test that puts the stand-in on PATH names a private folder for its state")
+    host = socket.gethostname()
+    node = private_folder(Path(os.environ[STATE_ENV])) / host
+    node.mkdir(mode=0o700, exist_ok=True)
+    image, name = spec.get("container_image"), (spec.get("container_name") or "").split(":")[0]
+    if name and not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
+        fail(f"invalid container name '{name}'")
+    made = False
+    ids = f"{os.environ.get('SLURM_JOB_ID', 'nojob')}.{os.environ.get('SLURM_STEP_ID', 'nostep')}"
+    if name:
+        folder = node / "containers" / name
+        if not (folder / "image").is_file():
+            if not image:
+                fail(f"a container with name '{name}' does not exist, and --container-image is not set")
+            folder.mkdir(parents=True, exist_ok=True)
+            tmp = folder / f"image.{os.getpid()}"
+            tmp.write_text(image)
+            tmp.replace(folder / "image")  # tasks of one node may make it at once: one wins, whole
+            made = True
+        image = (folder / "image").read_text()
+        root = folder / "rootfs"
+    elif image:
+        root = node / "unnamed" / f"{ids}.{os.environ.get('SLURM_PROCID', '0')}"
+        made = True
+    else:
+        fail("--container-* options need --container-image or --container-name")
+        raise AssertionError
+    workdir = enter(root, spec)
+    record = {"host": host, "job": os.environ.get("SLURM_JOB_ID"), "step": os.environ.get("SLURM_STEP_ID"),
+              "rank": os.environ.get("SLURM_PROCID"), "local_rank": os.environ.get("SLURM_LOCALID"),
+              "name": name or None, "image": image, "made": made, "mounts": mounts(spec.get("container_mounts", "")),
+              "workdir": workdir, "env": spec.get("container_env"), "flags": spec["flags"], "command": command}
+    # one line, one write, O_APPEND: the tasks of a node append at once (the host's folder is bound in the root)
+    fd = os.open(node / "steps.jsonl", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        os.write(fd, (json.dumps(record) + "\n").encode())
+    finally:
+        os.close(fd)
+    try:
+        os.execvp(command[0], command)
+    except OSError as e:
+        fail(f"{command[0]}: {e.strerror}")
+
+
+def main(argv: list[str]) -> None:
+    if argv[:1] == ["srun"]:
+        main_srun(argv[1:])
+    elif argv[:1] == ["task"] and len(argv) >= 4 and argv[2] == "--":
+        main_task(argv[1], argv[3:])
+    else:
+        fail("usage: pyxis_standin.py srun ARGS... | task SPEC -- COMMAND...")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,201 @@
+"""Parity with NVIDIA's own launch: for every v1.1 and v4.1 implementation folder and DGX config file in
+../shared/data, the launch preview's steps are what the folder's run.sub executes.
+
+The preview (mlrepro/runs/preview.py) comes from the pipeline's real planning (config -> systems -> Plan ->
+launch spec), one system per config file. The reference is the folder's run.sub launched as its README says
+(``source config_<SYSTEM>.sh; CONT=... DATADIR=... LOGDIR=... NEXP=1 sbatch -N $DGXNNODES run.sub``), run by this
+test with its own recording stand-ins for srun, sbatch, enroot, sudo, scontrol and sleep (not the pipeline's), in
+an allocation of DGXNNODES nodes. Every step must be equal, argument for argument; and the training step must
+start DGXNGPU tasks per node (DLRM 1, MiniGo RANKS_PER_NODE) with its mounts, MPI type and workdir, after the cache
+clearing and its cache_clear line where the run.sub has them.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import subprocess
+import tarfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mlrepro import config as mlconfig
+from mlrepro import systems as mlsystems
+from mlrepro.planning import jobs
+from mlrepro.planning.plan import Plan
+from mlrepro.slurm import trace
+
+pytestmark = pytest.mark.vendor
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
+ROUNDS = {"1.1.0": "mlperf_training_nvidia_implementations_v1.1.tar.xz",
+          "4.1.0": "mlperf_training_nvidia_implementations_v4.1.tar.xz"}
+IMAGE = "nvcr.io/nvidia/mlperf-test:24.09-py3"
+# Variables the folders' READMEs ask the submitter to set beyond CONT/DATADIR/LOGDIR (paths of checkpoints,
+# tokenizers, extra datasets, the cluster's name): a submitter writes them under benchmarks.<bm>.env.
+README_ENV = {
+    "MLPERF_CLUSTER_NAME": "ci-cluster", "DATADIR_PHASE2": "/lustre/bert/phase2", "EVALDIR": "/lustre/bert/eval",
+    "CHECKPOINTDIR": "/lustre/bert/ckpt", "CHECKPOINTDIR_PHASE1": "/lustre/bert/phase1",
+    "UNITTESTDIR": "/lustre/bert/unittest", "PREPROC_DATA": "/lustre/gpt3/preproc", "SPM": "/lustre/gpt3/spm.model",
+    "LOAD_CHECKPOINTS_PATH": "/lustre/gpt3/ckpt", "MODEL": "/lustre/llama/model", "BACKBONE_DIR": "/lustre/ssd/torch",
+    "DATA_DIR": "/lustre/gnn/data", "GRAPH_DIR": "/lustre/gnn/graph", "CHECKPOINTS": "/lustre/sd/ckpt",
+    "CHECKPOINT_CLIP": "/lustre/sd/clip", "CHECKPOINT_FID": "/lustre/sd/fid", "CHECKPOINT_SD": "/lustre/sd/sd",
+    "NEMOLOGS": "/lustre/sd/nemologs", "PKLDIR": "/lustre/maskrcnn/pkl", "PRETRAINED_DIR": "/lustre/ssd/pretrained",
+    "METADATA_DIR": "/lustre/rnnt/metadata", "SENTENCEPIECES_DIR": "/lustre/rnnt/sp", "CONT_FILE": "",
+    "NVMLPERF_NSIGHT_LOCATION": "/opt/nsight", "JET_DIR": "/lustre/jet", "CUDART_FIX": "/lustre/bert/cudart_fix.so",
+    # gpt3 b200_n8: its hang monitor script (scripts/tracebacks/) is not in the published folder
+    "HANG_MONITOR_TIMEOUT": "0",
+}
+# The test's own stand-in: each argument ("=" before it) base64-encoded on its own line, a blank line after each
+# command.
+STANDIN = r"""#!/bin/bash
+{ printf '=%s' "${0##*/}" | base64 -w0; echo; for a in "$@"; do printf '=%s' "$a" | base64 -w0; echo; done; echo; } \
+  >> "$PARITY_RECORD"
+if [ "${0##*/}" = scontrol ] && [ "$1" = show ] && [ "$2" = hostnames ]; then
+  for i in $(seq 1 "$PARITY_NODES"); do echo "node$i"; done
+elif [ "${0##*/}" = scontrol ] && [ "$1" = show ] && [ "$2" = job ]; then
+  echo "JobId=$3"; echo "   Command=$PARITY_RUN_SUB"
+fi
+exit 0
+"""
+
+
+@pytest.fixture(scope="module")
+def rounds(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    found = {}
+    for ruleset, name in ROUNDS.items():
+        archive = SHARED / name
+        if not archive.is_file():
+            pytest.skip(f"{archive} is not here (../shared/data)")
+        dest = tmp_path_factory.mktemp(f"nvidia-{ruleset}")
+        with tarfile.open(archive) as tar:
+            tar.extractall(dest, filter="data")
+        found[ruleset] = dest / "NVIDIA" / "benchmarks"
+    return found
+
+
+def folders(ruleset: str) -> list[str]:
+    """Every implementation folder with run.sub of the round, as benchmark/implementations/<impl> (read from the
+    archive's member names, so that the parametrization needs no unpacking)."""
+    archive = SHARED / ROUNDS[ruleset]
+    if not archive.is_file():
+        return []
+    with tarfile.open(archive) as tar:
+        names = tar.getnames()
+    return sorted({n.split("NVIDIA/benchmarks/", 1)[1].rsplit("/", 1)[0] for n in names
+                   if n.endswith("/run.sub") and "NVIDIA/benchmarks/" in n})
+
+
+def dgx_configs(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.glob("config_DGX*.sh") if "common" not in p.name)
+
+
+def readme_trace(folder: Path, config: Path, env: dict[str, str], nodes: int, tmp: Path) -> list[list[str]]:
+    """run.sub as the README launches it: the config file sourced, the variables set, an allocation of ``nodes``."""
+    bin_dir = tmp / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    for name in ("srun", "sbatch", "enroot", "sudo", "scontrol", "sleep"):
+        (bin_dir / name).write_text(STANDIN)
+        (bin_dir / name).chmod(0o755)
+    record = tmp / f"record-{config.stem}"
+    record.write_text("")
+    node_list = "node1" if nodes == 1 else f"node[1-{nodes}]"
+    full = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "HOME": str(tmp), "LANG": "C.UTF-8",
+            "SLURM_JOB_ID": trace.JOB_ID, "SLURM_JOBID": trace.JOB_ID, "SLURM_JOB_NUM_NODES": str(nodes),
+            "SLURM_NNODES": str(nodes), "SLURM_JOB_NODELIST": node_list, "SLURM_NODELIST": node_list,
+            "PARITY_RECORD": str(record), "PARITY_NODES": str(nodes), "PARITY_RUN_SUB": str(folder / "run.sub")}
+    # the README's variables are set on sbatch's command line, after the config file is sourced: they win
+    given = [f"{k}={v}" for k, v in env.items()]
+    script = 'set -a; source "$1" >/dev/null 2>&1; set +a; shift; exec env "$@" bash ./run.sub'
+    proc = subprocess.run(["bash", "-c", script, "bash", str(config), *given], cwd=folder, env=full,
+                          capture_output=True, timeout=120, check=False)
+    last = (proc.stderr.decode(errors="replace") + proc.stdout.decode(errors="replace")).splitlines()[-5:]
+    commands, current = [], []
+    for line in record.read_text().splitlines():
+        if line:
+            current.append(base64.b64decode(line).decode()[1:])  # each word starts with "=": "" is not a blank line
+        elif current:
+            commands.append(current)
+            current = []
+    steps = [c for c in commands if c[0] in ("srun", "sbatch", "enroot", "sudo")]
+    assert steps, f"{config}: run.sub ran no step (exit {proc.returncode}):\n" + "\n".join(last)
+    return steps
+
+
+def plan_for(ruleset: str, folder: Path, benchmark: str, configs: list[Path], data: Path, out: Path) -> Plan:
+    """The pipeline's plan of one folder: a system per DGX config file (named after it), its own runs."""
+    systems = {c.stem.removeprefix("config_"): {"config_files": {benchmark: c.name}} for c in configs}
+    raw = {"outdir": str(out), "ruleset": ruleset, "engine": "enroot", "allow_fewer_runs": True,
+           "systems": systems,
+           "benchmarks": {benchmark: {"implementation": str(folder), "image": IMAGE, "data_dir": str(data),
+                                      "runs": 1, "env": README_ENV}}}
+    full, benchmarks = mlconfig.load(raw, source="parity test", base_dir=folder)
+    units_systems, units = mlsystems.load(full, benchmarks, folder, "parity test")
+    return Plan(full, benchmarks, {}, units_systems, units, Path(__file__).resolve().parents[1], ["python3"])
+
+
+def expected_tasks_per_node(benchmark: str, env: dict[str, str]) -> str:
+    if benchmark in ("dlrm", "dlrm_dcnv2"):
+        return "1"
+    if benchmark == "minigo":  # run.sub: RANKS_PER_NODE=$((DGXNGPU * PROCS_PER_GPU + 1))
+        return str(int(env["DGXNGPU"]) * int(env["PROCS_PER_GPU"]) + 1)
+    return env["DGXNGPU"]
+
+
+CASES = [(r, f) for r in ROUNDS for f in folders(r)]
+
+
+@pytest.mark.parametrize(("ruleset", "impl"), CASES, ids=[f"v{r[:3]}-{f.replace('/implementations/', '-')}"
+                                                          for r, f in CASES])
+def test_preview_steps_are_run_sub_steps(rounds: dict[str, Path], ruleset: str, impl: str, tmp_path: Path) -> None:
+    folder = rounds[ruleset] / impl
+    benchmark = impl.split("/")[0]
+    configs = dgx_configs(folder)
+    assert configs, f"{folder}: no DGX config file"
+    data = tmp_path / "data"
+    data.mkdir()
+    plan = plan_for(ruleset, folder, benchmark, configs, data, tmp_path / "results")
+    jobs.launch_preview(plan, tmp_path / "launch_preview.json", tmp_path / "preview.log")
+
+    entries = {e["system"]: e for e in json.loads((tmp_path / "launch_preview.json").read_text())}
+    assert sorted(entries) == sorted(c.stem.removeprefix("config_") for c in configs)
+    for config in configs:
+        system = config.stem.removeprefix("config_")
+        entry = entries[system]
+        assert "error" not in entry, entry.get("error")
+        unit = plan.units[(system, benchmark)]
+        shape = unit.implementation.env
+        nodes = int(shape.get("DGXNNODES", 1))
+        assert entry["allocation"]["nodes"] == nodes
+        assert entry["node_hours"] == pytest.approx(nodes * entry["allocation"]["time_minutes"] / 60, abs=1e-3)
+        env = {"CONT": IMAGE, "DATADIR": str(data), "LOGDIR": str(plan.out.run_dir(system, benchmark, 0).resolve()),
+               "NEXP": "1", "SEED": str(plan.run_seed(benchmark, 0)), "DATESTAMP": "DATESTAMP", **README_ENV}
+        if "DGXSYSTEM" not in shape:  # the README names the system; its config files export it themselves
+            env["DGXSYSTEM"] = system
+        reference = readme_trace(folder, config, env, nodes, tmp_path)
+        assert entry["steps"] == reference, f"{config.name}: the preview's steps differ from what run.sub executes"
+        assert_training_step(entry, reference, benchmark, shape, nodes)
+
+
+def assert_training_step(entry: dict[str, Any], reference: list[list[str]], benchmark: str, env: dict[str, str],
+                         nodes: int) -> None:
+    index = next(i for i, s in enumerate(reference)
+                 if s[0] == "srun" and any("run_and_time" in w for w in trace.split(s)[1]))
+    opts, _ = trace.split(reference[index])
+    per_node = expected_tasks_per_node(benchmark, env)
+    assert opts["--ntasks-per-node"] == per_node
+    assert int(str(opts["--ntasks"])) == nodes * int(per_node)
+    training = entry["summary"]["training"]
+    assert (training["ntasks_per_node"], training["ntasks"]) == (opts["--ntasks-per-node"], opts["--ntasks"])
+    assert training["mpi"] == opts.get("--mpi")
+    assert training["workdir"] == opts.get("--container-workdir")
+    mounts = [m.split(":")[1] for m in str(opts.get("--container-mounts", "")).split(",") if ":" in m]
+    assert training["mounts"] == mounts
+    clears = [i for i, s in enumerate(reference) if any("drop_caches" in w for w in s)]
+    assert entry["summary"]["cache_clear"] == bool(clears)
+    assert all(i < index for i in clears)
+    logged = [i for i, s in enumerate(reference) if any("CACHE_CLEAR" in w for w in s)]
+    assert entry["summary"]["cache_clear_logged"] == bool(logged)

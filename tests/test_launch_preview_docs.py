@@ -1,0 +1,50 @@
+"""The worked example of docs/vendor-launch.md, as a submitter copies it: `snakemake launch_preview` writes
+<outdir>/launch_preview.json with the steps of NVIDIA's v4.1 RetinaNet run.sub and the node-hours of both systems."""
+
+from __future__ import annotations
+
+import json
+import re
+import tarfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import REPO, snakemake
+
+ARCHIVE = REPO.parent / "shared" / "data" / "mlperf_training_nvidia_implementations_v4.1.tar.xz"
+
+
+@pytest.mark.integration
+@pytest.mark.vendor
+def test_the_docs_example_previews_its_launch(tmp_path: Path) -> None:
+    if not ARCHIVE.is_file():
+        pytest.skip(f"{ARCHIVE} is not here (../shared/data)")
+    with tarfile.open(ARCHIVE) as tar:
+        tar.extractall(tmp_path / "lustre", filter="data")
+    text = (REPO / "docs" / "vendor-launch.md").read_text()
+    example = re.search(r"```yaml\n(.*?)```", text, re.DOTALL)
+    assert example, "docs/vendor-launch.md: no yaml example"
+    # the example's shared file system is this test's folder
+    config_text = example.group(1).replace("/lustre/$USER/", f"{tmp_path}/lustre/").replace(
+        "/lustre/datasets/", f"{tmp_path}/datasets/")
+    config = yaml.safe_load(config_text)
+    for path in [config["benchmarks"]["ssd"]["data_dir"], config["benchmarks"]["ssd"]["env"]["BACKBONE_DIR"]]:
+        Path(path).mkdir(parents=True)
+    (tmp_path / "submission.yaml").write_text(yaml.safe_dump(config))
+    proc = snakemake(tmp_path, "--configfile", str(tmp_path / "submission.yaml"), "--", "launch_preview")
+    out = Path(config["outdir"]) / "launch_preview.json"
+    entries = json.loads(out.read_text())
+    assert [(e["system"], e["benchmark"]) for e in entries] == [("dgxh100_n1", "ssd"), ("dgxh100_n8", "ssd")]
+    n1, n8 = entries
+    assert n8["allocation"]["nodes"] == 8 and n8["allocation"]["gpus_per_node"] == 8
+    assert n8["node_hours"] == pytest.approx(5 * 8 * n8["allocation"]["time_minutes"] / 60, abs=1e-3)
+    assert "--exclusive" in n8["allocation"]["sbatch"] and "--mem=0" in n8["allocation"]["sbatch"]
+    training = n8["summary"]["training"]
+    assert (training["ntasks"], training["ntasks_per_node"]) == ("64", "8")
+    assert training["mounts"] == ["/datasets/open-images-v6", "/results", "/root/.cache/torch"]
+    assert training["command"] == ["slurm2pytorch", "./run_and_time.sh"]
+    assert n1["summary"]["cache_clear"] and n1["summary"]["cache_clear_logged"]
+    assert all("error" not in e for e in entries)
+    assert "node-hours" in proc.stdout + proc.stderr
