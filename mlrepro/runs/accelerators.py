@@ -21,8 +21,10 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
+from mlrepro.core.errors import MlreproError
 
-class GpuError(RuntimeError):
+
+class GpuError(MlreproError, RuntimeError):
     pass
 
 

@@ -16,6 +16,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from mlrepro.core.errors import MlreproError
+
 RUN_SUB = "run.sub"
 # the files beside run.sub that declare container mounts (run.sub reads them: mounts.txt with envsubst, or sources)
 MOUNT_FILES = ("mounts.txt", "config_mounts.sh")
@@ -33,7 +35,7 @@ PROVIDED = ("CONT", "DATADIR", "LOGDIR", "DGXSYSTEM", "NEXP", "SEED", "MLPERF_SU
             "MLPERF_SUBMISSION_PLATFORM", "MLPERF_SUBMISSION_DIVISION", "MLPERF_SUBMISSION_STATUS")
 
 
-class RunSubError(ValueError):
+class RunSubError(MlreproError, ValueError):
     """A folder's run.sub that cannot be launched as configured; the message names the variable and the file."""
 
 
