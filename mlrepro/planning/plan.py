@@ -410,7 +410,8 @@ class Plan:
                 "kind": spec.implementation.kind, "name": spec.implementation.name,
                 "folder": str(spec.implementation.folder), "image": spec.image,
                 "config_file": spec.implementation.config_file.name,
-                "image_record": None if self.native else str(self.out.image_record(spec.image)),
+                # none for native runs or a ready image (CONT as it is: nothing was built)
+                "image_record": next((str(r) for r in self.image_record(b)), None),
             } for b, spec in self.benchmarks.items()},
             "provenance": {"outdir": str(self.out.root), "config": c, "config_hash": self.config_hash,
                            "repo": str(self.repo),  # the Snakefile's checkout, whose git state is recorded

@@ -32,7 +32,7 @@ class JobShape:
     walltime: str = "00:30:00"  # Slurm's [D-]HH:MM[:SS]
     mem_mb: int | None = None  # per node; None: the configured slurm.mem_mb
     run_sub: bool = False  # the folder's own run.sub runs in the allocation (mlrepro/runs/runsub.py)
-    sbatch: tuple[str, ...] = ()  # run.sub's #SBATCH options the allocation keeps (--exclusive, --mem=0)
+    sbatch: tuple[str, ...] = ()  # run.sub's #SBATCH options the allocation keeps (--exclusive; --mem=0 is dropped)
 
     @property
     def processes(self) -> int:
@@ -107,13 +107,13 @@ def run_sub_resources(shape: JobShape, slurm: Mapping[str, Any]) -> dict[str, An
     share it out. ``mpi`` makes the plugin run the driver once in the batch step (not in an srun step of its own,
     which would hold the CPUs that run.sub's steps need); the plugin asks more than one task of an mpi job, and
     run.sub sets every step's own task count, so ``tasks`` is only the allocation's count. No --cpus-per-task
-    (cpus_per_task -1) and no --mem from mem_mb: run.sub's --mem=0 and --exclusive (or slurm.exclusive) give
-    each node whole."""
-    extra = list(shape.sbatch)
+    (cpus_per_task -1) and no --mem: run.sub's --mem=0 cannot be asked, as Snakemake's Slurm executor plugin
+    (2.8.0) refuses any --mem in slurm_extra and passes --mem only for a mem_mb that is not 0; without --mem Slurm
+    gives the job its DefMemPerNode (unlimited by default: the whole node, as --mem=0), and --exclusive (run.sub's
+    or slurm.exclusive) gives it the whole node otherwise."""
+    extra = [w for w in shape.sbatch if not w.startswith("--mem")]
     if slurm.get("exclusive", True) and "--exclusive" not in extra:
         extra.append("--exclusive")
-    if not any(w.startswith("--mem") for w in extra):
-        extra.append("--mem=0")
     return {
         "nodes": shape.nodes, "tasks": max(2, shape.nodes * max(1, shape.gpus_per_node)), "cpus_per_task": -1,
         "mem_mb": 0, "runtime": shape.minutes, "mpi": "srun",
