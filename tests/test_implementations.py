@@ -11,6 +11,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -276,10 +277,16 @@ def test_host_telemetry_follows_a_container_init_that_is_no_descendant(tmp_path:
     """Under docker/podman the training runs under the engine, not under the driver: its pid file counts."""
     from mlrepro.telemetry.host import HostSampler
 
-    # an orphan (its parent shell has exited): not in this process's tree, as a container's init is not
-    orphan = int(subprocess.run(["bash", "-c", "sleep 30 >/dev/null 2>&1 & echo $!"], capture_output=True,
-                                text=True, check=True).stdout)
+    # an orphan (its parent shell has exited): not in this process's tree, as a container's init is not. It writes
+    # 8 MB before it sleeps: the kernel's RSS counters of a process that only sleeps can lag at 0 (seen under CI's
+    # load: both samples equal), and are synced by its page faults; sampled once its memory shows.
+    orphan = int(subprocess.run(
+        ["bash", "-c", "python3 -c 'import time; b = b\"x\" * (8 << 20); time.sleep(30)' >/dev/null 2>&1 & echo $!"],
+        capture_output=True, text=True, check=True).stdout)
     try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and int(Path(f"/proc/{orphan}/statm").read_text().split()[1]) < 1024:
+            time.sleep(0.01)
         roots = tmp_path / "container.pids"
         alone = HostSampler(os.getpid(), roots_file=str(roots)).read()
         roots.write_text(f"{orphan}\n")
