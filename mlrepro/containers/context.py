@@ -17,10 +17,12 @@ from pathlib import Path
 from mlrepro import PROJECT_ROOT
 from mlrepro.core.hashing import sha256_file
 
-# What the Dockerfiles may COPY: the package, its metadata and the benchmarks' implementations.
+# What the Dockerfiles may COPY: the package (its data files too: core/rulesets.yaml), its metadata and the
+# benchmarks' implementations.
 # Only what runs in the container: a benchmark's defaults.yaml reaches it as --params, so editing
 # hyperparameters re-runs that benchmark without rebuilding the image every benchmark uses.
-CONTEXT_GLOBS = ("pyproject.toml", "README.md", "LICENSE", "mlrepro/**/*.py", "workflows/*/*.py",
+CONTEXT_GLOBS = ("pyproject.toml", "README.md", "LICENSE", "mlrepro/**/*.py", "mlrepro/**/*.yaml",
+                 "workflows/*/*.py",
                  "workflows/*/run_and_time.sh")
 
 
