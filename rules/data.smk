@@ -85,7 +85,7 @@ rule data_extract:
         PLAN.out.log("data_extract_{benchmark}"),
     shell:
         "{params.python:q} -m mlrepro.datasets extract --benchmark {wildcards.benchmark:q} --recipe {input.recipe:q} "
-        "--root {params.root:q} --receipt {output:q} --trust-group {params.group:q} > {log:q} 2>&1 "
+        "--root {params.root:q} --receipt {output:q} --trust-group={params.group:q} > {log:q} 2>&1 "
         "|| {params.python:q} -m mlrepro.core.joblog {log:q} $?"
 
 
@@ -108,7 +108,7 @@ rule data_prepare:
         PLAN.out.log("data_prepare_{benchmark}"),
     shell:
         "{params.python:q} -m mlrepro.datasets prepare --benchmark {wildcards.benchmark:q} --recipe {input.recipe:q} "
-        "--root {params.root:q} --receipt {output:q} --trust-group {params.group:q} {params.engine:q} > {log:q} 2>&1 "
+        "--root {params.root:q} --receipt {output:q} --trust-group={params.group:q} {params.engine:q} > {log:q} 2>&1 "
         "|| {params.python:q} -m mlrepro.core.joblog {log:q} $?"
 
 
