@@ -47,6 +47,16 @@ def decoder_config(params: dict[str, Any], **arch: Any) -> DecoderConfig:
     return DecoderConfig(vocab=d["vocab_size"], max_length=d["max_sequence_length"], **m, **arch)
 
 
+def epoch_batches(tokens: torch.Tensor, seed: int, epoch: int, steps: int, batch: int,
+                  device: torch.device) -> Iterator[torch.Tensor]:
+    """An epoch's ``steps`` batches of ``batch`` sequences, in the run's own order for that epoch (the decoder minis'
+    pretraining and LoRA fine-tuning alike)."""
+    order = torch.randperm(len(tokens), generator=epoch_generator(seed, epoch))
+    shuffled = tokens[order].to(device)
+    for i in range(steps):
+        yield shuffled[i * batch : (i + 1) * batch]
+
+
 class PretrainWorkload:
     """Next-token prediction on train.npz; the metric is the mean cross-entropy (nats) on eval.npz, the
     log perplexity of MLPerf's LLM benchmarks; lower is better."""
@@ -96,10 +106,7 @@ class PretrainWorkload:
         return epoch * self.steps_per_epoch * self.batch
 
     def batches(self, epoch: int) -> Iterator[torch.Tensor]:
-        order = torch.randperm(len(self.tokens), generator=epoch_generator(self.seed, epoch))
-        shuffled = self.tokens[order].to(self.device)
-        for i in range(self.steps_per_epoch):
-            yield shuffled[i * self.batch : (i + 1) * self.batch]
+        return epoch_batches(self.tokens, self.seed, epoch, self.steps_per_epoch, self.batch, self.device)
 
     def loss(self, batch: torch.Tensor) -> torch.Tensor:
         loss = next_token_loss(self.model(batch), batch)

@@ -33,7 +33,7 @@ import torch
 
 from mlrepro.datasets import synthetic_text
 from mlrepro.training.decoder import Decoder, DecoderConfig, cosine_with_warmup, next_token_loss
-from mlrepro.training.epoch_order import epoch_generator
+from mlrepro.training.language_model import epoch_batches
 from mlrepro.training.schedules import FunctionLR
 
 BASE_DIR = "base"  # the dataset's folder of the base weights
@@ -191,10 +191,7 @@ class Workload:
         return epoch * self.steps_per_epoch * self.batch
 
     def batches(self, epoch: int) -> Iterator[torch.Tensor]:
-        order = torch.randperm(len(self.tokens), generator=epoch_generator(self.seed, epoch))
-        shuffled = self.tokens[order].to(self.device)
-        for i in range(self.steps_per_epoch):
-            yield shuffled[i * self.batch : (i + 1) * self.batch]
+        return epoch_batches(self.tokens, self.seed, epoch, self.steps_per_epoch, self.batch, self.device)
 
     def loss(self, batch: torch.Tensor) -> torch.Tensor:
         return next_token_loss(self.model(batch), batch, summary_mask(batch, self.document_length))
