@@ -75,8 +75,9 @@ def _covers(node_list: str, host: str) -> bool:
 
 def lock_dir(configured: str | None) -> Path:
     """The folder of this host's GPU lock files (config ``gpu_lock_dir``): by default the user's own
-    ($XDG_RUNTIME_DIR/mlrepro/gpu-locks, else ~/.cache/mlrepro/gpu-locks), made mode 0700 and checked to be the
-    user's; a configured folder shared by several users must be root's with the sticky bit (as /run/lock)."""
+    ($XDG_RUNTIME_DIR/mlrepro/gpu-locks, else ~/.cache/mlrepro/gpu-locks: mlrepro.core.private_dir), made mode 0700
+    and checked to be the user's on every use; a configured folder shared by several users must be root's with the
+    sticky bit (as /run/lock)."""
     if configured:
         folder = Path(configured)
         folder.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -88,15 +89,13 @@ def lock_dir(configured: str | None) -> Path:
                            "use a folder of yours with mode 0700, or a root-owned sticky one (mode 1777) shared by "
                            "every user of this host's GPUs")
         return folder
-    runtime = os.environ.get("XDG_RUNTIME_DIR")
-    base = Path(runtime) if runtime and Path(runtime).is_dir() else Path.home() / ".cache"
-    folder = base / "mlrepro" / "gpu-locks"
-    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-    info = folder.lstat()
-    if stat.S_ISLNK(info.st_mode) or info.st_uid != os.getuid() or stat.S_IMODE(info.st_mode) & 0o077:
-        raise GpuError(f"{folder}: the GPU lock folder must be yours with mode 0700 (it is uid {info.st_uid}, mode "
-                       f"{stat.S_IMODE(info.st_mode):o}); remove it, or set gpu_lock_dir")
-    return folder
+    from mlrepro.core import private_dir  # the user's runtime folders: one owner of their checks
+
+    try:
+        return private_dir.runtime_dir("gpu-locks")
+    except private_dir.PrivateDirError as e:
+        raise GpuError(f"the GPU lock folder must be yours with mode 0700: {e}; remove it, or set "
+                       "gpu_lock_dir") from None
 
 
 def _open_lock(path: Path) -> int:
