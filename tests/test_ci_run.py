@@ -1,0 +1,37 @@
+"""`.ci/run`'s `tier`: a failing pytest session fails CI.
+
+`.ci/run` calls `tier ... || failed=1`, and bash ignores `set -e` inside a function called that way: until the tier
+returned pytest's status itself, the echo after pytest made every tier "succeed", so failing tests of the fast and
+the shared integration tiers left CI green. The function is taken from the script as it is and run against a
+stand-in for `.venv/bin/pytest` that exits with a chosen status.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+
+
+def _tier_function() -> str:
+    text = (REPO / ".ci" / "run").read_text()
+    found = re.search(r"^tier\(\) \{.*?^\}", text, flags=re.S | re.M)
+    assert found, ".ci/run defines no tier() function"
+    return found.group(0)
+
+
+@pytest.mark.parametrize(("status", "failed"), [(0, "0"), (1, "1"), (5, "1")])
+def test_a_failing_tier_fails_ci(tmp_path: Path, status: int, failed: str) -> None:
+    pytest_standin = tmp_path / ".venv" / "bin" / "pytest"
+    pytest_standin.parent.mkdir(parents=True)
+    pytest_standin.write_text(f"#!/bin/sh\nexit {status}\n")
+    pytest_standin.chmod(0o755)
+    script = f"set -euo pipefail\n{_tier_function()}\nfailed=0\ntier -m x || failed=1\necho \"failed=$failed\"\n"
+    out = subprocess.run(["bash", "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=30,
+                         check=True).stdout
+    assert out.splitlines()[-1] == f"failed={failed}", out
+    assert f"exit status {status}" in out
