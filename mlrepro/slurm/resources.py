@@ -11,11 +11,12 @@ the processes with ``srun``.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from mlrepro.core.errors import MlreproError
+from mlrepro.core.smk import signature_once
 
 WALLTIME = re.compile(r"^(?:(\d+)-)?(\d{1,2}):(\d{2})(?::(\d{2}))?$")
 
@@ -131,13 +132,19 @@ def _unit(wildcards: Any) -> tuple[str, str]:
     return wildcards.system, wildcards.benchmark
 
 
-def run_resources(config: Mapping[str, Any], threads: int, shapes: Mapping[Any, JobShape],
+def run_resources(config: Mapping[str, Any], threads: int, units: Iterable[Any], shape: Callable[[Any], JobShape],
                   key: Callable[[Any], Any] = _unit) -> dict[str, Any]:
-    """The run rule's ``resources:`` for runs of ``shapes`` (``key(wildcards)`` -> shape; the pipeline's: (system,
-    benchmark)): a value where every run has the same, else a callable of the run's wildcards (Snakemake calls
-    each per job: a thousand runs of ten systems would pay for thirteen calls each); a name no run has is left
-    out."""
-    per_unit = {unit: slurm_resources(shape, config, threads) for unit, shape in shapes.items()}
+    """The run rule's ``resources:`` for runs of ``units`` (``shape(unit)``: its shape; ``key(wildcards)``: a run's
+    unit; the pipeline's: (system, benchmark)): a value where every run has the same, else a callable of the run's
+    wildcards (Snakemake calls each per job: a thousand runs of ten systems would pay for thirteen calls each); a name
+    no run has is left out. Where a shape is not known yet (FileNotFoundError: its config file's capture job has not
+    run), every name is a callable that raises it too: Snakemake shows ``<TBD>`` while it builds the DAG and asks again
+    before the job runs, once the job it waits for has written the file."""
+    units = list(units)
+    try:
+        per_unit = {unit: slurm_resources(shape(unit), config, threads) for unit in units}
+    except FileNotFoundError:
+        return _lazy_resources(config, threads, shape, key)
     resources: dict[str, Any] = {}
     for name in RESOURCE_NAMES:
         values = {unit: res.get(name) for unit, res in per_unit.items()}
@@ -147,3 +154,16 @@ def run_resources(config: Mapping[str, Any], threads: int, shapes: Mapping[Any, 
         elif distinct and None not in distinct:
             resources[name] = distinct.pop()
     return resources
+
+
+def _lazy_resources(config: Mapping[str, Any], threads: int, shape: Callable[[Any], JobShape],
+                    key: Callable[[Any], Any]) -> dict[str, Any]:
+    known: dict[Any, dict[str, Any]] = {}
+
+    def value(w: Any, name: str) -> Any:
+        unit = key(w)
+        if unit not in known:
+            known[unit] = slurm_resources(shape(unit), config, threads)
+        return known[unit].get(name)  # None: the name is not this run's (Snakemake leaves it out)
+
+    return {name: signature_once(lambda w, name=name: value(w, name)) for name in RESOURCE_NAMES}
