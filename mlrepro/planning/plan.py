@@ -401,7 +401,9 @@ class Plan:
         impl = b.implementation
         env = self.captured(system, benchmark).env
         shape = self.run_shape(system, benchmark)
-        data_dir = Path(self.dataset_dir(benchmark)).resolve() if b.mini else b.data_dir
+        # ours: as the config names it (the generated one is under outdir: relative to the working folder, so that a
+        # copied folder launches the same; the driver resolves it where the run starts)
+        data_dir = self.dataset_dir(benchmark) if b.mini else b.data_dir
         shaped = benchmark in self.config["job_shapes"]
         return LaunchSpec(
             benchmark=benchmark, kind=impl.kind, name=impl.name, folder=str(impl.folder),

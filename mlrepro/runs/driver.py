@@ -193,7 +193,8 @@ def main(argv: list[str] | None = None) -> None:
         spec = LaunchSpec.read(args.launch) if args.launch else LaunchSpec.from_json(args.launch_json, "--launch-json")
     except (OSError, LaunchSpecError) as e:
         sys.exit(f"error: launch file {args.launch or '(--launch-json)'}: {e}")
-    launch = {**spec.to_dict(), "seed": args.seed}
+    # a relative dataset folder (the generated one, under a relative outdir) is the working folder's, where runs start
+    launch = {**spec.to_dict(), "seed": args.seed, "data_dir": str(Path(spec.data_dir).resolve())}
     run_dir: Path = args.run_dir.resolve()
     with ledger.recorded(run_dir, benchmark=launch["benchmark"], seed=args.seed):  # every launch, on record
         _drive(args, launch, run_dir)
