@@ -15,14 +15,16 @@ wildcard_constraints:
 # Each stage's spec (the JSON its job acts on) as a declared input file: the text is in params, so that a
 # changed spec (params) re-runs this job, whose new file re-runs what reads it; an unchanged one is not rewritten.
 # The package's and the report's describe each system's implementations: they read the config files' capture records
-# (ancient inputs, as the runs take them: rules/runs.smk).
+# (ancient inputs, as the runs take them: rules/runs.smk), so that their text is a function of the input and what is
+# tracked is its basis (mlrepro.planning.plan.Plan.basis).
 rule spec:
     input:
         lambda w: [ancient(str(f)) for f in PLAN.spec_inputs(w.spec)],
     output:
         PLAN.out.spec("{spec}"),
     params:
-        text=lambda w: PLAN.spec(w.spec),
+        text=lambda w, input: PLAN.spec(w.spec),
+        basis=lambda w: PLAN.basis(lambda plan: plan.spec(w.spec)),
     log:
         PLAN.out.log("spec_{spec}"),
     script:

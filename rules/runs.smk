@@ -31,10 +31,8 @@ rule capture:
         "--out {output:q} > {log:q} 2>&1 || (cat {log:q} >&2; exit 1)"
 
 
-def _captured(wildcards):
-    """The unit's capture record, as the jobs that read it take it: ancient (see the capture rule). Their params and
-    resources read it: <TBD> while the DAG is built until the capture job has run, asked again before they run."""
-    return ancient(str(PLAN.capture_file(wildcards.system, wildcards.benchmark)))
+# The unit's capture record, as the jobs that read it take it: ancient (see the capture rule).
+_captured = planning.inputs.capture_record(PLAN, ancient)
 
 
 # Each (system, benchmark)'s launch file: how its runs are launched, pipeline keys included (to read, to preview,
@@ -45,7 +43,10 @@ rule launch:
     output:
         PLAN.out.launch("{system}", "{benchmark}"),
     params:
-        text=signature_once(lambda w: PLAN.launch_spec(w.system, w.benchmark).to_json()),
+        # the text, a function of the input (not tracked: <TBD> until the record exists); what is tracked is known
+        # before (PLAN.basis: the text of a stand-in record; the record is the input, named by what it captured)
+        text=signature_once(lambda w, input: PLAN.launch_spec(w.system, w.benchmark).to_json()),
+        basis=signature_once(lambda w: PLAN.basis(lambda plan: plan.launch_spec(w.system, w.benchmark).to_json())),
     log:
         PLAN.out.log("launch_{system}_{benchmark}"),
     localrule: True

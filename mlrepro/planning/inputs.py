@@ -26,3 +26,14 @@ def run_inputs(plan: Plan, prepare: Preparation) -> Callable[[Any], dict[str, An
         return found
 
     return smk.signature_once(inputs)
+
+
+def capture_record(plan: Plan, flag: Callable[[str], Any]) -> Callable[[Any], Any]:
+    """The input function of the jobs that read a (system, benchmark)'s capture record: the record, flagged by ``flag``
+    (the Snakefile's ``ancient``). Their params and resources read it: ``<TBD>`` while the DAG is built until the
+    capture job has run, asked again before they run."""
+
+    def record(wildcards: Any) -> Any:
+        return flag(str(plan.capture_file(wildcards.system, wildcards.benchmark)))
+
+    return smk.signature_once(record)

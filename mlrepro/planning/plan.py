@@ -6,10 +6,14 @@ folder, each stage's spec (the JSON a job is asked to act on, written to a decla
 rule) and each benchmark's launch spec. Building it reads the config and the implementation folders only.
 
 What a config file exports comes from its capture record (mlrepro/runs/capture.py), which a job writes
-(rules/runs.smk ``capture``): whatever is derived from it (job shapes, GPUs, the launch digest and spec, the package and
-report specs) raises FileNotFoundError, naming the record, until that job has run. The rules ask for these values
-through functions of jobs that take the record as an input: while the DAG is built Snakemake shows such a value as
-``<TBD>`` and asks again once the record exists, before the job runs.
+(rules/runs.smk ``capture``): whatever is derived from it (job shapes, GPUs, the launch spec, the package and report
+specs) raises FileNotFoundError, naming the record, until that job has run. The rules ask for these values through
+functions of jobs that take the record as an input: while the DAG is built Snakemake shows such a value as ``<TBD>``
+and asks again once the record exists, before the job runs. Never in a param Snakemake tracks: it records a tracked
+param as it was while the DAG was built, ``<TBD>``, for a job it has records of (9.14 to 9.27: Persistence._params is
+cached per job), and would run the job again at the next invocation. What the rules track is known while the DAG is
+built: the record's name (what it captured: the launch digest) and each text as it would be for a stand-in record
+(:meth:`Plan.basis`); the record itself is an input.
 """
 
 from __future__ import annotations
@@ -291,9 +295,11 @@ class Plan:
         """What mlrepro.runs.implementation.unit_problems checks of a unit besides its config file's variables."""
         system, benchmark = unit
         impl = self.units[unit].implementation
+        chosen_by = (f"systems.{system}.config_files.{benchmark}" if self.config.get("systems")
+                     else f"benchmarks.{benchmark}.system_config")
         return {"system": system, "benchmark": benchmark, "config_file": str(impl.config_file),
                 "folder": str(impl.folder), "kind": impl.kind, "system_nodes": self.systems[system].nodes,
-                "given": run_sub_env(self.systems[system], self.units[unit])}
+                "given": run_sub_env(self.systems[system], self.units[unit]), "chosen_by": chosen_by}
 
     def capture_checks(self, key: str) -> list[dict[str, Any]]:
         """The capture job's checks: those of every unit that reads the record ``key``."""
@@ -378,7 +384,8 @@ class Plan:
             impl = self.units[(system, benchmark)].implementation
             if impl.folder not in self._digests:
                 self._digests[impl.folder] = impl.digest(self._folder(impl.folder))
-            spec = {"env": self.captured(system, benchmark).env, "params": self.units[(system, benchmark)].params,
+            # the captured config by its record's name: what the capture read (its variables are known only later)
+            spec = {"capture": self.capture_keys[(system, benchmark)], "params": self.units[(system, benchmark)].params,
                     "files": self._digests[impl.folder]}
             self._digests[(system, benchmark)] = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
         return self._digests[(system, benchmark)]
@@ -386,6 +393,17 @@ class Plan:
     def submission(self, system: str) -> dict[str, Any]:
         return {"org": self.config["org"], "platform": system, "division": self.config["division"],
                 "status": self.config["status"]}
+
+    @cached_property
+    def _stand_in(self) -> Plan:
+        return _StandIn(self.config, self.benchmarks, self.data_choices, self.systems, self.units, self.repo,
+                        self.python)
+
+    def basis(self, text: Callable[[Plan], str]) -> str:
+        """The sha256 of ``text(plan)`` as it would be were every config file captured as exporting nothing: what the
+        rules track of a text read from capture records, which are its jobs' inputs (a record is named by what it
+        captured). Known while the DAG is built, and changed with whatever else the text is made of."""
+        return hashlib.sha256(text(self._stand_in).encode()).hexdigest()
 
     def launch_json(self, system: str, benchmark: str) -> str:
         """:meth:`launch_spec` as one line of JSON, once per unit (each run job's params carry it)."""
@@ -554,3 +572,13 @@ class Plan:
                     b: describe_implementation(self.units[(s2, b)].implementation, self.captured(s2, b))
                     for s2, b in self.ordered_units if s2 == s}} for s in self.systems}}
 
+
+
+STAND_IN = Captured(env={}, nodes=1, gpus_per_node=0, walltime_minutes=None)
+
+
+class _StandIn(Plan):
+    """A plan whose config files all export nothing (:meth:`Plan.basis`)."""
+
+    def captured(self, system: str, benchmark: str) -> Captured:
+        return STAND_IN

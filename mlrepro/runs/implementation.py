@@ -105,20 +105,20 @@ def captured(env: dict[str, str], config_file: Path, folder: Path, kind: str) ->
 
 
 def unit_problems(env: dict[str, str], *, system: str, benchmark: str, config_file: str, folder: str, kind: str,
-                  system_nodes: int | None, given: dict[str, str]) -> list[str]:
+                  system_nodes: int | None, given: dict[str, str], chosen_by: str) -> list[str]:
     """What stops a (system, benchmark)'s runs, given its config file's variables ``env``, each problem a line naming
     the key, the file and what to set: a job shape that is no number, a DGXNNODES other than the system's nodes, a
     variable its run.sub (or a mounts file it reads) needs that neither the config file nor the config (``given``:
-    benchmarks.<bm>.env and systems.<name>.env) sets. Both planning (a record that exists) and the capture job (the
-    record it has just made) ask."""
+    benchmarks.<bm>.env and systems.<name>.env) sets. ``chosen_by``: the config key that chose the config file. Both
+    planning (a record that exists) and the capture job (the record it has just made) ask."""
     config, where = Path(config_file), Path(folder)
     try:
         shape = captured(env, config, where, kind)
         shape_from_config_sh(shape.env)
     except ImplementationError as e:
-        return [f"  systems.{system}.config_files.{benchmark}: {e}"]
+        return [f"  {chosen_by}: {e}"]
     except ShapeError as e:
-        return [f"  systems.{system}.config_files.{benchmark}: {config}: {e}"]
+        return [f"  {chosen_by}: {config}: {e}"]
     problems = []
     if system_nodes is not None and kind != MINI and shape.nodes != system_nodes:
         problems.append(f"  systems.{system}: {benchmark}: {config.name} sets DGXNNODES={shape.nodes}, the system has "
