@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 from mlrepro.core import atomic, safe_read
 from mlrepro.reproduce import compare, image, launch, plan, report, stage, verify
@@ -27,6 +28,16 @@ def _plan(path: Path) -> plan.Plan:
     return plan.from_json(safe_read.read_json(path))
 
 
+def _step(sub: Any, name: str, help: str, staged: bool = True) -> argparse.ArgumentParser:
+    """A step of one benchmark of the plan (its --plan and --benchmark; --staged: the staged copy it works on)."""
+    step: argparse.ArgumentParser = sub.add_parser(name, help=help)
+    step.add_argument("--plan", type=Path, required=True)
+    step.add_argument("--benchmark", required=True)
+    if staged:
+        step.add_argument("--staged", type=Path, required=True)
+    return step
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m mlrepro.reproduce", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -35,29 +46,18 @@ def _parser() -> argparse.ArgumentParser:
     v.add_argument("--package", type=Path, required=True)
     v.add_argument("--manifest-sha256", default=None, help="the manifest's hash as the package's report published it")
     v.add_argument("--out", type=Path, required=True)
-    s = sub.add_parser("stage", help="a runnable copy of the package's implementation of one benchmark")
-    s.add_argument("--plan", type=Path, required=True)
-    s.add_argument("--benchmark", required=True)
+    s = _step(sub, "stage", "a runnable copy of the package's implementation of one benchmark", staged=False)
     s.add_argument("--out", type=Path, required=True)
-    c = sub.add_parser("capture", help="source a benchmark's staged config file; record what it exports")
-    c.add_argument("--plan", type=Path, required=True)
-    c.add_argument("--benchmark", required=True)
-    c.add_argument("--staged", type=Path, required=True)
+    c = _step(sub, "capture", "source a benchmark's staged config file; record what it exports")
     c.add_argument("--image-record", type=Path, default=None, help="source the config file in this image")
     c.add_argument("--out", type=Path, required=True)
-    la = sub.add_parser("launch", help="the launch file of one benchmark's runs, from its staged copy")
-    la.add_argument("--plan", type=Path, required=True)
-    la.add_argument("--benchmark", required=True)
-    la.add_argument("--staged", type=Path, required=True)
+    la = _step(sub, "launch", "the launch file of one benchmark's runs, from its staged copy")
     la.add_argument("--capture", type=Path, required=True, help="its config file's capture record")
     la.add_argument("--data-dir", type=Path, required=True)
     la.add_argument("--threads", type=int, required=True)
     la.add_argument("--device", required=True)
     la.add_argument("--out", type=Path, required=True)
-    im = sub.add_parser("image", help="build the image a benchmark's staged copy runs in (a container engine)")
-    im.add_argument("--plan", type=Path, required=True)
-    im.add_argument("--benchmark", required=True)
-    im.add_argument("--staged", type=Path, required=True)
+    im = _step(sub, "image", "build the image a benchmark's staged copy runs in (a container engine)")
     im.add_argument("--engine", required=True)
     im.add_argument("--socket", default=None)
     im.add_argument("--build-arg", action="append", default=[], metavar="KEY=VALUE")
