@@ -3,16 +3,17 @@
 # run_and_time.sh (mlrepro.runs.driver).
 import json
 
-from mlrepro.core.smk import signature_once
+from mlrepro.core.smk import SLURM_EXECUTOR, executor, signature_once
 
 
 # Each config file, sourced by bash in a job (never while the DAG is built) into a record named by what it read
 # (mlrepro/runs/capture.py): a changed file of its folder is a new record, so this job runs and, after it, the runs
 # that read it (their input is new); a touched file or a moved folder is none. The job checks every (system, benchmark)
-# that reads the record against its variables (run.sub's variables, DGXNNODES against the system's nodes) and fails
-# naming them. The runs, the launch files, the specs and the preview take the record as an ancient input: a record
-# made again with the same name (its rule changed) keeps them. Not a checkpoint: Snakemake would then make every job
-# that reads a record again at each invocation (a third of a no-op's time at 900 runs: benchmarks/planning_scale.py).
+# that reads the record against its variables (run.sub's variables, DGXNNODES against the system's nodes; on Slurm
+# their job shapes against the partition) and fails naming them. The runs, the launch files, the specs and the preview
+# take the record as an ancient input: a record made again with the same name (its rule changed) keeps them. Not a
+# checkpoint: Snakemake would then make every job that reads a record again at each invocation (a third of a no-op's
+# time at 900 runs: benchmarks/planning_scale.py).
 rule capture:
     output:
         PLAN.out.capture("{key}"),
@@ -20,6 +21,9 @@ rule capture:
         # functions of the output, which Snakemake does not track: the record's name is what it captures
         config=lambda w, output: str(PLAN.capture_source(w.key)),
         checks=lambda w, output: json.dumps(PLAN.capture_checks(w.key)),
+        # profiles/slurm: the preflight of the shapes it gives (rules/common.smk's onstart checks those known then)
+        preflight=lambda w, output: json.dumps(PLAN.capture_preflight(w.key))
+        if executor() == SLURM_EXECUTOR else "",
         python=PLAN.python,
     wildcard_constraints:
         key=PLAN.capture_pattern,
@@ -28,7 +32,7 @@ rule capture:
     localrule: True
     shell:
         "{params.python:q} -m mlrepro.runs.capture_job --config {params.config:q} --checks {params.checks:q} "
-        "--out {output:q} > {log:q} 2>&1 || (cat {log:q} >&2; exit 1)"
+        "--preflight {params.preflight:q} --out {output:q} > {log:q} 2>&1 || (cat {log:q} >&2; exit 1)"
 
 
 # The unit's capture record, as the jobs that read it take it: ancient (see the capture rule).

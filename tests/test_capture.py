@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from mlrepro.core.hashing import sha256_file
-from mlrepro.runs import capture
+from mlrepro.runs import capture, capture_job
 from tests.conftest import SYSTEM, snakemake
 from tests.test_implementations import _echo_config, _echo_impl, _run_targets
 
@@ -89,6 +89,44 @@ def test_a_failing_config_file_is_named_and_nothing_is_written(tmp_path: Path) -
     record.write_text(json.dumps({"version": capture.VERSION, "env": []}))
     with pytest.raises(capture.CaptureError, match=r"record.json: not a config file's capture record .*remove it"):
         capture.read(record)
+
+
+# Slurm's commands as a one-partition cluster of one node (8 CPUs, 4 GPUs) answers them
+FAKE_SCONTROL = """#!/bin/sh
+case "$1 $2" in
+  "ping "*) echo "Slurmctld(primary) at ctl is UP" ;;
+  "show partition") echo "PartitionName=p Default=YES Nodes=n1 TotalNodes=1 MaxNodes=UNLIMITED MaxTime=UNLIMITED" ;;
+  "show node") echo "NodeName=n1 CPUTot=8 Gres=gpu:4" ;;
+esac
+"""
+
+
+def test_on_slurm_the_capture_job_checks_the_shapes_it_gives(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first run's capture jobs check the job shapes of the config files against the partition, as the onstart
+    hook does for the shapes it knows then: a run on more nodes than the partition has stops there, named."""
+    from tests.test_vendor_launch import _config, _folder, _uncaptured
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name in ("sbatch", "srun", "squeue", "sacct", "sinfo", "scontrol"):
+        # srun --help names pyxis' --container-image (engine enroot, several processes per node)
+        (bin_dir / name).write_text(FAKE_SCONTROL if name == "scontrol" else "#!/bin/sh\necho --container-image\n")
+        (bin_dir / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    _folder(tmp_path)
+    plan = _uncaptured(_config(tmp_path, {"EXTRADIR": "/x"}), tmp_path)
+    keys = {unit: plan.capture_keys[unit] for unit in plan.ordered_units}
+    n1, n2 = keys[("sim_n1", "resnet")], keys[("sim_n2", "resnet")]
+    assert plan.capture_preflight(n2)["units"] == {"sim_n2/resnet": {"configured": None, "nodes": 2,
+                                                                      "sbatch": ("--exclusive", "--mem=0")}}
+    capture_job.capture(plan.capture_source(n1), plan.out.capture(n1), plan.capture_checks(n1),
+                        plan.capture_preflight(n1))  # one node of 4 GPUs: it fits
+    with pytest.raises(capture.CaptureError, match=r"^Slurm: job shape of sim_n2/resnet .* too large: 2 nodes, "
+                                                   r"partition p has 1$"):
+        capture_job.capture(plan.capture_source(n2), plan.out.capture(n2), plan.capture_checks(n2),
+                            plan.capture_preflight(n2))
+    assert plan.out.capture(n1).is_file() and not plan.out.capture(n2).exists()
+    assert plan.run_shapes == {"sim_n1/resnet": plan.run_shape("sim_n1", "resnet")}  # what onstart checks now
 
 
 @pytest.mark.integration

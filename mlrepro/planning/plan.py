@@ -41,7 +41,7 @@ from mlrepro.runs.accelerators import machine_gpus
 from mlrepro.runs.implementation import Captured, captured, unit_problems
 from mlrepro.runs.implementation import describe as describe_implementation
 from mlrepro.runs.launch_spec import LaunchSpec
-from mlrepro.slurm.resources import JobShape, run_resources, run_sub_resources, shape_for, shape_from_config_sh
+from mlrepro.slurm.resources import JobShape, run_resources, run_sub_resources, shape_for, unit_shape
 from mlrepro.systems import System, run_sub_env
 
 RECIPE_STEPS = ("verify", "extract", "prepare", "path")
@@ -355,17 +355,27 @@ class Plan:
         them."""
         unit = (system, benchmark)
         if unit not in self._shapes:
-            impl = self.units[unit].implementation
-            if benchmark in self.config["job_shapes"]:
-                shape = shape_for(self.config, benchmark)
-            else:
-                shape = shape_from_config_sh(self.captured(system, benchmark).env)
-            nodes = self.systems[system].nodes
-            shape = dataclasses.replace(shape, nodes=nodes) if nodes else shape
-            if impl.run_sub is not None:  # the allocation run.sub asks for: its #SBATCH lines kept
-                shape = dataclasses.replace(shape, run_sub=True, sbatch=tuple(runsub.kept_sbatch(impl.run_sub)))
-            self._shapes[unit] = shape
+            configured, nodes, sbatch = self._shape_of(unit)
+            env = {} if configured else self.captured(system, benchmark).env
+            self._shapes[unit] = unit_shape(env, configured, nodes, sbatch)
         return self._shapes[unit]
+
+    def _shape_of(self, unit: Unit) -> tuple[JobShape | None, int | None, tuple[str, ...] | None]:
+        """What a unit's shape takes besides its config file: job_shapes.<benchmark>, the system's nodes, and for
+        a folder with run.sub the #SBATCH options its allocation keeps (mlrepro.slurm.resources.unit_shape)."""
+        run_sub = self.units[unit].implementation.run_sub
+        return (shape_for(self.config, unit[1]) if unit[1] in self.config["job_shapes"] else None,
+                self.systems[unit[0]].nodes, tuple(runsub.kept_sbatch(run_sub)) if run_sub else None)
+
+    def capture_preflight(self, key: str) -> dict[str, Any]:
+        """What the capture job of record ``key`` asks Slurm on a cluster, as its first runs' preflight: the shape of
+        every unit that reads it, against the partition (mlrepro.slurm.checks; the onstart hook checks the shapes it
+        knows then)."""
+        slurm = self.config["slurm"]
+        units = {f"{s}/{b}": {"configured": dataclasses.asdict(c) if c else None, "nodes": n, "sbatch": sb}
+                 for (s, b), k in self.capture_keys.items() if k == key for c, n, sb in [self._shape_of((s, b))]}
+        return {"partition": slurm.get("partition"), "threads": self.config["threads_per_run"],
+                "engine": self.config["engine"], "units": units}
 
     def run_resources(self) -> dict[str, Any]:
         """The run rule's Slurm resources (mlrepro.slurm.resources.run_resources) of every unit's shape."""

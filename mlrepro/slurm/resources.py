@@ -10,6 +10,7 @@ the processes with ``srun``.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -66,6 +67,15 @@ def shape_from_config_sh(env: Mapping[str, str]) -> JobShape:
     walltime = f"{int(wall) // 60:02d}:{int(wall) % 60:02d}:00" if wall.isdigit() else wall
     walltime_minutes(walltime)
     return JobShape(nodes=nodes, tasks_per_node=max(1, gpus), gpus_per_node=gpus, walltime=walltime)
+
+
+def unit_shape(env: Mapping[str, str], configured: JobShape | None, nodes: int | None,
+               sbatch: tuple[str, ...] | None) -> JobShape:
+    """The shape of a (system, benchmark)'s runs: ``configured`` (job_shapes), else its config file's variables
+    ``env``; the system's ``nodes`` where it has them; a folder with run.sub: the #SBATCH options it keeps."""
+    shape = configured or shape_from_config_sh(env)
+    shape = dataclasses.replace(shape, nodes=nodes) if nodes else shape
+    return dataclasses.replace(shape, run_sub=True, sbatch=sbatch) if sbatch is not None else shape
 
 
 def shape_for(config: Mapping[str, Any], benchmark: str) -> JobShape:
