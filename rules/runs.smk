@@ -21,9 +21,10 @@ rule capture:
         # functions of the output, which Snakemake does not track: the record's name is what it captures
         config=lambda w, output: str(PLAN.capture_source(w.key)),
         checks=lambda w, output: json.dumps(PLAN.capture_checks(w.key)),
-        # profiles/slurm: the preflight of the shapes it gives (rules/common.smk's onstart checks those known then)
-        preflight=lambda w, output: json.dumps(PLAN.capture_preflight(w.key))
-        if executor() == SLURM_EXECUTOR else "",
+        # profiles/slurm: the preflight of the shapes it gives (rules/common.smk's onstart checks those known then);
+        # an argument list (an empty word would render as none)
+        preflight=lambda w, output: ["--preflight", json.dumps(PLAN.capture_preflight(w.key))]
+        if executor() == SLURM_EXECUTOR else [],
         python=PLAN.python,
     wildcard_constraints:
         key=PLAN.capture_pattern,
@@ -32,7 +33,7 @@ rule capture:
     localrule: True
     shell:
         "{params.python:q} -m mlrepro.runs.capture_job --config {params.config:q} --checks {params.checks:q} "
-        "--preflight {params.preflight:q} --out {output:q} > {log:q} 2>&1 || (cat {log:q} >&2; exit 1)"
+        "{params.preflight:q} --out {output:q} > {log:q} 2>&1 || (cat {log:q} >&2; exit 1)"
 
 
 # The unit's capture record, as the jobs that read it take it: ancient (see the capture rule).
