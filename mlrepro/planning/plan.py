@@ -63,6 +63,7 @@ class Plan:
     _folders: dict[Path, str] = field(init=False, default_factory=dict, compare=False, repr=False)
     _digests: dict[Unit | Path, str] = field(init=False, default_factory=dict, compare=False, repr=False)
     _shapes: dict[Unit, JobShape] = field(init=False, default_factory=dict, compare=False, repr=False)
+    _shape_parts: dict[Unit, Any] = field(init=False, default_factory=dict, compare=False, repr=False)
     _captured: dict[Unit, Captured] = field(init=False, default_factory=dict, compare=False, repr=False)
     _texts: dict[tuple[str, ...], str] = field(init=False, default_factory=dict, compare=False, repr=False)
 
@@ -270,12 +271,16 @@ class Plan:
         return {unit: capture.key(impl.folder, impl.config_file.name, self._folder(impl.folder), self._record_if_any)
                 for unit in self.ordered_units for impl in [self.units[unit].implementation]}
 
+    @cached_property
+    def _capture_paths(self) -> dict[Unit, Path]:
+        return {unit: self.out.capture(key) for unit, key in self.capture_keys.items()}
+
     def capture_file(self, system: str, benchmark: str) -> Path:
-        return self.out.capture(self.capture_keys[(system, benchmark)])
+        return self._capture_paths[(system, benchmark)]
 
     @cached_property
     def capture_files(self) -> list[Path]:
-        return sorted({self.out.capture(k) for k in self.capture_keys.values()})
+        return sorted(set(self._capture_paths.values()))
 
     @cached_property
     def launch_files(self) -> list[Path]:
@@ -362,10 +367,14 @@ class Plan:
 
     def _shape_of(self, unit: Unit) -> tuple[JobShape | None, int | None, tuple[str, ...] | None]:
         """What a unit's shape takes besides its config file: job_shapes.<benchmark>, the system's nodes, and for
-        a folder with run.sub the #SBATCH options its allocation keeps (mlrepro.slurm.resources.unit_shape)."""
-        run_sub = self.units[unit].implementation.run_sub
-        return (shape_for(self.config, unit[1]) if unit[1] in self.config["job_shapes"] else None,
+        a folder with run.sub the #SBATCH options its allocation keeps (mlrepro.slurm.resources.unit_shape). Once per
+        unit: asked for each job while its config file is not captured yet."""
+        if unit not in self._shape_parts:
+            run_sub = self.units[unit].implementation.run_sub
+            self._shape_parts[unit] = (
+                shape_for(self.config, unit[1]) if unit[1] in self.config["job_shapes"] else None,
                 self.systems[unit[0]].nodes, tuple(runsub.kept_sbatch(run_sub)) if run_sub else None)
+        return self._shape_parts[unit]
 
     def capture_preflight(self, key: str) -> dict[str, Any]:
         """What the capture job of record ``key`` asks Slurm on a cluster, as its first runs' preflight: the shape of
@@ -380,7 +389,8 @@ class Plan:
     def run_resources(self) -> dict[str, Any]:
         """The run rule's Slurm resources (mlrepro.slurm.resources.run_resources) of every unit's shape."""
         return run_resources(self.config, self.config["threads_per_run"], self.ordered_units,
-                             lambda unit: self.run_shape(*unit))
+                             lambda unit: self.run_shape(*unit),
+                             stand_in=lambda unit: unit_shape({}, *self._shape_of(unit)))
 
     def run_seed(self, benchmark: str, run: int) -> int:
         return run_seed(self.config["seed"], benchmark, run)

@@ -142,21 +142,30 @@ def _unit(wildcards: Any) -> tuple[str, str]:
     return wildcards.system, wildcards.benchmark
 
 
+# What a config file's variables give (DGXNNODES, DGXNGPU, WALLTIME); the others: the config's and the folder's
+FROM_CONFIG_FILE = ("nodes", "tasks", "runtime", "mpi", "gres", "tasks_per_gpu")
+
+
 def run_resources(config: Mapping[str, Any], threads: int, units: Iterable[Any], shape: Callable[[Any], JobShape],
-                  key: Callable[[Any], Any] = _unit) -> dict[str, Any]:
+                  key: Callable[[Any], Any] = _unit,
+                  stand_in: Callable[[Any], JobShape] | None = None) -> dict[str, Any]:
     """The run rule's ``resources:`` for runs of ``units`` (``shape(unit)``: its shape; ``key(wildcards)``: a run's
     unit; the pipeline's: (system, benchmark)): a value where every run has the same, else a callable of the run's
     wildcards (Snakemake calls each per job: a thousand runs of ten systems would pay for thirteen calls each); a name
     no run has is left out. Where a shape is not known yet (FileNotFoundError: its config file's capture job has not
-    run), every name is a callable that raises it too: Snakemake shows ``<TBD>`` while it builds the DAG and asks again
-    before the job runs, once the job it waits for has written the file."""
+    run), the names a config file gives are callables that raise it too: Snakemake shows ``<TBD>`` while it builds the
+    DAG and asks again before the job runs, once the job it waits for has written the file; the others come from
+    ``stand_in(unit)`` (the shape without its config file's variables), or are callables too without one."""
     units = list(units)
     try:
-        per_unit = {unit: slurm_resources(shape(unit), config, threads) for unit in units}
+        per_unit, lazy = {unit: slurm_resources(shape(unit), config, threads) for unit in units}, ()
     except FileNotFoundError:
-        return _lazy_resources(config, threads, shape, key)
-    resources: dict[str, Any] = {}
+        per_unit = {unit: slurm_resources(stand_in(unit), config, threads) for unit in units} if stand_in else {}
+        lazy = FROM_CONFIG_FILE if stand_in else RESOURCE_NAMES
+    resources = _lazy_resources(config, threads, shape, key, lazy)
     for name in RESOURCE_NAMES:
+        if name in lazy:
+            continue
         values = {unit: res.get(name) for unit, res in per_unit.items()}
         distinct = set(values.values())
         if len(distinct) > 1:
@@ -167,7 +176,7 @@ def run_resources(config: Mapping[str, Any], threads: int, units: Iterable[Any],
 
 
 def _lazy_resources(config: Mapping[str, Any], threads: int, shape: Callable[[Any], JobShape],
-                    key: Callable[[Any], Any]) -> dict[str, Any]:
+                    key: Callable[[Any], Any], names: tuple[str, ...]) -> dict[str, Any]:
     known: dict[Any, dict[str, Any]] = {}
 
     def value(w: Any, name: str) -> Any:
@@ -176,4 +185,4 @@ def _lazy_resources(config: Mapping[str, Any], threads: int, shape: Callable[[An
             known[unit] = slurm_resources(shape(unit), config, threads)
         return known[unit].get(name)  # None: the name is not this run's (Snakemake leaves it out)
 
-    return {name: signature_once(lambda w, name=name: value(w, name)) for name in RESOURCE_NAMES}
+    return {name: signature_once(lambda w, name=name: value(w, name)) for name in names}
