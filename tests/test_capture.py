@@ -115,6 +115,12 @@ def test_on_slurm_the_capture_job_checks_the_shapes_it_gives(tmp_path: Path, mon
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     _folder(tmp_path)
     plan = _uncaptured(_config(tmp_path, {"EXTRADIR": "/x"}), tmp_path)
+    # before the capture: what the config gives is known, what the config file gives raises (a <TBD> in a dry run)
+    resources = plan.run_resources()
+    assert (resources["slurm_extra"], resources["cpus_per_task"], resources["mem_mb"]) == ("--exclusive", -1, 0)
+    w = type("W", (), {"system": "sim_n2", "benchmark": "resnet"})()
+    with pytest.raises(FileNotFoundError):
+        resources["nodes"](w)
     keys = {unit: plan.capture_keys[unit] for unit in plan.ordered_units}
     n1, n2 = keys[("sim_n1", "resnet")], keys[("sim_n2", "resnet")]
     assert plan.capture_preflight(n2)["units"] == {"sim_n2/resnet": {"configured": None, "nodes": 2,
@@ -127,6 +133,7 @@ def test_on_slurm_the_capture_job_checks_the_shapes_it_gives(tmp_path: Path, mon
                             plan.capture_preflight(n2))
     assert plan.out.capture(n1).is_file() and not plan.out.capture(n2).exists()
     assert plan.run_shapes == {"sim_n1/resnet": plan.run_shape("sim_n1", "resnet")}  # what onstart checks now
+    assert resources["nodes"](type("W", (), {"system": "sim_n1", "benchmark": "resnet"})()) == 1
 
 
 @pytest.mark.integration
