@@ -11,7 +11,7 @@ configfile: Path(workflow.basedir) / "config" / "config.yaml"
 
 # The one planning step: the validated config with its defaults, every output path, every spec (PLAN, read by
 # each rules file); PREPARE checks results and datasets while the DAG is built (it only reads, and refuses what
-# must be fixed first) and takes the lock and writes the launch files from onstart (mlrepro/planning/).
+# must be fixed first) and takes the lock from onstart (mlrepro/planning/).
 PLAN, PREPARE = planning.start(workflow, config)
 config = PLAN.config
 
@@ -52,6 +52,7 @@ else:
         input:
             PREPARE.again,  # checks before the DAG looks at any file; names removed files to make again
             PLAN.out.report,
+            PLAN.launch_files,  # each (system, benchmark)'s launch file (rules/runs.smk)
             PLAN.inference_targets,  # empty unless inference.benchmarks names one
         default_target: True
 

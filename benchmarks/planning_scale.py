@@ -7,9 +7,12 @@ their config files cover 1 to 540 nodes. System k runs every benchmark with that
 (by node count, cycling), so the 80 (system, benchmark) units span every shape the folders define; each runs
 the ruleset's count (1.1.0: 90 runs per system, 900 in all). Targets (issue 26, item 6):
 
-* planning: ``snakemake -n`` in an empty folder, at most 10 s (median of ``--repeat``);
-* no-op: the same submission with every output present (written by this script in the shape the pipeline's
-  planning checks read, then ``snakemake --touch``, which records them as Snakemake's own), within 1.3x a bare
+* planning: ``snakemake -n`` in an empty folder, at most 10 s (median of ``--repeat``): nothing is captured yet, so
+  that the runs' shapes and launch specs are ``<TBD>`` (the capture jobs are in the plan);
+* no-op: the same submission with every output present: the config files captured by their jobs (a real
+  ``snakemake --until capture``: about 80 bash runs, as a first real run makes them), the other outputs written by
+  this script in the shape the pipeline's planning checks read, then ``snakemake --touch``, which records them as
+  Snakemake's own; within 1.3x a bare
   Snakefile with the same jobs and files (medians of ``--repeat``, the three no-ops taking turns). Two bare
   Snakefiles are measured: a flat one, as many independent jobs writing as many files
   (benchmarks/pipeline_speed.py's), and one with the pipeline's own DAG, written from the dry run (each rule's
@@ -17,7 +20,8 @@ the ruleset's count (1.1.0: 90 runs per system, 900 in all). Targets (issue 26, 
   planning), which Snakemake plans with the same edges as ours. The second is what the pipeline adds to
   Snakemake; the first is also what the DAG's shape costs Snakemake.
 
-Nothing runs NVIDIA's code: a dry run and a no-op plan only (the folders' run_and_time.sh never starts).
+Nothing runs NVIDIA's code but its config files, sourced by the capture jobs (the folders' run_and_time.sh never
+starts).
 """
 
 from __future__ import annotations
@@ -43,7 +47,8 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 from benchmarks.pipeline_speed import bare_snakefile  # noqa: E402
-from mlrepro.runs.implementation import RUN_SCRIPT, ImplementationError, capture  # noqa: E402
+from mlrepro.runs.capture import CaptureError, source_native  # noqa: E402
+from mlrepro.runs.implementation import RUN_SCRIPT  # noqa: E402
 
 TARBALL = REPO.parent / "shared" / "data" / "mlperf_training_nvidia_implementations_v1.1.tar.xz"
 SYSTEMS = 10
@@ -60,8 +65,8 @@ def shapes(benchmarks: Path) -> dict[str, tuple[Path, list[tuple[int, str]]]]:
         files = []
         for config in sorted(folder.glob("config_*.sh")):
             try:
-                env = capture(config)
-            except ImplementationError:
+                env = source_native(config).env
+            except CaptureError:
                 continue
             if env.get("DGXNNODES", "").isdigit() and "unittest" not in config.name:
                 files.append((int(env["DGXNNODES"]), config.name))
@@ -119,7 +124,7 @@ def dry_jobs(dry_run: str) -> list[dict[str, str]]:
     jobs: list[dict[str, str]] = []
     job: dict[str, str] | None = None
     for line in dry_run.splitlines():
-        if m := re.fullmatch(r"(?:local)?rule (\w+):", line):
+        if m := re.fullmatch(r"(?:local)?(?:rule|checkpoint) (\w+):", line):
             job = {"rule": m[1]}
             jobs.append(job)
         elif job is not None and (m := re.fullmatch(r"    (input|output|log|benchmark|wildcards): (.*)", line)):
@@ -139,21 +144,32 @@ def _pattern(path: str, wildcards: dict[str, str]) -> str:
 
 def same_dag_snakefile(folder: Path, dry_run: str, done: Path) -> Path:
     """A bare Snakefile with the pipeline's DAG: one rule per rule of ours, its files as our jobs name them
-    (patterns of the wildcards where it has any), nothing else. Every job of a rule must give the same
-    patterns, or this script stops: the bare DAG would not be ours."""
-    rules: dict[str, dict[str, list[str]]] = {}
+    (patterns of the wildcards where it has any), nothing else. Inputs that are no pattern of a job's wildcards (a
+    run's config file's capture record, named by its content) are looked up in a table of the jobs' own inputs; every
+    job of a rule must give the same patterns of its other files, or this script stops: the bare DAG would not be
+    ours."""
+    rules: dict[str, list[tuple[dict[str, str], dict[str, str]]]] = {}
     for job in dry_jobs(dry_run):
         wildcards = dict(item.split("=", 1) for item in job["wildcards"].split(", ")) if "wildcards" in job else {}
-        spec = {key: [_pattern(f, wildcards) for f in job[key].split(", ")]
-                for key in ("input", "output", "log", "benchmark") if key in job}
-        if rules.setdefault(job["rule"], spec) != spec:
-            sys.exit(f"rule {job['rule']}: its jobs' files are not patterns of their wildcards; no bare DAG")
+        rules.setdefault(job["rule"], []).append((wildcards, job))
     lines = []
     for name in sorted(rules, key=lambda r: r != "all"):  # the first rule is the default target
         lines.append(f"rule {name}:")
-        for key, files in rules[name].items():
-            items = [f"directory({f!r})" if key == "output" and (done / f).is_dir() else repr(f) for f in files]
-            lines.append(f"    {key}: {', '.join(items)}")
+        for key in ("input", "output", "log", "benchmark"):
+            found = [(w, job[key].split(", ")) for w, job in rules[name] if key in job]
+            if not found:
+                continue
+            patterns = {tuple(_pattern(f, w) for f in files) for w, files in found}
+            if len(patterns) == 1:
+                items = [f"directory({f!r})" if key == "output" and (done / f).is_dir() else repr(f)
+                         for f in patterns.pop()]
+                lines.append(f"    {key}: {', '.join(items)}")
+            elif key == "input":
+                names = sorted(found[0][0])
+                table = {tuple(w[n] for n in names): files for w, files in found}
+                lines.append(f"    input: lambda w, table={table!r}: table[({''.join(f'w.{n}, ' for n in names)})]")
+            else:
+                sys.exit(f"rule {name}: its jobs' {key} files are not patterns of their wildcards; no bare DAG")
         if name != "all":
             lines.append("    shell: 'exit 1'  # never runs: this Snakefile is only planned")
         lines.append("")
@@ -164,9 +180,11 @@ def same_dag_snakefile(folder: Path, dry_run: str, done: Path) -> Path:
 
 def write_outputs(workdir: Path, files: list[str]) -> None:
     """Each output as the pipeline's planning checks read it (mlrepro/planning/prepare.py): a result beside the
-    run.json that records its sha256, JSON elsewhere, a folder for the package."""
+    run.json that records its sha256, JSON elsewhere, a folder for the package; the capture records are their jobs'."""
     for name in files:
         path = workdir / name
+        if "/pipeline_info/captures/" in name:
+            continue
         if name.endswith("/submission") or name == "results/submission":
             path.mkdir(parents=True, exist_ok=True)
             continue
@@ -207,9 +225,9 @@ def main() -> None:
     done = base / "done"
     shutil.rmtree(done, ignore_errors=True)
     done.mkdir()
+    capture_s, capture_cpu, _ = snakemake(done, config, "--until", "capture")  # the config files, sourced by their jobs
     write_outputs(done, outputs_of(dry))
     snakemake(done, config, "--touch")
-    snakemake(done, config)  # its planning writes each unit's launch file: counted with the files
     files = sum(1 for f in done.rglob("*") if f.is_file() and ".snakemake" not in f.relative_to(done).parts)
 
     flat = base / "bare"
@@ -252,6 +270,7 @@ def main() -> None:
     summary = {
         "systems": SYSTEMS, "benchmarks": len(found), "jobs": jobs, "files": files, "repeat": args.repeat,
         "plan_s": plan_s, "plan_s_median": statistics.median(plan_s), "plan_target_s": PLAN_TARGET_S,
+        "capture_run_s": capture_s, "capture_run_cpu_s": capture_cpu,
         "plan_cpu_s": plan_cpu, "plan_cpu_s_median": statistics.median(plan_cpu),
         "noop_s": noop_s, "noop_s_median": statistics.median(noop_s),
         "noop_cpu_s": noop_cpu, "noop_cpu_s_median": statistics.median(noop_cpu),
@@ -269,7 +288,8 @@ def main() -> None:
     args.json.write_text(json.dumps(summary, indent=1) + "\n")
     print(f"{SYSTEMS} systems x {len(found)} benchmarks: {jobs} jobs, {files} files; "
           f"plan (snakemake -n) median {summary['plan_s_median']:.2f} s wall, {summary['plan_cpu_s_median']:.2f} s "
-          f"CPU (target <= {PLAN_TARGET_S:.0f} s); no-op median {summary['noop_s_median']:.2f} s wall, "
+          f"CPU (target <= {PLAN_TARGET_S:.0f} s); the capture jobs (--until capture) {capture_s:.2f} s wall, "
+          f"{capture_cpu:.2f} s CPU; no-op median {summary['noop_s_median']:.2f} s wall, "
           f"{summary['noop_cpu_s_median']:.2f} s CPU; a bare Snakefile with the pipeline's DAG "
           f"{summary['same_dag_noop_s_median']:.2f} s, {summary['same_dag_noop_cpu_s_median']:.2f} s: "
           f"{summary['noop_ratio_to_same_dag']:.2f}x wall, {summary['noop_cpu_ratio_to_same_dag']:.2f}x CPU "

@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 from mlrepro.config import Benchmark, ConfigError, system_name
-from mlrepro.runs import runsub
 from mlrepro.runs.implementation import MINI, ImplementationError, resolve
 
 
@@ -43,10 +42,7 @@ def load(config: Mapping[str, Any], benchmarks: Mapping[str, Benchmark], base_di
     if not raw:
         name = system_name(config["system"])
         one = System(name, tuple(benchmarks))
-        units = {(name, b): spec for b, spec in benchmarks.items()}
-        if problems := _unset(one, units):
-            raise ConfigError(f"invalid configuration ({source}):\n" + "\n".join(problems))
-        return {name: one}, units
+        return {name: one}, {(name, b): spec for b, spec in benchmarks.items()}
     problems: list[str] = []
     if config["system"] != "auto":
         problems.append(f"  system: {config['system']!r} and systems: both set; name the one system under "
@@ -78,10 +74,6 @@ def load(config: Mapping[str, Any], benchmarks: Mapping[str, Benchmark], base_di
             except ImplementationError as e:
                 part = "implementations" if b in system.implementations else "config_files"
                 problems.append(f"  {key}.{part}.{b}: {e}")
-            except ConfigError as e:
-                problems.append(f"  {key}: {e}")
-    for system in systems.values():
-        problems += _unset(system, units)
     built_for: dict[str, set[str | None]] = {}
     for (s, _), unit in units.items():
         if unit.implementation.container is None:
@@ -99,21 +91,6 @@ def load(config: Mapping[str, Any], benchmarks: Mapping[str, Benchmark], base_di
 def run_sub_env(system: System, benchmark: Benchmark) -> dict[str, str]:
     """The variables the config gives a run's run.sub: benchmarks.<bm>.env, then systems.<name>.env (it wins)."""
     return {**benchmark.env, **system.env}
-
-
-def _unset(system: System, units: Mapping[tuple[str, str], Benchmark]) -> list[str]:
-    """A variable a folder's run.sub needs that neither its config file nor the config sets, named with the file
-    that reads it."""
-    problems = []
-    for (s, b), unit in units.items():
-        impl = unit.implementation
-        if s != system.name or impl.run_sub is None:
-            continue
-        for var, where in runsub.missing(impl.folder, {**impl.env, **run_sub_env(system, unit)}):
-            problems.append(f"  benchmarks.{b}.env.{var}: {where} reads ${{{var}}} and neither "
-                            f"{impl.config_file.name} nor the config sets it; set benchmarks.{b}.env.{var} "
-                            f"(or systems.{s}.env.{var}) to its value (the folder's README names it)")
-    return problems
 
 
 def _chosen(system: System, benchmark: Benchmark, config: Mapping[str, Any]) -> str | None:
@@ -143,9 +120,4 @@ def _for_system(system: System, benchmark: Benchmark, config: Mapping[str, Any],
         impl = resolve(benchmark.name, choice, system.name, chosen, dict(overrides.get("mounts") or {}), base_dir,
                        overrides.get("image") if choice != MINI else impl.image)
         unit = resolved[(benchmark.name, str(folder), name)] = dataclasses.replace(benchmark, implementation=impl)
-    # A vendor's config file is written for a node count (NVIDIA's config_DGXA100_8x8x...sh: DGXNNODES=8)
-    impl = unit.implementation
-    if system.nodes is not None and impl.kind != MINI and impl.nodes != system.nodes:
-        raise ConfigError(f"{benchmark.name}: {impl.config_file.name} sets DGXNNODES={impl.nodes}, the system "
-                          f"has nodes: {system.nodes}; choose its config file in config_files.{benchmark.name}")
     return unit

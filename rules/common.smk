@@ -14,15 +14,21 @@ wildcard_constraints:
 
 # Each stage's spec (the JSON its job acts on) as a declared input file: the text is in params, so that a
 # changed spec (params) re-runs this job, whose new file re-runs what reads it; an unchanged one is not rewritten.
+# The package's and the report's describe each system's implementations: they read the config files' capture records
+# (ancient inputs, as the runs take them: rules/runs.smk), so that their text is a function of the input and what is
+# tracked is its basis (mlrepro.planning.plan.Plan.basis).
 rule spec:
+    input:
+        lambda w: [ancient(str(f)) for f in PLAN.spec_inputs(w.spec)],
     output:
         PLAN.out.spec("{spec}"),
     params:
-        text=lambda w: PLAN.specs[w.spec],
+        text=lambda w, input: PLAN.spec(w.spec),
+        basis=lambda w: PLAN.basis(lambda plan: plan.spec(w.spec)),
     log:
         PLAN.out.log("spec_{spec}"),
-    run:
-        planning.jobs.write_spec(output[0], params.text, log[0])
+    script:
+        "scripts/write_text.py"
 
 
 # `snakemake repair`: what planning refused for a damaged output folder, made right. Its message (also with -n)
@@ -39,9 +45,10 @@ rule repair:
 
 
 onstart:
-    # a real run, before its first job: the lock, the launch files (never for -n, --summary, --dag, --lint)
+    # a real run, before its first job: the lock, the receipts (never for -n, --summary, --dag, --lint)
     PREPARE.before_jobs()
-    # profiles/slurm: one line on what would stop the cluster's jobs, before the first is submitted
+    # profiles/slurm: one line on what would stop the cluster's jobs, before the first is submitted (the shapes of the
+    # config files captured so far: a first run captures them in its first jobs)
     if smk.executor() == smk.SLURM_EXECUTOR:
         from mlrepro.slurm.checks import PreflightError, preflight
 

@@ -5,13 +5,14 @@
 
 
 rule launch_preview:
+    input:
+        # each (system, benchmark)'s launch file (rules/runs.smk): a changed launch (config, config file, allocation)
+        # previews again
+        PLAN.launch_files,
     output:
         PLAN.out.root / "launch_preview.json",
     log:
         PLAN.out.log("launch_preview"),
-    params:
-        # a changed launch (config, config file, allocation) previews again
-        launches=[PLAN.launch_spec(s, b).to_json() for s, b in PLAN.ordered_units],
     localrule: True
     run:
         print(planning.jobs.launch_preview(PLAN, output[0], log[0]))

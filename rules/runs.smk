@@ -1,18 +1,73 @@
 # Stage 3: N runs per (system, benchmark), each its own job with its own seed, the telemetry sampler beside it.
 # A folder with run.sub runs one experiment of it in the run's allocation; ours and other folders run their
 # run_and_time.sh (mlrepro.runs.driver).
-from mlrepro.core.smk import signature_once
-from mlrepro.slurm.resources import run_resources
+import json
+
+from mlrepro.core.smk import SLURM_EXECUTOR, executor, signature_once
+
+
+# Each config file, sourced by bash in a job (never while the DAG is built) into a record named by what it read
+# (mlrepro/runs/capture.py): a changed file of its folder is a new record, so this job runs and, after it, the runs
+# that read it (their input is new); a touched file or a moved folder is none. The job checks every (system, benchmark)
+# that reads the record against its variables (run.sub's variables, DGXNNODES against the system's nodes; on Slurm
+# their job shapes against the partition) and fails naming them. The runs, the launch files, the specs and the preview
+# take the record as an ancient input: a record made again with the same name (its rule changed) keeps them. Not a
+# checkpoint: Snakemake would then make every job that reads a record again at each invocation (a third of a no-op's
+# time at 900 runs: benchmarks/planning_scale.py).
+rule capture:
+    output:
+        PLAN.out.capture("{key}"),
+    params:
+        # functions of the output, which Snakemake does not track: the record's name is what it captures
+        config=lambda w, output: str(PLAN.capture_source(w.key)),
+        checks=lambda w, output: json.dumps(PLAN.capture_checks(w.key)),
+        # profiles/slurm: the preflight of the shapes it gives (rules/common.smk's onstart checks those known then);
+        # an argument list (an empty word would render as none)
+        preflight=lambda w, output: ["--preflight", json.dumps(PLAN.capture_preflight(w.key))]
+        if executor() == SLURM_EXECUTOR else [],
+        python=PLAN.python,
+    wildcard_constraints:
+        key=PLAN.capture_pattern,
+    log:
+        PLAN.out.log("capture_{key}"),
+    localrule: True
+    shell:
+        "{params.python:q} -m mlrepro.runs.capture_job --config {params.config:q} --checks {params.checks:q} "
+        "{params.preflight:q} --out {output:q} > {log:q} 2>&1 || (cat {log:q} >&2; exit 1)"
+
+
+# The unit's capture record, as the jobs that read it take it: ancient (see the capture rule).
+_captured = planning.inputs.capture_record(PLAN, ancient)
+
+
+# Each (system, benchmark)'s launch file: how its runs are launched, pipeline keys included (to read, to preview,
+# to start a run by hand). Nothing depends on it but `all`: each run is given the same spec in its params.
+rule launch:
+    input:
+        _captured,
+    output:
+        PLAN.out.launch("{system}", "{benchmark}"),
+    params:
+        # the text, a function of the input (not tracked: <TBD> until the record exists); what is tracked is known
+        # before (PLAN.basis: the text of a stand-in record; the record is the input, named by what it captured)
+        text=signature_once(lambda w, input: PLAN.launch_spec(w.system, w.benchmark).to_json()),
+        basis=signature_once(lambda w: PLAN.basis(lambda plan: plan.launch_spec(w.system, w.benchmark).to_json())),
+    log:
+        PLAN.out.log("launch_{system}_{benchmark}"),
+    localrule: True
+    script:
+        "scripts/write_text.py"
 
 
 rule run:
     input:
         unpack(planning.inputs.run_inputs(PLAN, PREPARE)),
+        capture=_captured,
     output:
         result=PLAN.out.result("{system}", "{benchmark}", "{run}"),
         summary=PLAN.out.summary("{system}", "{benchmark}", "{run}"),
     params:
-        # In params, so that they re-run a run when they change; the pipeline keys stay out (the launch file).
+        # In params, so that they re-run a run when they change; the pipeline keys stay out (the launch spec).
         computes=signature_once(lambda w: PLAN.launch_digest(w.system, w.benchmark)),
         seed=signature_once(lambda w: PLAN.run_seed(w.benchmark, int(w.run))),
         device=PLAN.config["device"],
@@ -26,8 +81,8 @@ rule run:
         # outside Slurm: this host's GPU lock folder (config gpu_lock_dir; empty: the user's own) and its GPUs
         locks=["--gpu-locks", PLAN.config["gpu_lock_dir"]] if PLAN.config.get("gpu_lock_dir") else [],
         machine=str(PLAN.config["gpus"]),
-        # written by PREPARE before any job (mlrepro/planning/prepare.py), pipeline keys included
-        launch=str(PLAN.out.launch("{system}", "{benchmark}")),
+        # how the run is launched, pipeline keys included: a function of the input, which Snakemake does not track
+        launch=signature_once(lambda w, input: PLAN.launch_json(w.system, w.benchmark)),
         # the interpreter running Snakemake runs every stage too (a venv need not be activated)
         python=PLAN.python,
     threads: PLAN.config["threads_per_run"]
@@ -36,12 +91,12 @@ rule run:
         # which GPUs a run gets, the driver finds where it runs (mlrepro/runs/accelerators.py)
         gpus=signature_once(lambda w: PLAN.scheduled_gpus(w.system, w.benchmark)),
         # the job's shape on Slurm (profiles/slurm): nodes, tasks, runtime, ... from run_shape
-        **run_resources(PLAN.config, PLAN.config["threads_per_run"], PLAN.unit_shapes),
+        **PLAN.run_resources(),
     log:
         PLAN.out.log("run_{system}_{benchmark}_{run}"),
     benchmark:
         PLAN.out.bench("run_{system}_{benchmark}_{run}")
     shell:
-        "{params.python:q} -m mlrepro.runs.driver --launch {params.launch:q} --seed {params.seed:q} "
+        "{params.python:q} -m mlrepro.runs.driver --launch-json {params.launch:q} --seed {params.seed:q} "
         "--run-dir {params.run_dir:q} {params.engine:q} {params.locks:q} "
         "--gpus {params.machine:q} --telemetry-hz {params.hz:q} --telemetry-backend {params.backend:q} > {log:q} 2>&1"

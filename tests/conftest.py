@@ -21,6 +21,8 @@ from typing import Any
 import pytest
 
 from mlrepro.config import system_name
+from mlrepro.planning.plan import Plan
+from mlrepro.runs import capture_job
 from mlrepro.runs.launch_spec import LaunchSpec
 
 REPO = Path(__file__).resolve().parent.parent
@@ -93,6 +95,15 @@ def refused(proc: subprocess.CompletedProcess[str], *says: str) -> str:
         assert said in text, f"{said!r} not said:\n{text[-4000:]}"
     assert "Traceback" not in text, f"a refusal with a traceback:\n{text[-4000:]}"
     return text
+
+
+def captured(plan: Plan) -> Plan:
+    """``plan`` with each of its config files captured as its capture job does it (rules/runs.smk ``capture``: the
+    config file sourced, each unit that reads it checked, the record written under the plan's outdir), for the tests
+    that build a plan without Snakemake."""
+    for key in sorted(set(plan.capture_keys.values())):
+        capture_job.capture(plan.capture_source(key), plan.out.capture(key), plan.capture_checks(key))
+    return plan
 
 
 def write_mllog(path: Path, benchmark: str, run_start_ms: int, minutes: float, status: str = "success",

@@ -20,7 +20,9 @@ import pytest
 import yaml
 
 from mlrepro import config as mlconfig
-from mlrepro.runs.implementation import CLEAN_ENV, capture
+from mlrepro.runs import capture_job
+from mlrepro.runs.capture import CLEAN_ENV, CaptureError, source_native
+from mlrepro.runs.implementation import captured
 from tests.conftest import REPO, SYSTEM, snakemake
 
 OUTSIDE = REPO / "tests" / "fixtures" / "outside_impl"
@@ -52,7 +54,7 @@ def test_nvidia_configs_are_captured_as_bash_sources_them(nvidia_benchmarks: Pat
     configs = sorted(nvidia_benchmarks.glob("*/implementations/*/config_DGXA100*.sh"))
     assert len(configs) >= 30
     for config in configs:
-        ours, reference = capture(config), _bash_reference(config)
+        ours, reference = source_native(config).env, _bash_reference(config)
         assert reference.items() <= ours.items(), config
         assert "DGXNGPU" in ours and ("DGXSYSTEM" in ours or "common" in config.name), config
 
@@ -65,9 +67,11 @@ def test_nvidia_job_shapes_come_from_each_config(nvidia_benchmarks: Path, tmp_pa
             raw = {"allow_fewer_runs": True, "only": [bm], "benchmarks": {bm: {
                 "implementation": str(folder), "system_config": config.name, "data_dir": str(tmp_path)}}}
             _, benchmarks = mlconfig.load(raw)
-            impl, env = benchmarks[bm].implementation, capture(config)
-            assert (impl.nodes, impl.gpus_per_node) == (int(env.get("DGXNNODES", 1)), int(env["DGXNGPU"])), config
-            assert impl.walltime_minutes is None or impl.walltime_minutes > 0
+            impl, env = benchmarks[bm].implementation, source_native(config).env
+            assert impl.config_file == config
+            shape = captured(env, impl.config_file, impl.folder, impl.kind)
+            assert (shape.nodes, shape.gpus_per_node) == (int(env.get("DGXNNODES", 1)), int(env["DGXNGPU"])), config
+            assert shape.walltime_minutes is None or shape.walltime_minutes > 0
 
 
 @pytest.mark.integration
@@ -78,14 +82,26 @@ def test_nvidia_folders_are_planned_with_their_own_image_and_shape(nvidia_benchm
         for bm, folder in folders.items()}}
     path = tmp_path / "nvidia.yaml"
     path.write_text(yaml.safe_dump(cfg))
+
+    def runs_of(text: str, bm: str) -> list[str]:
+        return re.findall(rf"rule run:\n(?:    .*\n)*?    output: results/runs/{SYSTEM}/{bm}/\d+/result\.txt.*\n"
+                          r"(?:    .*\n)*?    resources: (.*)", text)
+
+    # before their config files are captured (by the capture jobs of a real run), the runs' shapes are <TBD>
+    out = snakemake(tmp_path, "--configfile", str(path), "-n", "--resources", "gpus=8")
+    text = out.stdout + out.stderr
+    assert text.count("rule capture:") == len(folders)
+    for bm in folders:
+        runs = runs_of(text, bm)
+        assert len(runs) == mlconfig.rulesets.required_runs(bm, "training") and all("gpus=<TBD>" in r for r in runs)
+    snakemake(tmp_path, "--configfile", str(path), "--until", "capture")  # sources the config files, no more
     out = snakemake(tmp_path, "--configfile", str(path), "-n", "--resources", "gpus=8")
     text = out.stdout + out.stderr
     for bm, folder in folders.items():
         image = f"{bm}-{folder.name}".lower()
         assert f"output: results/containers/{image}.json" in text, bm
-        runs = re.findall(rf"rule run:\n(?:    .*\n)*?    output: results/runs/{SYSTEM}/{bm}/\d+/result\.txt.*\n"
-                          r"(?:    .*\n)*?    resources: (.*)", text)
-        config = capture(folder / SINGLE_NODE[bm])
+        runs = runs_of(text, bm)
+        config = source_native(folder / SINGLE_NODE[bm]).env
         assert len(runs) == mlconfig.rulesets.required_runs(bm, "training"), bm
         assert all(f"gpus={int(config['DGXNGPU'])}, nodes=1" in r for r in runs), (bm, runs[:1])
 
@@ -232,9 +248,11 @@ def test_failing_and_missing_config_files_are_named_with_stderr(tmp_path: Path) 
     impl = _echo_impl(tmp_path / "impl")
     (tmp_path / "d").mkdir()
     (impl / "config_BAD.sh").write_text("echo 'this config is broken' >&2\nexit 3\n")
-    with pytest.raises(mlconfig.ConfigError, match=r"config_BAD.sh: sourcing it with bash failed \(exit 3\)"
-                                                   r":\nthis config is broken"):
-        _load(tmp_path, implementation="impl", data_dir="d", system_config="config_BAD.sh")
+    _load(tmp_path, implementation="impl", data_dir="d", system_config="config_BAD.sh")  # planning sources nothing
+    with pytest.raises(CaptureError, match=r"config_BAD.sh: sourcing it with bash failed \(exit 3\)"
+                                           r":\nthis config is broken\nFix the config file"):
+        capture_job.capture(impl / "config_BAD.sh", tmp_path / "record.json", [])  # its capture job
+    assert not (tmp_path / "record.json").exists()
     with pytest.raises(mlconfig.ConfigError, match=r"config_NONE.sh: no such config file.*config_BAD.sh"):
         _load(tmp_path, implementation="impl", data_dir="d", system_config="config_NONE.sh")
 

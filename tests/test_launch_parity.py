@@ -1,8 +1,9 @@
 """Parity with NVIDIA's own launch: for every v1.1 and v4.1 implementation folder and DGX config file in
 ../shared/data, the launch preview's steps are what the folder's run.sub executes.
 
-The preview (mlrepro/runs/preview.py) comes from the pipeline's real planning (config -> systems -> Plan ->
-launch spec), one system per config file. The reference is the folder's run.sub launched as its README says
+The preview (mlrepro/runs/preview.py) comes from the pipeline's real planning (config -> systems -> Plan, each config
+file captured as its capture job does it -> launch spec), one system per config file. The reference is the folder's
+run.sub launched as its README says
 (``source config_<SYSTEM>.sh; CONT=... DATADIR=... LOGDIR=... NEXP=1 sbatch -N $DGXNNODES run.sub``), run by this
 test with its own recording stand-ins for srun, sbatch, enroot, sudo, scontrol and sleep (not the pipeline's), in
 an allocation of DGXNNODES nodes. Every step must be equal, argument for argument; and the training step must
@@ -27,6 +28,7 @@ from mlrepro import systems as mlsystems
 from mlrepro.planning import jobs
 from mlrepro.planning.plan import Plan
 from mlrepro.slurm import trace
+from tests.conftest import captured
 
 pytestmark = pytest.mark.vendor
 
@@ -134,7 +136,7 @@ def plan_for(ruleset: str, folder: Path, benchmark: str, configs: list[Path], da
                                       "runs": 1, "env": README_ENV}}}
     full, benchmarks = mlconfig.load(raw, source="parity test", base_dir=folder)
     units_systems, units = mlsystems.load(full, benchmarks, folder, "parity test")
-    return Plan(full, benchmarks, {}, units_systems, units, Path(__file__).resolve().parents[1], ["python3"])
+    return captured(Plan(full, benchmarks, {}, units_systems, units, Path(__file__).resolve().parents[1], ["python3"]))
 
 
 def expected_tasks_per_node(benchmark: str, env: dict[str, str]) -> str:
@@ -166,8 +168,7 @@ def test_preview_steps_are_run_sub_steps(rounds: dict[str, Path], ruleset: str, 
         system = config.stem.removeprefix("config_")
         entry = entries[system]
         assert "error" not in entry, entry.get("error")
-        unit = plan.units[(system, benchmark)]
-        shape = unit.implementation.env
+        shape = plan.captured(system, benchmark).env
         nodes = int(shape.get("DGXNNODES", 1))
         assert entry["allocation"]["nodes"] == nodes
         assert entry["node_hours"] == pytest.approx(nodes * entry["allocation"]["time_minutes"] / 60, abs=1e-3)

@@ -134,37 +134,41 @@ def nvidia_package(nvidia_benchmarks: Path, tmp_path: Path) -> Path:
 def test_nvidia_v11_package_plans_with_its_own_folder_and_dgxa100_config(nvidia_package: Path,
                                                                          tmp_path: Path) -> None:
     """The reproduce target on NVIDIA's v1.1 package layout plans (-n) the package's own mxnet folder with
-    config_DGXA100.sh: its job shape (1 node x 8 GPUs), the logged seeds, through the pipeline's run driver."""
+    config_DGXA100.sh, the logged seeds, through the pipeline's run driver; once the staged config file is captured (a
+    job), its job shape (1 node x 8 GPUs) is the runs'."""
     org = nvidia_package
     impl = locate.locate_implementation(org, "resnet", NVIDIA_SYSTEM)
     assert impl.kind == "folder" and impl.folder == org / "benchmarks" / "resnet" / "implementations" / "mxnet"
     assert impl.config.name == "config_DGXA100.sh"
     data = tmp_path / "imagenet"
     data.mkdir()
-    out = snakemake(tmp_path, "--config", f"reproduce={org}", f"system={NVIDIA_SYSTEM}", "only=[resnet]",
-                    "runs=3", f"benchmarks={{resnet: {{data_dir: {data}}}}}", "-n", "-p", "--resources", "gpus=8")
+    config = ("--config", f"reproduce={org}", f"system={NVIDIA_SYSTEM}", "only=[resnet]", "runs=3",
+              f"benchmarks={{resnet: {{data_dir: {data}}}}}")
+    out = snakemake(tmp_path, *config, "-n", "-p", "--resources", "gpus=8")
     text = out.stdout + out.stderr
     seeds = [read_log(org / "results" / NVIDIA_SYSTEM / "resnet" / f"result_{i}.txt").seed
              for i in range(3)]
-    assert f"resnet: {impl.folder} with config_DGXA100.sh (1 node(s), 8 GPU(s)), 3 run(s), seeds {seeds}" in text
+    assert f"resnet: {impl.folder} with config_DGXA100.sh, 3 run(s), seeds {seeds}" in text
     jobs = dict(re.findall(r"^(reproduce_\w+)\s+(\d+)$", text, re.M))
     assert jobs["reproduce_stage"] == "1" and jobs["reproduce_run"] == "3" and jobs["reproduce_compliance"] == "3"
+    assert jobs["reproduce_capture"] == "1"
     assert "reproduce_data" not in jobs  # the given dataset folder, not a generated one
     assert text.count("-m mlrepro.runs.driver --launch") == 3
-    runs = re.findall(r"resources: .*gpus=8.*", text)
-    assert len(runs) == 3 and all("nodes=1, tasks=8" in r and "runtime=" in r for r in runs), runs[:1]
+    runs = re.findall(r"resources: .*gpus=.*", text)
+    assert len(runs) == 3 and all("gpus=<TBD>" in r and "nodes=<TBD>" in r for r in runs), runs[:1]  # not captured
     for seed in seeds:
         assert f"--seed {seed} " in text
     assert not (tmp_path / "reproduction").exists()  # a dry run writes nothing
     # what the run driver will read: the staged copy of the package's folder, its config captured there (a job)
-    snakemake(tmp_path, "--config", f"reproduce={org}", f"system={NVIDIA_SYSTEM}", "only=[resnet]", "runs=3",
-              f"benchmarks={{resnet: {{data_dir: {data}}}}}", "--", "reproduction/runs/resnet/launch.json")
+    snakemake(tmp_path, *config, "--", "reproduction/runs/resnet/launch.json")
     launch = json.loads((tmp_path / "reproduction" / "runs" / "resnet" / "launch.json").read_text())
     assert launch["folder"] == str((tmp_path / "reproduction" / "implementation" / "resnet").resolve())
     assert (launch["kind"], launch["name"], launch["config_file"]) == ("folder", "mxnet", "config_DGXA100.sh")
     assert launch["env"]["DGXSYSTEM"] == "DGXA100" and launch["env"]["DGXNGPU"] == "8" and launch["gpus"] == 8
     assert launch["data_dir"] == str(data) and launch["submission"]["org"] == "NVIDIA"
     assert not (tmp_path / "reproduction" / "runs" / "resnet" / "0").exists()
+    runs = re.findall(r"resources: .*gpus=8.*", snakemake(tmp_path, *config, "-n", "--resources", "gpus=8").stdout)
+    assert len(runs) == 3 and all("nodes=1, tasks=8" in r and "runtime=" in r for r in runs), runs[:1]
 
 
 def test_nvidia_v11_package_names_what_is_missing(nvidia_package: Path) -> None:

@@ -1,5 +1,6 @@
-"""Reproduce mode's parts without a pipeline run: the config file read without a shell, the plan on a hostile
-package (clear errors, nothing run), the staging, the launch file's shape check, the package checked after."""
+"""Reproduce mode's parts without a pipeline run: the plan on a hostile package (clear errors, nothing run, its config
+file neither sourced nor read), the staging, the capture of the staged config file and the launch file made from it,
+the package checked after."""
 
 from __future__ import annotations
 
@@ -9,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from mlrepro.reproduce import config_sh, plan, stage, verify
+from mlrepro.reproduce import plan, stage, verify
 from mlrepro.reproduce.errors import ReproduceError
-from mlrepro.reproduce.launch import launch_spec
-from mlrepro.runs.implementation import capture
+from mlrepro.reproduce.launch import capture_config, launch_spec
+from mlrepro.runs import capture
 from tests.conftest import write_mllog
 
 SYSTEM = "sys1"
@@ -40,30 +41,18 @@ def _plan(org: Path) -> plan.Plan:
                      data_dirs={"resnet": str(org.parent / "data")})
 
 
-def test_config_file_is_read_without_a_shell(tmp_path: Path) -> None:
+def test_the_plan_runs_nothing_of_the_config_file(tmp_path: Path) -> None:
+    """Planning (while the DAG is built) never sources the package's config file: its job shape comes from the
+    capture job, from the staged copy."""
     canary = tmp_path / "CANARY"
     org = _package(tmp_path, f"$(touch {canary})\n`touch {canary}`\nexport DGXNNODES=2\n"
-                             f"export DGXNGPU=$(touch {canary}; echo 8)\nW=15\n"
-                             "export WALLTIME=$(( ${NEXP:-1} * W + 5 ))\n"
-                             "source $(dirname ${BASH_SOURCE[0]})/common.sh\n")
-    impl = org / "benchmarks" / "resnet" / "implementations" / "impl"
-    (impl / "common.sh").write_text('export DGXSYSTEM="SYS 1" # a comment\n')
-    env = config_sh.read(impl / f"config_{SYSTEM}.sh", org)
-    assert env == {"DGXNNODES": "2", "W": "15", "WALLTIME": "20", "DGXSYSTEM": "SYS 1"}
+                             f"export DGXNGPU=$(touch {canary}; echo 8)\n")
     p = _plan(org)
-    assert (p.benchmarks["resnet"].nodes, p.benchmarks["resnet"].gpus) == (2, 0)  # DGXNGPU unknown: not guessed
-    assert not canary.exists()
-
-
-def test_config_reader_agrees_with_bash_on_nvidia_job_shapes(nvidia_benchmarks: Path) -> None:
-    """Every config file of NVIDIA's v1.1 implementations: the job shape read as text is bash's."""
-    configs = sorted(nvidia_benchmarks.rglob("config_*.sh"))
-    assert len(configs) > 30
-    for config in configs:
-        bash = capture(config)
-        text = config_sh.read(config, nvidia_benchmarks)
-        for key in plan.SHAPE_KEYS:
-            assert text.get(key) == bash.get(key), (config, key)
+    assert p.benchmarks["resnet"].config_file == f"config_{SYSTEM}.sh" and not canary.exists()
+    staged = tmp_path / "staged"
+    stage.stage(org / "benchmarks" / "resnet" / "implementations" / "impl", staged)
+    capture_config(p.benchmarks["resnet"], staged, tmp_path / "capture.json")  # the job: bash runs it
+    assert canary.exists() and capture.read(tmp_path / "capture.json").env["DGXNGPU"] == "8"
 
 
 def test_hostile_package_files_get_clear_errors(tmp_path: Path) -> None:
@@ -135,19 +124,25 @@ def test_stage_copies_files_and_inner_links_and_refuses_the_rest(tmp_path: Path)
     assert not (tmp_path / "staged2").exists()
 
 
-def test_launch_file_sources_the_staged_config_and_checks_its_shape(tmp_path: Path) -> None:
+def _captured(b: plan.BenchmarkPlan, staged: Path) -> capture.Record:
+    capture_config(b, staged, staged.parent / "capture.json")
+    return capture.read(staged.parent / "capture.json")
+
+
+def test_launch_file_takes_the_staged_configs_capture_and_its_shape(tmp_path: Path) -> None:
     org = _package(tmp_path, "export DGXNNODES=1\nexport DGXNGPU=$(echo 2)\nexport LR=0.5\n")
     b = _plan(org).benchmarks["resnet"]
     stage.stage(Path(b.implementation), tmp_path / "staged")
-    with pytest.raises(ReproduceError, match=r"config_sys1\.sh: sourced by bash it gives 1 node\(s\) and 2 GPU\(s\), "
-                       r"but its text .* gives 1 and 0"):
-        launch_spec(b, tmp_path / "staged", tmp_path / "data", threads=1, device="cpu")
-    org2 = _package(tmp_path / "b", "export DGXNNODES=1\nexport DGXNGPU=0\nexport LR=0.5\n")
+    spec = launch_spec(b, tmp_path / "staged", tmp_path / "data", _captured(b, tmp_path / "staged"), threads=1,
+                       device="cpu")
+    assert spec.env["LR"] == "0.5" and spec.folder == str(tmp_path / "staged") and (spec.nodes, spec.gpus) == (1, 2)
+    assert plan.from_json(json.loads(json.dumps(plan.to_json(_plan(org))))) == _plan(org)
+    org2 = _package(tmp_path / "b", "export DGXNNODES=0\nexport DGXNGPU=0\n")
     b2 = _plan(org2).benchmarks["resnet"]
-    stage.stage(Path(b2.implementation), tmp_path / "staged_b")
-    spec = launch_spec(b2, tmp_path / "staged_b", tmp_path / "data", threads=1, device="cpu")
-    assert spec.env["LR"] == "0.5" and spec.folder == str(tmp_path / "staged_b") and spec.gpus == 0
-    assert plan.from_json(json.loads(json.dumps(plan.to_json(_plan(org2))))) == _plan(org2)
+    stage.stage(Path(b2.implementation), tmp_path / "b" / "staged")
+    with pytest.raises(ReproduceError, match=r"config_sys1\.sh: DGXNNODES=0: a run needs DGXNNODES >= 1"):
+        _captured(b2, tmp_path / "b" / "staged")
+    assert not (tmp_path / "b" / "capture.json").exists()
 
 
 def test_package_is_verified_against_its_manifest_and_the_published_hash(tmp_path: Path) -> None:
@@ -202,7 +197,8 @@ def test_contained_launch_file_mounts_the_staged_copy(tmp_path: Path) -> None:
     org = _package(tmp_path, "echo printed by the config\nexport DGXNNODES=1\nexport DGXNGPU=0\n")
     staged = tmp_path / "staged"
     stage.stage(org / "benchmarks" / "resnet" / "implementations" / "impl", staged)
-    spec = launch_spec(_plan(org).benchmarks["resnet"], staged, tmp_path / "data", threads=1, device="cpu")
+    b = _plan(org).benchmarks["resnet"]
+    spec = launch_spec(b, staged, tmp_path / "data", _captured(b, staged), threads=1, device="cpu")
     assert spec.code == str(staged) and spec.folder == str(staged)
     assert str(org) not in spec.to_json()
     assert spec.env == {"DGXNNODES": "1", "DGXNGPU": "0"}

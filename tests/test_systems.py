@@ -4,6 +4,7 @@ config file and folders; bad system blocks are named by their key before any job
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -15,8 +16,8 @@ from mlrepro import config as mlconfig
 from mlrepro import systems as mlsystems
 from mlrepro.package.assemble import system_descriptions
 from mlrepro.planning.plan import Plan
-from mlrepro.slurm.resources import run_resources
-from tests.conftest import REPO, write_mllog
+from mlrepro.runs.capture import CaptureError
+from tests.conftest import REPO, captured, write_mllog
 
 MINI = {"only": ["resnet", "dlrm"], "allow_fewer_runs": True,
         "benchmarks": {"resnet": {"runs": 2}, "dlrm": {"runs": 2}},
@@ -24,9 +25,10 @@ MINI = {"only": ["resnet", "dlrm"], "allow_fewer_runs": True,
 
 
 def _plan(raw: dict[str, Any], base: Path) -> Plan:
-    full, benchmarks = mlconfig.load(raw, "test", base_dir=base)
+    """The plan of ``raw`` (its outputs under ``base``), each config file captured as its job does it."""
+    full, benchmarks = mlconfig.load({"outdir": str(base / "results"), **raw}, "test", base_dir=base)
     systems, units = mlsystems.load(full, benchmarks, base, "test")
-    return Plan(full, benchmarks, {}, systems, units, REPO, [sys.executable])
+    return captured(Plan(full, benchmarks, {}, systems, units, REPO, [sys.executable]))
 
 
 def _vendor(base: Path, second: str, nodes: int) -> dict[str, Any]:
@@ -60,7 +62,7 @@ def test_each_system_and_benchmark_has_its_own_runs_shape_and_launch(tmp_path: P
     assert package["systems"] == {"cpu_n1": {"nodes": 1, "description": {}}, "cpu_n2": {"nodes": 2, "description": {}}}
     assert sorted(package["runs"]["cpu_n2"]) == ["dlrm"] and len(package["runs"]["cpu_n1"]["resnet"]) == 2
     # Slurm resources: values where every run agrees, a callable of the wildcards where they differ
-    res = run_resources(plan.config, 1, plan.unit_shapes)
+    res = plan.run_resources()
     assert res["cpus_per_task"] == 1 and "gres" not in res and "slurm_partition" not in res
     w = type("W", (), {"system": "cpu_n2", "benchmark": "dlrm"})
     assert res["nodes"](w) == 2 and res["tasks"](w) == 2 and res["mpi"](w) == "srun"
@@ -98,10 +100,19 @@ def test_bad_system_blocks_are_named(systems: dict[str, Any], expected: str, tmp
 def test_system_and_systems_together_and_a_config_file_of_other_nodes_are_refused(tmp_path: Path) -> None:
     with pytest.raises(mlconfig.ConfigError, match=r"system: 'box' and systems: both set"):
         _plan({**MINI, "system": "box"}, tmp_path)
+    # a config file's node count is known once it is captured: its capture job refuses, naming the key ...
     raw = _vendor(tmp_path, "n4", 4)
-    with pytest.raises(mlconfig.ConfigError, match=r"systems.n4: resnet: config_DGXA100_2x8x56.sh sets DGXNNODES=2, "
-                                                   r"the system has nodes: 4"):
+    refusal = r"systems.n4: resnet: config_DGXA100_2x8x56.sh sets DGXNNODES=2, the system has nodes: 4"
+    with pytest.raises(CaptureError, match=refusal):
         _plan(raw, tmp_path)
+    # ... and planning, once a record of it exists (written for a system it fits)
+    raw["systems"]["n4"]["nodes"] = 2
+    _plan(raw, tmp_path)
+    raw["systems"]["n4"]["nodes"] = 4
+    full, benchmarks = mlconfig.load({"outdir": str(tmp_path / "results"), **raw}, "test", base_dir=tmp_path)
+    systems, units = mlsystems.load(full, benchmarks, tmp_path, "test")
+    problems = Plan(full, benchmarks, {}, systems, units, REPO, [sys.executable]).capture_problems()
+    assert problems and re.search(refusal, problems[0]), problems
 
 
 def test_each_system_description_names_its_system_and_nodes() -> None:

@@ -1,5 +1,6 @@
 """A folder with run.sub (issue 33): planned on a host without GPUs, its runs ask Slurm for the nodes' GPUs and run
-run.sub there; the variables it needs are named at planning; GPUs outside Slurm are locked per host."""
+run.sub there; the variables it needs are named when its config file is captured, and at planning once it is; GPUs
+outside Slurm are locked per host."""
 
 from __future__ import annotations
 
@@ -17,8 +18,8 @@ from mlrepro import systems as mlsystems
 from mlrepro.planning import jobs
 from mlrepro.planning.plan import Plan
 from mlrepro.runs import accelerators, runsub
-from mlrepro.slurm.resources import run_resources
-from tests.conftest import REPO
+from mlrepro.runs.capture import CaptureError
+from tests.conftest import REPO, captured
 
 RUN_SUB = """#!/bin/bash
 #SBATCH --job-name vendor
@@ -67,23 +68,34 @@ def _config(base: Path, env: dict[str, str] | None = None) -> dict[str, Any]:
                            "bert": {}}}
 
 
-def _plan(raw: dict[str, Any], base: Path) -> Plan:
+def _uncaptured(raw: dict[str, Any], base: Path) -> Plan:
     full, benchmarks = mlconfig.load(raw, "test", base_dir=base)
     systems, units = mlsystems.load(full, benchmarks, base, "test")
     return Plan(full, benchmarks, {}, systems, units, REPO, [sys.executable])
 
 
-def test_a_variable_run_sub_needs_stops_planning_naming_it_and_the_file(tmp_path: Path) -> None:
+def _plan(raw: dict[str, Any], base: Path) -> Plan:
+    """The plan of ``raw``, each config file captured as its job does it."""
+    return captured(_uncaptured(raw, base))
+
+
+def test_a_variable_run_sub_needs_stops_its_capture_and_planning_naming_it_and_the_file(tmp_path: Path) -> None:
     folder = _folder(tmp_path)
     # API_LOG_DIR: only in an optional mount; LOGDIR and the others but EXTRADIR: the run sets them
     assert runsub.needed(folder) == dict.fromkeys(("CONT", "DGXSYSTEM", "DATADIR", "EXTRADIR", "LOGDIR"),
                                                   str(folder / "run.sub"))
     assert runsub.missing(folder, {}) == [("EXTRADIR", str(folder / "run.sub"))]
-    with pytest.raises(mlconfig.ConfigError) as e:
+    with pytest.raises(CaptureError) as e:  # the capture job of sim_n1's config file
         _plan(_config(tmp_path), tmp_path)
     # sim_n2 sets it in systems.sim_n2.env; sim_n1 does not
     assert str(e.value).count("EXTRADIR") >= 1 and f"{folder / 'run.sub'} reads ${{EXTRADIR}}" in str(e.value)
     assert "benchmarks.resnet.env.EXTRADIR" in str(e.value) and "systems.sim_n2" not in str(e.value)
+    # once captured (the variable set), planning names it where the config no longer sets it
+    _plan(_config(tmp_path, {"EXTRADIR": "/x"}), tmp_path)
+    problems = _uncaptured(_config(tmp_path), tmp_path).capture_problems()
+    assert problems == [f"  benchmarks.resnet.env.EXTRADIR: {folder / 'run.sub'} reads ${{EXTRADIR}} and neither "
+                        "config_SIM_1x4.sh nor the config sets it; set benchmarks.resnet.env.EXTRADIR (or "
+                        "systems.sim_n1.env.EXTRADIR) to its value (the folder's README names it)"]
 
 
 def test_planned_on_a_host_without_gpus_the_runs_ask_for_the_nodes_gpus(tmp_path: Path,
@@ -95,7 +107,7 @@ def test_planned_on_a_host_without_gpus_the_runs_ask_for_the_nodes_gpus(tmp_path
     plan = _plan(_config(tmp_path, {"EXTRADIR": "/extra/data"}), tmp_path)
     assert plan.ordered_units == [("sim_n1", "resnet"), ("sim_n2", "resnet")]  # bert (a mini) is not planned
     assert plan.local_gpus == 0
-    resources = run_resources(plan.config, 1, plan.unit_shapes)
+    resources = plan.run_resources()
     w = type("W", (), {"system": "sim_n2", "benchmark": "resnet"})()
     value = {k: (v(w) if callable(v) else v) for k, v in resources.items()}
     assert value["gres"] == "gpu:4" and value["nodes"] == 2 and value["mpi"] == "srun"

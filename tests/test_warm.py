@@ -63,8 +63,9 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """resnet's generated data and launch file, made by the real workflow."""
     wd = tmp_path_factory.mktemp("warm")
     (wd / "config.yaml").write_text(CONFIG)
-    # the launch file is written while the workflow is parsed (rules/runs.smk), the data by its job
-    snakemake(wd, "--configfile", str(wd / "config.yaml"), "--", "results/data/resnet/MANIFEST.sha256")
+    # the launch file and the data, each by its job (rules/runs.smk, rules/data.smk)
+    snakemake(wd, "--configfile", str(wd / "config.yaml"), "--", "results/data/resnet/MANIFEST.sha256",
+              f"results/runs/{SYSTEM}/resnet/launch.json")
     assert (wd / "results" / "runs" / SYSTEM / "resnet" / "launch.json").is_file()
     return wd
 

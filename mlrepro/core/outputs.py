@@ -34,6 +34,10 @@ class Outputs:
         """A stage's spec: what a job is asked to do, as a declared input file (rules/common.smk ``spec``)."""
         return self.info / "specs" / f"{name}.json"
 
+    def capture(self, key: str) -> Path:
+        """A config file's captured variables, named by what the capture read (mlrepro/runs/capture.py)."""
+        return self.info / "captures" / f"{key}.json"
+
     @property
     def environment(self) -> Path:
         return self.info / "environment.json"

@@ -1,8 +1,10 @@
 """The training pipeline's one planning step (called once, from the Snakefile).
 
 ``start`` reads the config into a :class:`~mlrepro.planning.plan.Plan` (paths, specs, launch specs: nothing is
-read but the config and the implementation folders) and returns the :class:`Preparation` whose checks the entry
-rules run while the DAG is built and whose ``before_jobs`` runs from ``onstart`` (mlrepro/planning/prepare.py).
+read but the config, the implementation folders and the records their capture jobs wrote of config files, each
+checked against the config: mlrepro.runs.implementation.unit_problems) and returns the :class:`Preparation` whose
+checks the entry rules run while the DAG is built and whose ``before_jobs`` runs from ``onstart``
+(mlrepro/planning/prepare.py).
 A bad config stops it with :class:`PlanningError`: the message naming the key, no traceback.
 """
 
@@ -20,7 +22,7 @@ from mlrepro.inference import rounds
 from mlrepro.planning import inputs, jobs
 from mlrepro.planning.plan import Plan
 from mlrepro.planning.prepare import PlanningError, Preparation
-from mlrepro.runs import warm
+from mlrepro.runs import capture, warm
 
 __all__ = ["Plan", "PlanningError", "Preparation", "inputs", "jobs", "start"]
 
@@ -48,6 +50,12 @@ def start(workflow: Any, config: dict[str, Any]) -> tuple[Plan, Preparation]:
     except rounds.RoundError as error:
         raise PlanningError(f"invalid configuration: inference: {error}") from None
     plan = Plan(full, benchmarks, choices, systems, units, Path(workflow.basedir), smk.python_command())
+    try:  # what the captured config files say against the config (a record not written yet: its job checks)
+        problems = plan.capture_problems()
+    except capture.CaptureError as error:
+        raise PlanningError(str(error)) from None
+    if problems:
+        raise PlanningError(f"invalid configuration ({source}):\n" + "\n".join(problems))
     # The warm parent, if any, serves this process (and this host; on a cluster, each job's own Snakemake
     # process, which parses too) only and exits with it. In the environment the jobs inherit, not in a rule's
     # params: turning it off or on keeps finished runs. Nothing starts it while planning (mlrepro/runs/warm.py).

@@ -12,11 +12,10 @@ from mlrepro.planning.prepare import Preparation
 
 def run_inputs(plan: Plan, prepare: Preparation) -> Callable[[Any], dict[str, Any]]:
     """The run rule's inputs: its image record and its dataset; ``prepared`` (no file) runs the checks while the
-    DAG is built. Not the launch file: PREPARE writes it from onstart, before any job (a rewritten launch, pipeline
-    keys only, keeps finished runs; what a run computes from is in the run's params). As an ``ancient`` input it
-    would hide the runs from Snakemake 9.27's needrun check whenever it is rewritten (update_needrun masks every
-    job downstream of a job that runs, and the ancient input then stops the walk that should reach them), so that
-    a changed hyperparameter would not re-run its runs."""
+    DAG is built. The rule adds its config file's capture record (rules/runs.smk). Not the launch file: a job that
+    wrote it would run whenever a pipeline key changed, and Snakemake (9.14 to 9.27: update_needrun) does not check
+    the jobs downstream of a job that runs for reasons of their own (their params), so that a changed hyperparameter
+    would not show in a dry run; each run is given its launch spec in its params instead, where it is not tracked."""
 
     def inputs(wildcards: Any) -> dict[str, Any]:
         benchmark = wildcards.benchmark
@@ -27,3 +26,14 @@ def run_inputs(plan: Plan, prepare: Preparation) -> Callable[[Any], dict[str, An
         return found
 
     return smk.signature_once(inputs)
+
+
+def capture_record(plan: Plan, flag: Callable[[str], Any]) -> Callable[[Any], Any]:
+    """The input function of the jobs that read a (system, benchmark)'s capture record: the record, flagged by ``flag``
+    (the Snakefile's ``ancient``). Their params and resources read it: ``<TBD>`` while the DAG is built until the
+    capture job has run, asked again before they run."""
+
+    def record(wildcards: Any) -> Any:
+        return flag(str(plan.capture_file(wildcards.system, wildcards.benchmark)))
+
+    return smk.signature_once(record)

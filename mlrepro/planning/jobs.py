@@ -5,13 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from mlrepro.core import atomic
 from mlrepro.planning.plan import Plan
-
-
-def write_spec(out: str | Path, text: str, log: str | Path) -> None:
-    atomic.write_text(out, text)
-    Path(log).write_text(f"{out}: written ({len(text)} characters)\n", encoding="utf-8")
 
 
 def build_image(plan: Plan, image: str, record: str | Path, log: str | Path, params: Any) -> None:

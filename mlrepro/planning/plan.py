@@ -4,6 +4,16 @@ The Snakefile builds one :class:`Plan` (``mlrepro.planning.start``) and every ru
 output paths (``PLAN.out``, mlrepro/core/outputs.py), the benchmarks in seed-document order, each dataset's
 folder, each stage's spec (the JSON a job is asked to act on, written to a declared file by the ``spec``
 rule) and each benchmark's launch spec. Building it reads the config and the implementation folders only.
+
+What a config file exports comes from its capture record (mlrepro/runs/capture.py), which a job writes
+(rules/runs.smk ``capture``): whatever is derived from it (job shapes, GPUs, the launch spec, the package and report
+specs) raises FileNotFoundError, naming the record, until that job has run. The rules ask for these values through
+functions of jobs that take the record as an input: while the DAG is built Snakemake shows such a value as ``<TBD>``
+and asks again once the record exists, before the job runs. Never in a param Snakemake tracks: it records a tracked
+param as it was while the DAG was built, ``<TBD>``, for a job it has records of (9.14 to 9.27: Persistence._params is
+cached per job), and would run the job again at the next invocation. What the rules track is known while the DAG is
+built: the record's name (what it captured: the launch digest) and each text as it would be for a stand-in record
+(:meth:`Plan.basis`); the record itself is an input.
 """
 
 from __future__ import annotations
@@ -26,11 +36,12 @@ from mlrepro.core.workflows import workflow_dir
 from mlrepro.datasets import recipe as data_recipe
 from mlrepro.datasets.manifest import MANIFEST
 from mlrepro.inference import rounds
-from mlrepro.runs import runsub
+from mlrepro.runs import capture, runsub
 from mlrepro.runs.accelerators import machine_gpus
+from mlrepro.runs.implementation import Captured, captured, unit_problems
 from mlrepro.runs.implementation import describe as describe_implementation
 from mlrepro.runs.launch_spec import LaunchSpec
-from mlrepro.slurm.resources import JobShape, run_sub_resources, shape_for, shape_from_config_sh
+from mlrepro.slurm.resources import JobShape, run_resources, run_sub_resources, shape_for, unit_shape
 from mlrepro.systems import System, run_sub_env
 
 RECIPE_STEPS = ("verify", "extract", "prepare", "path")
@@ -48,7 +59,13 @@ class Plan:
     repo: Path  # the workflow's folder (the Snakefile's)
     python: list[str]  # the interpreter command the rules' shell commands start (mlrepro.core.smk.python_command)
     out: Outputs = field(init=False)
+    # each folder's content (once, for every key and digest of its units), each unit's launch digest, shape, record
+    _folders: dict[Path, str] = field(init=False, default_factory=dict, compare=False, repr=False)
     _digests: dict[Unit | Path, str] = field(init=False, default_factory=dict, compare=False, repr=False)
+    _shapes: dict[Unit, JobShape] = field(init=False, default_factory=dict, compare=False, repr=False)
+    _shape_parts: dict[Unit, Any] = field(init=False, default_factory=dict, compare=False, repr=False)
+    _captured: dict[Unit, Captured] = field(init=False, default_factory=dict, compare=False, repr=False)
+    _texts: dict[tuple[str, ...], str] = field(init=False, default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "out", Outputs(Path(self.config["outdir"])))
@@ -96,10 +113,17 @@ class Plan:
         """The ``system`` wildcard's constraint: exactly the plan's system names."""
         return "|".join(re.escape(s) for s in self.systems) or "none"
 
-    @cached_property
+    @property
     def run_shapes(self) -> dict[str, JobShape]:
-        """Each (system, benchmark)'s job shape as ``<system>/<benchmark>``: what Slurm's preflight checks."""
-        return {f"{s}/{b}": shape for (s, b), shape in self.unit_shapes.items()}
+        """Each (system, benchmark)'s job shape known now (configured, or its config file captured) as
+        ``<system>/<benchmark>``: what Slurm's preflight checks before the first job."""
+        known = {}
+        for s, b in self.ordered_units:
+            try:
+                known[f"{s}/{b}"] = self.run_shape(s, b)
+            except FileNotFoundError:
+                continue  # captured by its job before any run of it is submitted
+        return known
 
     def system_nodes(self, system: str) -> int:
         """The system description's number_of_nodes: the system's, else its largest run's."""
@@ -229,6 +253,79 @@ class Plan:
         extra); left out: the profile's defaults. BERT's preparation needs hours and hundreds of GB."""
         return dict((self.config["slurm"].get("data_steps") or {}).get(step) or {})
 
+    # --- config files: each captured by a job (rules/runs.smk ``capture``), read here once it has run
+    def _folder(self, folder: Path) -> str:
+        """A folder's content (mlrepro.runs.capture.folder_digest), hashed once for all its units."""
+        if folder not in self._folders:
+            self._folders[folder] = capture.folder_digest(folder)
+        return self._folders[folder]
+
+    def _record_if_any(self, key: str) -> capture.Record | None:
+        path = self.out.capture(key)
+        return capture.read(path) if path.is_file() else None
+
+    @cached_property
+    def capture_keys(self) -> dict[Unit, str]:
+        """Each (system, benchmark)'s capture record, by its name: what capturing its config file reads
+        (mlrepro.runs.capture.key). Units with the same config file in folders of the same content share one."""
+        return {unit: capture.key(impl.folder, impl.config_file.name, self._folder(impl.folder), self._record_if_any)
+                for unit in self.ordered_units for impl in [self.units[unit].implementation]}
+
+    @cached_property
+    def _capture_paths(self) -> dict[Unit, Path]:
+        return {unit: self.out.capture(key) for unit, key in self.capture_keys.items()}
+
+    def capture_file(self, system: str, benchmark: str) -> Path:
+        return self._capture_paths[(system, benchmark)]
+
+    @cached_property
+    def capture_files(self) -> list[Path]:
+        return sorted(set(self._capture_paths.values()))
+
+    @cached_property
+    def launch_files(self) -> list[Path]:
+        """Each (system, benchmark)'s launch file (rules/runs.smk ``launch``)."""
+        return [self.out.launch(s, b) for s, b in self.ordered_units]
+
+    @property
+    def capture_pattern(self) -> str:
+        """The ``key`` wildcard's constraint: exactly the plan's record names."""
+        return "|".join(sorted(set(self.capture_keys.values()))) or "none"
+
+    def capture_source(self, key: str) -> Path:
+        """The config file the record ``key`` captures (of the first unit that reads it)."""
+        return next(self.units[u].implementation.config_file for u, k in self.capture_keys.items() if k == key)
+
+    def _check(self, unit: Unit) -> dict[str, Any]:
+        """What mlrepro.runs.implementation.unit_problems checks of a unit besides its config file's variables."""
+        system, benchmark = unit
+        impl = self.units[unit].implementation
+        chosen_by = (f"systems.{system}.config_files.{benchmark}" if self.config.get("systems")
+                     else f"benchmarks.{benchmark}.system_config")
+        return {"system": system, "benchmark": benchmark, "config_file": str(impl.config_file),
+                "folder": str(impl.folder), "kind": impl.kind, "system_nodes": self.systems[system].nodes,
+                "given": run_sub_env(self.systems[system], self.units[unit]), "chosen_by": chosen_by}
+
+    def capture_checks(self, key: str) -> list[dict[str, Any]]:
+        """The capture job's checks: those of every unit that reads the record ``key``."""
+        return [self._check(u) for u, k in self.capture_keys.items() if k == key]
+
+    def capture_problems(self) -> list[str]:
+        """What stops the runs of units whose config file is captured (their records read, nothing run): the lines
+        of mlrepro.runs.implementation.unit_problems. A record not written yet is checked by the job that writes it."""
+        return [line for unit in self.ordered_units if (path := self.capture_file(*unit)).is_file()
+                for line in unit_problems(capture.read(path).env, **self._check(unit))]
+
+    def captured(self, system: str, benchmark: str) -> Captured:
+        """The unit's config file as its capture record gives it: its variables and job shape. FileNotFoundError
+        (the record's path, as the jobs that read it name it in their inputs) where its capture job has not run."""
+        unit = (system, benchmark)
+        if unit not in self._captured:
+            impl = self.units[unit].implementation
+            record = capture.read(self.capture_file(system, benchmark))
+            self._captured[unit] = captured(record.env, impl.config_file, impl.folder, impl.kind)
+        return self._captured[unit]
+
     # --- runs
     @cached_property
     def local_gpus(self) -> int:
@@ -240,9 +337,10 @@ class Plan:
         """Accelerators a run holds: nodes x GPUs per node of its config; ours one where it trains on a GPU
         (device cuda; device auto: one if the machine that runs it has one, the driver decides)."""
         b = self.units[(system, benchmark)]
-        if b.implementation.gpus == 0 and b.mini and self.config["device"] != "cpu":
+        gpus = self.captured(system, benchmark).gpus
+        if gpus == 0 and b.mini and self.config["device"] != "cpu":
             return 1
-        return b.implementation.gpus
+        return gpus
 
     def scheduled_gpus(self, system: str, benchmark: str) -> int:
         """What a run holds of Snakemake's local ``gpus`` resource: device auto on a machine without GPUs: none."""
@@ -250,27 +348,49 @@ class Plan:
         b = self.units[(system, benchmark)]
         return 0 if b.mini and self.config["device"] == "auto" and not self.local_gpus else gpus
 
-    @cached_property
+    @property
     def unit_shapes(self) -> dict[Unit, JobShape]:
-        """Nodes, processes per node, GPUs and walltime of each (system, benchmark)'s runs: job_shapes.<benchmark>
-        in the config, else the implementation's config file for the system (DGXNNODES, DGXNGPU, WALLTIME); the
-        system's nodes where it has them."""
-        shapes = {}
-        for system, benchmark in self.ordered_units:
-            impl = self.units[(system, benchmark)].implementation
-            if benchmark in self.config["job_shapes"]:
-                shape = shape_for(self.config, benchmark)
-            else:
-                shape = shape_from_config_sh(impl.env)
-            nodes = self.systems[system].nodes
-            shape = dataclasses.replace(shape, nodes=nodes) if nodes else shape
-            if impl.run_sub is not None:  # the allocation run.sub asks for: its #SBATCH lines kept
-                shape = dataclasses.replace(shape, run_sub=True, sbatch=tuple(runsub.kept_sbatch(impl.run_sub)))
-            shapes[(system, benchmark)] = shape
-        return shapes
+        """Every (system, benchmark)'s job shape (:meth:`run_shape`); FileNotFoundError while a config file that
+        gives one is not captured."""
+        return {unit: self.run_shape(*unit) for unit in self.ordered_units}
 
     def run_shape(self, system: str, benchmark: str) -> JobShape:
-        return self.unit_shapes[(system, benchmark)]
+        """Nodes, processes per node, GPUs and walltime of a (system, benchmark)'s runs: job_shapes.<benchmark> in
+        the config, else its captured config file (DGXNNODES, DGXNGPU, WALLTIME); the system's nodes where it has
+        them."""
+        unit = (system, benchmark)
+        if unit not in self._shapes:
+            configured, nodes, sbatch = self._shape_of(unit)
+            env = {} if configured else self.captured(system, benchmark).env
+            self._shapes[unit] = unit_shape(env, configured, nodes, sbatch)
+        return self._shapes[unit]
+
+    def _shape_of(self, unit: Unit) -> tuple[JobShape | None, int | None, tuple[str, ...] | None]:
+        """What a unit's shape takes besides its config file: job_shapes.<benchmark>, the system's nodes, and for
+        a folder with run.sub the #SBATCH options its allocation keeps (mlrepro.slurm.resources.unit_shape). Once per
+        unit: asked for each job while its config file is not captured yet."""
+        if unit not in self._shape_parts:
+            run_sub = self.units[unit].implementation.run_sub
+            self._shape_parts[unit] = (
+                shape_for(self.config, unit[1]) if unit[1] in self.config["job_shapes"] else None,
+                self.systems[unit[0]].nodes, tuple(runsub.kept_sbatch(run_sub)) if run_sub else None)
+        return self._shape_parts[unit]
+
+    def capture_preflight(self, key: str) -> dict[str, Any]:
+        """What the capture job of record ``key`` asks Slurm on a cluster, as its first runs' preflight: the shape of
+        every unit that reads it, against the partition (mlrepro.slurm.checks; the onstart hook checks the shapes it
+        knows then)."""
+        slurm = self.config["slurm"]
+        units = {f"{s}/{b}": {"configured": dataclasses.asdict(c) if c else None, "nodes": n, "sbatch": sb}
+                 for (s, b), k in self.capture_keys.items() if k == key for c, n, sb in [self._shape_of((s, b))]}
+        return {"partition": slurm.get("partition"), "threads": self.config["threads_per_run"],
+                "engine": self.config["engine"], "units": units}
+
+    def run_resources(self) -> dict[str, Any]:
+        """The run rule's Slurm resources (mlrepro.slurm.resources.run_resources) of every unit's shape."""
+        return run_resources(self.config, self.config["threads_per_run"], self.ordered_units,
+                             lambda unit: self.run_shape(*unit),
+                             stand_in=lambda unit: unit_shape({}, *self._shape_of(unit)))
 
     def run_seed(self, benchmark: str, run: int) -> int:
         return run_seed(self.config["seed"], benchmark, run)
@@ -283,8 +403,9 @@ class Plan:
         if (system, benchmark) not in self._digests:
             impl = self.units[(system, benchmark)].implementation
             if impl.folder not in self._digests:
-                self._digests[impl.folder] = impl.digest()
-            spec = {"env": impl.env, "params": self.units[(system, benchmark)].params,
+                self._digests[impl.folder] = impl.digest(self._folder(impl.folder))
+            # the captured config by its record's name: what the capture read (its variables are known only later)
+            spec = {"capture": self.capture_keys[(system, benchmark)], "params": self.units[(system, benchmark)].params,
                     "files": self._digests[impl.folder]}
             self._digests[(system, benchmark)] = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
         return self._digests[(system, benchmark)]
@@ -293,16 +414,38 @@ class Plan:
         return {"org": self.config["org"], "platform": system, "division": self.config["division"],
                 "status": self.config["status"]}
 
+    @cached_property
+    def _stand_in(self) -> Plan:
+        return _StandIn(self.config, self.benchmarks, self.data_choices, self.systems, self.units, self.repo,
+                        self.python)
+
+    def basis(self, text: Callable[[Plan], str]) -> str:
+        """The sha256 of ``text(plan)`` as it would be were every config file captured as exporting nothing: what the
+        rules track of a text read from capture records, which are its jobs' inputs (a record is named by what it
+        captured). Known while the DAG is built, and changed with whatever else the text is made of."""
+        return hashlib.sha256(text(self._stand_in).encode()).hexdigest()
+
+    def launch_json(self, system: str, benchmark: str) -> str:
+        """:meth:`launch_spec` as one line of JSON, once per unit (each run job's params carry it)."""
+        key = ("launch", system, benchmark)
+        if key not in self._texts:
+            self._texts[key] = json.dumps(self.launch_spec(system, benchmark).to_dict(), sort_keys=True)
+        return self._texts[key]
+
     def launch_spec(self, system: str, benchmark: str) -> LaunchSpec:
-        """How every run of a (system, benchmark) is launched, pipeline keys included (PREPARE writes it)."""
+        """How every run of a (system, benchmark) is launched, pipeline keys included (the ``launch`` job writes it
+        to the unit's launch file, each run passes it to the run driver)."""
         b = self.units[(system, benchmark)]
         impl = b.implementation
+        env = self.captured(system, benchmark).env
         shape = self.run_shape(system, benchmark)
-        data_dir = Path(self.dataset_dir(benchmark)).resolve() if b.mini else b.data_dir
+        # ours: as the config names it (the generated one is under outdir: relative to the working folder, so that a
+        # copied folder launches the same; the driver resolves it where the run starts)
+        data_dir = self.dataset_dir(benchmark) if b.mini else b.data_dir
         shaped = benchmark in self.config["job_shapes"]
         return LaunchSpec(
             benchmark=benchmark, kind=impl.kind, name=impl.name, folder=str(impl.folder),
-            config_file=impl.config_file.name, script_in_container=impl.script_in_container(), env=impl.env,
+            config_file=impl.config_file.name, script_in_container=impl.script_in_container(), env=env,
             params=b.params, data_dir=str(data_dir), data_mount=impl.data_mount, log_mount=impl.log_mount,
             gpus=self.run_gpus(system, benchmark), threads=self.config["threads_per_run"],
             # processes the driver starts per node (srun/torchrun): those of job_shapes; a config file's
@@ -318,7 +461,8 @@ class Plan:
         if impl.run_sub is None:
             return {}
         return {"run_sub": str(impl.run_sub), "container": impl.container,
-                "runsub_env": {"DGXSYSTEM": runsub.dgx_system(impl.config_file, impl.env),
+                "runsub_env": {"DGXSYSTEM": runsub.dgx_system(impl.config_file,
+                                                              self.captured(system, benchmark).env),
                                **run_sub_env(self.systems[system], b)},
                 "allocation": self.allocation(system, benchmark)}
 
@@ -355,21 +499,40 @@ class Plan:
         return [self.out.inference_report] if self.inference_benchmarks else []
 
     # --- specs: what each job acts on, as a file it declares (the ``spec`` rule writes them)
+    # Specs that describe the systems' implementations: they read the capture records
+    CAPTURED_SPECS = ("package", "report")
+
     @cached_property
+    def spec_names(self) -> list[str]:
+        return ["environment", *self.CAPTURED_SPECS, *(f"data-{b}" for b in self.mini_benchmarks),
+                *(f"inference-{b}" for b in self.inference_benchmarks)]
+
+    def spec(self, name: str) -> str:
+        """A spec's JSON text; a changed text rewrites its file, which re-runs its consumers."""
+        if name == "environment":
+            spec: Any = self._environment_spec()
+        elif name == "package":
+            spec = self._package_spec()
+        elif name == "report":
+            spec = self._report_spec()
+        else:
+            kind, _, b = name.partition("-")
+            spec = self.benchmarks[b].data_params if kind == "data" else self.benchmarks[b].params
+        return json.dumps(spec, sort_keys=True, indent=1, default=str) + "\n"
+
+    def spec_inputs(self, name: str) -> list[Path]:
+        """The files a spec's text is read from: the capture records, for the specs that describe the systems."""
+        return self.capture_files if name in self.CAPTURED_SPECS else []
+
+    @property
     def specs(self) -> dict[str, str]:
-        """Each spec's JSON text by name; a changed text rewrites its file, which re-runs its consumers."""
-        specs: dict[str, Any] = {"environment": self._environment_spec(), "package": self._package_spec(),
-                                 "report": self._report_spec()}
-        for b in self.mini_benchmarks:
-            specs[f"data-{b}"] = self.benchmarks[b].data_params
-        for b in self.inference_benchmarks:
-            specs[f"inference-{b}"] = self.benchmarks[b].params
-        return {name: json.dumps(spec, sort_keys=True, indent=1, default=str) + "\n" for name, spec in specs.items()}
+        """Every spec's JSON text by name (every config file captured)."""
+        return {name: self.spec(name) for name in self.spec_names}
 
     @property
     def spec_pattern(self) -> str:
         """The ``spec`` wildcard's constraint: exactly the plan's spec names."""
-        return "|".join(re.escape(name) for name in sorted(self.specs)) or "none"
+        return "|".join(re.escape(name) for name in sorted(self.spec_names)) or "none"
 
     def _environment_spec(self) -> dict[str, Any]:
         c = self.config
@@ -426,6 +589,16 @@ class Plan:
                                    "required_runs": self.benchmarks[b].required_runs}
                                for b in self.ordered_benchmarks},
                 "systems": {s: {"nodes": self.system_nodes(s), "implementations": {
-                    b: describe_implementation(self.units[(s2, b)].implementation)
+                    b: describe_implementation(self.units[(s2, b)].implementation, self.captured(s2, b))
                     for s2, b in self.ordered_units if s2 == s}} for s in self.systems}}
 
+
+
+STAND_IN = Captured(env={}, nodes=1, gpus_per_node=0, walltime_minutes=None)
+
+
+class _StandIn(Plan):
+    """A plan whose config files all export nothing (:meth:`Plan.basis`)."""
+
+    def captured(self, system: str, benchmark: str) -> Captured:
+        return STAND_IN

@@ -21,8 +21,8 @@ exit status 1, no traceback) or, for ``all``, names the files to make again; it 
 :meth:`Preparation.before_jobs` runs from ``onstart``, which Snakemake calls in the process that schedules the
 jobs of a real run, once the DAG is built and before the first job (never for ``-n``, ``--summary``, ``--dag``,
 ``--lint``, nor in a job's own process, to which it passes ``--no-hooks``): this output folder's lock
-(mlrepro/core/outdir_lock.py), then each (system, benchmark)'s launch spec, rewritten where it changed, then the
-receipts of generated datasets whose stamps changed while their files still match (a copied folder).
+(mlrepro/core/outdir_lock.py), then the receipts of generated datasets whose stamps changed while their files still
+match (a copied folder). Each (system, benchmark)'s launch file is a job's output (rules/runs.smk ``launch``).
 """
 
 from __future__ import annotations
@@ -99,16 +99,12 @@ class Preparation:
         return again
 
     def before_jobs(self) -> None:
-        """From ``onstart``: the lock, then the launch files and the receipts to refresh."""
+        """From ``onstart``: the lock, then the receipts to refresh."""
         try:
             outdir_lock.acquire(self.plan.out.root)
         except outdir_lock.OutdirLocked as e:
             raise PlanningError(str(e)) from None
         os.environ[SCHEDULED_ENV] = "1"
-        # How every run of a benchmark is launched, pipeline keys included; read by each run (its params name
-        # the file). Not a job's output: see mlrepro/planning/inputs.py. Unchanged files keep their time stamp.
-        for s, b in self.plan.ordered_units:
-            self.plan.launch_spec(s, b).write(self.plan.out.launch(s, b))
         for receipt, folder in self._receipts:
             stamps.write_receipt(receipt, folder)
 

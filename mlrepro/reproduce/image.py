@@ -6,21 +6,19 @@ Dockerfile: a vendor implementation's own (its folder is the context), ours ``co
 engine; nothing of the package runs on the host. The package's code then runs in that image with the staged copy
 mounted read-only at its own path, the outputs (the run's folder, the generated dataset) read-write, and neither
 the package nor anything else of the host mounted: the runs through mlrepro.runs.driver (the launch file's
-``code``), the dataset generator here.
+``code``), the dataset generator here, the config file through mlrepro.runs.capture.source_in_image.
 """
 
 from __future__ import annotations
 
 import re
-import tempfile
 from pathlib import Path
 from typing import Any
 
-from mlrepro.core import safe_read
 from mlrepro.engines import Mount, engine_for
 from mlrepro.reproduce.errors import ReproduceError
 from mlrepro.reproduce.plan import BenchmarkPlan
-from mlrepro.runs.implementation import CLEAN_ENV, MINI, ImplementationError, parse_env0
+from mlrepro.runs.implementation import MINI
 
 
 def build(b: BenchmarkPlan, staged: Path, record: Path, log: Path, *, engine: str, socket: str | None,
@@ -65,26 +63,3 @@ def _run(record: Path, argv: list[str], mounts: list[Mount], env: dict[str, str]
 
     return engine_for("", record).run(argv, image=image_ref(record, locked=False), mounts=mounts, gpus=[], env=env,
                                       log=log, workdir=workdir)
-
-
-def capture_in_image(record: Path, config: Path, staged: Path) -> dict[str, str]:
-    """The variables the staged config file exports, sourced by bash in the image (as
-    mlrepro.runs.implementation.capture does natively: ``set -a``, a clean environment, what bash and the image
-    set left out unless the file changes them)."""
-    with tempfile.TemporaryDirectory(prefix=".capture.", dir=staged.parent) as tmp:
-        out, log = Path(tmp), Path(tmp) / "bash.log"
-        # bash's builtins only (an image need not have env): every exported name, NUL-separated as env -0 prints
-        script = ('d() { local v; for v in $(compgen -e); do printf "%s=%s\\0" "$v" "${!v}"; done; }; '
-                  'd > /capture/base; set -a; source "$1" >&2; set +a; d > /capture/env')
-        code = _run(record, ["bash", "-c", script, "bash", str(config)],
-                    [Mount(staged, read_only=True), Mount(out, read_only=False, target="/capture")], CLEAN_ENV, log,
-                    str(config.parent))
-        if code != 0 or not (out / "env").is_file():
-            raise ImplementationError(f"{config}: sourcing it with bash in its image failed (exit {code}):\n"
-                                      f"{log.read_text(errors='replace').strip()[-2000:]}\nFix the config file, or "
-                                      "choose another with benchmarks.<bm>.system_config.")
-        try:  # regular files inside the folder only: the config file may have put links to host files there
-            base, env = (parse_env0(safe_read.read_bytes(out / name, out)) for name in ("base", "env"))
-        except safe_read.UnsafeInput as e:
-            raise ImplementationError(f"{config}: sourced in its image, it left {e}") from None
-    return {k: v for k, v in env.items() if k != "_" and base.get(k) != v}

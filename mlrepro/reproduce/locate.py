@@ -3,7 +3,7 @@
 ``benchmarks/<bm>/implementations/<impl>/`` in the MLCommons convention (run_and_time.sh, config_<SYSTEM>.sh),
 a vendor's as it is, or this pipeline's own as mlrepro/package/assemble.py writes it (workflows/<bm>/ holding
 run_and_time.sh and config_CPU.sh, beside the training code mlrepro/ it imports). Only looked at here:
-nothing in the package is run or sourced (mlrepro/reproduce/config_sh.py reads the config file as text).
+nothing in the package is run or sourced (its config file is sourced by a job, from the staged copy).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ _MAX_YAML_BYTES = 1 << 20  # an implementation's defaults.yaml or params.schema.
 @dataclass(frozen=True)
 class PackagedImplementation:
     """An implementation folder as a package holds it (mlrepro.runs.implementation.Implementation is one the
-    pipeline runs, its config file captured)."""
+    pipeline runs)."""
 
     folder: Path  # implementations/<impl>/ in the package
     run_folder: Path  # the folder holding run_and_time.sh (ours: workflows/<bm>/ inside ``folder``)

@@ -1,6 +1,6 @@
 """One run of one benchmark, as one Snakemake job: any implementation's ``run_and_time.sh``, once.
 
-The launch file (written by the run rule) names the implementation folder, its captured config,
+The launch spec (given by the run rule) names the implementation folder, its captured config,
 the dataset and the seed. The script runs through the configured engine with SEED, DATADIR,
 LOGDIR and the config's variables in its environment, on GPUs no other run holds. Its whole
 output is the run's log (``train.log``); its ``:::MLLOG`` lines, and only those, are
@@ -172,7 +172,9 @@ def collect(launch: dict[str, Any], run_dir: Path, log: Path, code: int) -> dict
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m mlrepro.runs.driver", description=__doc__)
-    p.add_argument("--launch", type=Path, required=True, help="a LaunchSpec (mlrepro/runs/launch_spec.py)")
+    given = p.add_mutually_exclusive_group(required=True)
+    given.add_argument("--launch", type=Path, help="a launch file: a LaunchSpec (mlrepro/runs/launch_spec.py)")
+    given.add_argument("--launch-json", help="the LaunchSpec as JSON (the pipeline's run rule gives it so)")
     p.add_argument("--seed", type=int, required=True)
     p.add_argument("--run-dir", type=Path, required=True)
     p.add_argument("--engine", default="native", help="without an image record: native")
@@ -188,9 +190,11 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
 
     try:  # typed: a misspelt or missing key is named before anything starts
-        launch = {**LaunchSpec.read(args.launch).to_dict(), "seed": args.seed}
+        spec = LaunchSpec.read(args.launch) if args.launch else LaunchSpec.from_json(args.launch_json, "--launch-json")
     except (OSError, LaunchSpecError) as e:
-        sys.exit(f"error: launch file {args.launch}: {e}")
+        sys.exit(f"error: launch file {args.launch or '(--launch-json)'}: {e}")
+    # a relative dataset folder (the generated one, under a relative outdir) is the working folder's, where runs start
+    launch = {**spec.to_dict(), "seed": args.seed, "data_dir": str(Path(spec.data_dir).resolve())}
     run_dir: Path = args.run_dir.resolve()
     with ledger.recorded(run_dir, benchmark=launch["benchmark"], seed=args.seed):  # every launch, on record
         _drive(args, launch, run_dir)

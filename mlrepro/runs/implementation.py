@@ -2,15 +2,15 @@
 
 ``<folder>/run_and_time.sh`` runs one timed run; ``<folder>/config_<SYSTEM>.sh`` exports the job
 shape (DGXNNODES, DGXNGPU, WALLTIME, ...) and the hyperparameters; ``<folder>/Dockerfile`` builds
-the image it runs in. The config file is sourced by bash in a clean environment and its variables
-are captured; nothing here parses shell text.
+the image it runs in. Planning chooses the folder and its config file (:func:`resolve`); what the config file
+exports is known once a job has sourced it (mlrepro/runs/capture.py), and :func:`captured` reads the job shape from
+that; nothing here parses shell text or runs it.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,18 +18,17 @@ from typing import Any
 from mlrepro import PACKAGE_ROOT, PROJECT_ROOT
 from mlrepro.core.errors import MlreproError
 from mlrepro.core.hashing import sha256_file
-from mlrepro.runs import capture_cache
+from mlrepro.runs import runsub
+from mlrepro.runs.capture import CaptureError, config_exists
 from mlrepro.runs.executed_code import mini_run_files
 from mlrepro.runs.runsub import RUN_SUB, defaults
+from mlrepro.slurm.resources import ShapeError, shape_from_config_sh
 
 MINI = "mini"
 RUN_SCRIPT = "run_and_time.sh"
 # Where NVIDIA's run_with_docker.sh mounts the dataset (v1.1 and v2.0); every other benchmark uses /data.
 DATA_MOUNTS = {"bert": "/workspace/data", "dlrm": "/raid/datasets/criteo/mlperf", "rnnt": "/datasets"}
 LOG_MOUNT = "/results"
-# The clean environment a config file is sourced in; NEXP=1: one run per job (NVIDIA's run.sub sets it).
-CLEAN_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "NEXP": "1"}
-_SKIP = ("__pycache__", ".pyc")
 
 
 class ImplementationError(MlreproError, ValueError):
@@ -42,10 +41,6 @@ class Implementation:
     kind: str  # "mini" or "folder"
     folder: Path
     config_file: Path
-    env: dict[str, str]  # the variables the config file exports
-    nodes: int
-    gpus_per_node: int
-    walltime_minutes: float | None
     image: str  # the name of its image (its build record is {outdir}/containers/{image}.json)
     data_mount: str
     log_mount: str = LOG_MOUNT
@@ -59,21 +54,14 @@ class Implementation:
         return "mlrepro-pytorch" if self.kind == MINI else self.folder.name
 
     @property
-    def gpus(self) -> int:
-        return self.nodes * self.gpus_per_node
-
-    @property
     def run_sub(self) -> Path | None:
         """A vendor folder's own Slurm launch script: one run is one experiment of it (mlrepro/runs/runsub.py)."""
-        path = self.folder / RUN_SUB
-        return path if self.kind != MINI and path.is_file() else None
+        return run_sub_of(self.folder, self.kind)
 
-    def digest(self) -> str:
-        """Content of what runs: the folder's files and, for ours, every project file a run executes. Listed
-        here, when a run's params ask (once per folder, mlrepro/planning/plan.py), not when the config is read."""
-        h = hashlib.sha256()
-        for rel in folder_files(self.folder):
-            h.update(f"{rel}\0{sha256_file(self.folder / rel)}\n".encode())
+    def digest(self, files: str) -> str:
+        """Content of what runs: the folder's files (``files``: mlrepro.runs.capture.folder_digest) and, for ours,
+        every project file a run executes."""
+        h = hashlib.sha256(f"{files}\n".encode())
         if self.kind == MINI:
             for path in mini_run_files(self.folder):
                 h.update(f"{path.relative_to(PACKAGE_ROOT).as_posix()}\0{sha256_file(path)}\n".encode())
@@ -87,56 +75,60 @@ class Implementation:
         return f"./{RUN_SCRIPT}"
 
 
-def folder_files(folder: Path) -> tuple[str, ...]:
-    return tuple(sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*")
-                        if p.is_file() and not any(s in p.as_posix() for s in _SKIP)))
+def run_sub_of(folder: Path, kind: str) -> Path | None:
+    path = folder / RUN_SUB
+    return path if kind != MINI and path.is_file() else None
 
 
-def _bash_env(script: str, config: Path | None, cwd: Path) -> dict[str, str]:
-    args = ["bash", "-c", script, "bash", *([str(config)] if config else [])]
-    proc = subprocess.run(args, cwd=cwd, env=CLEAN_ENV, capture_output=True, check=False)
-    if proc.returncode != 0:
-        stderr = proc.stderr.decode(errors="replace").strip()[-2000:]
-        raise ImplementationError(f"{config}: sourcing it with bash failed (exit {proc.returncode}):\n{stderr}\n"
-                                  "Fix the config file, or choose another with benchmarks.<bm>.system_config.")
-    return parse_env0(proc.stdout)
+@dataclass(frozen=True)
+class Captured:
+    """What planning takes from a config file's capture record: its variables and the job shape they give."""
+
+    env: dict[str, str]  # the variables the config file exports (DGXNGPU from run.sub's default where it has one)
+    nodes: int
+    gpus_per_node: int
+    walltime_minutes: float | None
+
+    @property
+    def gpus(self) -> int:
+        return self.nodes * self.gpus_per_node
 
 
-def parse_env0(data: bytes) -> dict[str, str]:
-    """The variables ``env -0`` printed."""
-    env = {}
-    for item in data.split(b"\0"):
-        key, sep, value = item.decode(errors="replace").partition("=")
-        if sep:
-            env[key] = value
-    return env
+def captured(env: dict[str, str], config_file: Path, folder: Path, kind: str) -> Captured:
+    """The job shape of a captured config file; ImplementationError naming the file and the variable."""
+    # later rounds' run.sub files default it (`: "${DGXNGPU:=8}"`) and their config files leave it out
+    if "DGXNGPU" not in env and (run_sub := run_sub_of(folder, kind)) and (gpus := defaults(run_sub).get("DGXNGPU")):
+        env = {**env, "DGXNGPU": gpus}
+    return Captured(env, nodes=_count(env, "DGXNNODES", 1, config_file),
+                    gpus_per_node=_count(env, "DGXNGPU", None, config_file),
+                    walltime_minutes=_walltime(env.get("WALLTIME"), config_file))
 
 
-_BASELINE: dict[Path, dict[str, str]] = {}
-
-
-def capture(config: Path) -> dict[str, str]:
-    """The variables ``config`` exports (``set -a``: plain assignments too), sourced in a clean environment.
-
-    What bash itself sets (PWD, SHLVL, _) and the clean environment's own values are left out unless
-    the file changes them. Reused while no file of its folder changed (mlrepro/runs/capture_cache.py).
-    """
-    if not config.is_file():
-        there = ", ".join(sorted(p.name for p in config.parent.glob("config_*.sh"))) or "none"
-        raise ImplementationError(f"{config}: no such config file; set benchmarks.<bm>.system_config to one of "
-                                  f"the folder's config_<SYSTEM>.sh files (there: {there})")
-    entry = capture_cache.key(config, CLEAN_ENV)
-    if (cached := capture_cache.get(entry)) is not None:
-        return cached
-    cwd = config.parent
-    if cwd not in _BASELINE:
-        _BASELINE[cwd] = _bash_env("env -0", None, cwd)
-    base = _BASELINE[cwd]
-    # what the file prints goes to stderr: on stdout it would run into the first variable
-    env = _bash_env('set -a; source "$1" >&2; env -0', config.resolve(), cwd)
-    captured = {k: v for k, v in env.items() if k != "_" and base.get(k) != v}
-    capture_cache.put(entry, captured)
-    return captured
+def unit_problems(env: dict[str, str], *, system: str, benchmark: str, config_file: str, folder: str, kind: str,
+                  system_nodes: int | None, given: dict[str, str], chosen_by: str) -> list[str]:
+    """What stops a (system, benchmark)'s runs, given its config file's variables ``env``, each problem a line naming
+    the key, the file and what to set: a job shape that is no number, a DGXNNODES other than the system's nodes, a
+    variable its run.sub (or a mounts file it reads) needs that neither the config file nor the config (``given``:
+    benchmarks.<bm>.env and systems.<name>.env) sets. ``chosen_by``: the config key that chose the config file. Both
+    planning (a record that exists) and the capture job (the record it has just made) ask."""
+    config, where = Path(config_file), Path(folder)
+    try:
+        shape = captured(env, config, where, kind)
+        shape_from_config_sh(shape.env)
+    except ImplementationError as e:
+        return [f"  {chosen_by}: {e}"]
+    except ShapeError as e:
+        return [f"  {chosen_by}: {config}: {e}"]
+    problems = []
+    if system_nodes is not None and kind != MINI and shape.nodes != system_nodes:
+        problems.append(f"  systems.{system}: {benchmark}: {config.name} sets DGXNNODES={shape.nodes}, the system has "
+                        f"nodes: {system_nodes}; choose its config file in config_files.{benchmark}")
+    if run_sub_of(where, kind) is not None:
+        for var, file in runsub.missing(where, {**shape.env, **given}):
+            problems.append(f"  benchmarks.{benchmark}.env.{var}: {file} reads ${{{var}}} and neither {config.name} "
+                            f"nor the config sets it; set benchmarks.{benchmark}.env.{var} (or systems.{system}.env."
+                            f"{var}) to its value (the folder's README names it)")
+    return problems
 
 
 def _walltime(value: str | None, config: Path) -> float | None:
@@ -167,7 +159,8 @@ def _count(env: dict[str, str], key: str, default: int | None, config: Path) -> 
 
 def resolve(benchmark: str, choice: str, system: str, system_config: str | None, mounts: dict[str, str],
             base_dir: Path, image: str | None) -> Implementation:
-    """The implementation of ``benchmark`` the config chose, its config file captured; errors name the file."""
+    """The implementation of ``benchmark`` the config chose, with its config file (sourced later, by a job: its
+    variables are not read here); errors name the file."""
     if choice == MINI:
         kind, folder = MINI, PROJECT_ROOT / "workflows" / benchmark
     else:
@@ -185,11 +178,10 @@ def resolve(benchmark: str, choice: str, system: str, system_config: str | None,
         raise ImplementationError(f"benchmarks.{benchmark}.system_config: {name!r} must be a file name "
                                   f"in {folder}")
     config = folder / name
-    env = capture(config)
-    # later rounds' run.sub files default it (`: "${DGXNGPU:=8}"`) and their config files leave it out
-    if kind != MINI and "DGXNGPU" not in env and (folder / RUN_SUB).is_file() and (
-            gpus := defaults(folder / RUN_SUB).get("DGXNGPU")):
-        env = {**env, "DGXNGPU": gpus}
+    try:
+        config_exists(config)
+    except CaptureError as e:
+        raise ImplementationError(str(e)) from None
     container = None
     if kind == "folder":
         container = image
@@ -198,15 +190,13 @@ def resolve(benchmark: str, choice: str, system: str, system_config: str | None,
                                       "ready one with benchmarks.<bm>.image: a registry reference or a .sqsh file)")
         image = re.sub(r"[^a-z0-9_.-]+", "-", f"{benchmark}-{folder.name}".lower())
     return Implementation(
-        benchmark=benchmark, kind=kind, folder=folder, config_file=config, env=env,
-        nodes=_count(env, "DGXNNODES", 1, config), gpus_per_node=_count(env, "DGXNGPU", None, config),
-        walltime_minutes=_walltime(env.get("WALLTIME"), config), image=str(image),
+        benchmark=benchmark, kind=kind, folder=folder, config_file=config, image=str(image),
         data_mount=mounts.get("data", DATA_MOUNTS.get(benchmark, "/data")),
         log_mount=mounts.get("logs", LOG_MOUNT), container=container)
 
 
-def describe(impl: Implementation) -> dict[str, Any]:
-    """What the report and run.json show of it."""
+def describe(impl: Implementation, shape: Captured) -> dict[str, Any]:
+    """What the report shows of it."""
     return {"kind": impl.kind, "name": impl.name, "folder": str(impl.folder), "config_file": impl.config_file.name,
-            "nodes": impl.nodes, "gpus_per_node": impl.gpus_per_node, "walltime_minutes": impl.walltime_minutes,
-            "config": impl.env}
+            "nodes": shape.nodes, "gpus_per_node": shape.gpus_per_node, "walltime_minutes": shape.walltime_minutes,
+            "config": shape.env}

@@ -10,12 +10,14 @@ the processes with ``srun``.
 
 from __future__ import annotations
 
+import dataclasses
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from mlrepro.core.errors import MlreproError
+from mlrepro.core.smk import signature_once
 
 WALLTIME = re.compile(r"^(?:(\d+)-)?(\d{1,2}):(\d{2})(?::(\d{2}))?$")
 
@@ -65,6 +67,15 @@ def shape_from_config_sh(env: Mapping[str, str]) -> JobShape:
     walltime = f"{int(wall) // 60:02d}:{int(wall) % 60:02d}:00" if wall.isdigit() else wall
     walltime_minutes(walltime)
     return JobShape(nodes=nodes, tasks_per_node=max(1, gpus), gpus_per_node=gpus, walltime=walltime)
+
+
+def unit_shape(env: Mapping[str, str], configured: JobShape | None, nodes: int | None,
+               sbatch: tuple[str, ...] | None) -> JobShape:
+    """The shape of a (system, benchmark)'s runs: ``configured`` (job_shapes), else its config file's variables
+    ``env``; the system's ``nodes`` where it has them; a folder with run.sub: the #SBATCH options it keeps."""
+    shape = configured or shape_from_config_sh(env)
+    shape = dataclasses.replace(shape, nodes=nodes) if nodes else shape
+    return dataclasses.replace(shape, run_sub=True, sbatch=sbatch) if sbatch is not None else shape
 
 
 def shape_for(config: Mapping[str, Any], benchmark: str) -> JobShape:
@@ -131,15 +142,30 @@ def _unit(wildcards: Any) -> tuple[str, str]:
     return wildcards.system, wildcards.benchmark
 
 
-def run_resources(config: Mapping[str, Any], threads: int, shapes: Mapping[Any, JobShape],
-                  key: Callable[[Any], Any] = _unit) -> dict[str, Any]:
-    """The run rule's ``resources:`` for runs of ``shapes`` (``key(wildcards)`` -> shape; the pipeline's: (system,
-    benchmark)): a value where every run has the same, else a callable of the run's wildcards (Snakemake calls
-    each per job: a thousand runs of ten systems would pay for thirteen calls each); a name no run has is left
-    out."""
-    per_unit = {unit: slurm_resources(shape, config, threads) for unit, shape in shapes.items()}
-    resources: dict[str, Any] = {}
+# What a config file's variables give (DGXNNODES, DGXNGPU, WALLTIME); the others: the config's and the folder's
+FROM_CONFIG_FILE = ("nodes", "tasks", "runtime", "mpi", "gres", "tasks_per_gpu")
+
+
+def run_resources(config: Mapping[str, Any], threads: int, units: Iterable[Any], shape: Callable[[Any], JobShape],
+                  key: Callable[[Any], Any] = _unit,
+                  stand_in: Callable[[Any], JobShape] | None = None) -> dict[str, Any]:
+    """The run rule's ``resources:`` for runs of ``units`` (``shape(unit)``: its shape; ``key(wildcards)``: a run's
+    unit; the pipeline's: (system, benchmark)): a value where every run has the same, else a callable of the run's
+    wildcards (Snakemake calls each per job: a thousand runs of ten systems would pay for thirteen calls each); a name
+    no run has is left out. Where a shape is not known yet (FileNotFoundError: its config file's capture job has not
+    run), the names a config file gives are callables that raise it too: Snakemake shows ``<TBD>`` while it builds the
+    DAG and asks again before the job runs, once the job it waits for has written the file; the others come from
+    ``stand_in(unit)`` (the shape without its config file's variables), or are callables too without one."""
+    units = list(units)
+    try:
+        per_unit, lazy = {unit: slurm_resources(shape(unit), config, threads) for unit in units}, ()
+    except FileNotFoundError:
+        per_unit = {unit: slurm_resources(stand_in(unit), config, threads) for unit in units} if stand_in else {}
+        lazy = FROM_CONFIG_FILE if stand_in else RESOURCE_NAMES
+    resources = _lazy_resources(config, threads, shape, key, lazy)
     for name in RESOURCE_NAMES:
+        if name in lazy:
+            continue
         values = {unit: res.get(name) for unit, res in per_unit.items()}
         distinct = set(values.values())
         if len(distinct) > 1:
@@ -147,3 +173,16 @@ def run_resources(config: Mapping[str, Any], threads: int, shapes: Mapping[Any, 
         elif distinct and None not in distinct:
             resources[name] = distinct.pop()
     return resources
+
+
+def _lazy_resources(config: Mapping[str, Any], threads: int, shape: Callable[[Any], JobShape],
+                    key: Callable[[Any], Any], names: tuple[str, ...]) -> dict[str, Any]:
+    known: dict[Any, dict[str, Any]] = {}
+
+    def value(w: Any, name: str) -> Any:
+        unit = key(w)
+        if unit not in known:
+            known[unit] = slurm_resources(shape(unit), config, threads)
+        return known[unit].get(name)  # None: the name is not this run's (Snakemake leaves it out)
+
+    return {name: signature_once(lambda w, name=name: value(w, name)) for name in names}

@@ -1,0 +1,70 @@
+"""The pipeline's capture job (rules/runs.smk ``capture``): ``python -m mlrepro.runs.capture_job``.
+
+Sources one config file natively (mlrepro/runs/capture.py), checks every (system, benchmark) that reads it against
+its variables (mlrepro.runs.implementation.unit_problems: the messages planning gives once the record exists) and, on
+a Slurm cluster, their job shapes against the partition (mlrepro.slurm.checks, the preflight the onstart hook runs for
+the shapes it knows), and writes the record, atomically, only where nothing stops them: a failed check fails the job,
+and the next plan runs it again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from mlrepro.runs.capture import CaptureError, Record, source_native, write
+from mlrepro.runs.implementation import captured, unit_problems
+from mlrepro.slurm.checks import PreflightError, check
+from mlrepro.slurm.resources import JobShape, unit_shape
+
+
+def capture(config: Path, out: Path, checks: list[dict[str, Any]], preflight: dict[str, Any] | None = None) -> Record:
+    """Source ``config``, check each unit of ``checks`` against its variables (and, ``preflight``: Plan's
+    capture_preflight, their shapes against the Slurm partition), write the record to ``out``; CaptureError with what to
+    do where it cannot be sourced or a check fails (then nothing is written)."""
+    record = source_native(config)
+    problems = [line for unit in checks for line in unit_problems(record.env, **unit)]
+    if problems:
+        raise CaptureError("invalid configuration (config/config.yaml and --config):\n" + "\n".join(problems))
+    if preflight:
+        shapes = {}
+        for unit in checks:
+            name = f"{unit['system']}/{unit['benchmark']}"
+            given = preflight["units"][name]
+            configured = JobShape(**{**given["configured"], "sbatch": tuple(given["configured"]["sbatch"])}) \
+                if given["configured"] else None
+            env = captured(record.env, Path(unit["config_file"]), Path(unit["folder"]), unit["kind"]).env
+            sbatch = tuple(given["sbatch"]) if given["sbatch"] is not None else None
+            shapes[name] = unit_shape(env, configured, given["nodes"], sbatch)
+        try:
+            check(shapes, preflight["partition"], preflight["threads"], engine=preflight["engine"])
+        except PreflightError as e:
+            raise CaptureError(str(e)) from None
+    write(record, out)
+    return record
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog="python -m mlrepro.runs.capture_job", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--config", type=Path, required=True, help="the config file to source")
+    p.add_argument("--out", type=Path, required=True, help="the record to write")
+    p.add_argument("--checks", default="[]",
+                   help="JSON: the (system, benchmark) units that read it, each checked against its variables")
+    p.add_argument("--preflight", default="",
+                   help="JSON, on a Slurm cluster: the partition, threads, engine and each unit's shape to check")
+    args = p.parse_args(argv)
+    try:
+        record = capture(args.config, args.out, json.loads(args.checks),
+                         json.loads(args.preflight) if args.preflight else None)
+    except CaptureError as e:
+        sys.exit(f"error: {e}")
+    print(f"{args.out}: {len(record.env)} variables of {args.config}" + (
+        f", which sourced {', '.join(record.sourced)}" if record.sourced else ""))
+
+
+if __name__ == "__main__":
+    main()
