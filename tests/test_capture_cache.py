@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from mlrepro.core import private_dir
 from mlrepro.runs import capture_cache, implementation
 from mlrepro.runs.implementation import ImplementationError, capture
 
@@ -95,3 +96,13 @@ def test_a_failing_config_is_not_remembered(cache: Path, tmp_path: Path) -> None
     assert not list(cache.glob("*.json"))
     config.write_text(good)
     assert capture(config)["DGXNNODES"] == "1"
+
+
+def test_the_cache_leaves_the_warm_starts_runtime_folder_private(cache: Path, tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    # Planning captures first; the warm start's private folder is the same ~/.cache/mlrepro and refuses one
+    # open to others: every run of the machine would then start cold.
+    monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
+    capture(_folder(tmp_path))
+    assert (cache.parent.stat().st_mode & 0o777) == 0o700
+    assert private_dir.base() == cache.parent

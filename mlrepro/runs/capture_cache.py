@@ -89,4 +89,7 @@ def get(entry: str) -> dict[str, str] | None:
 
 def put(entry: str, env: dict[str, str]) -> None:
     with contextlib.suppress(OSError):  # a read-only home: every invocation sources again, as before the cache
+        # ~/.cache/mlrepro is also where the warm start keeps its sockets (mlrepro/core/private_dir.py), which
+        # refuses it unless it is mode 0700: made so here, where planning usually makes it first
+        folder().parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         atomic.write_text(folder() / f"{entry}.json", json.dumps(env, sort_keys=True))
