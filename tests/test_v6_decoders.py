@@ -1,7 +1,8 @@
 """The v6.0 decoder minis (llama31_8b, llama31_405b, llama2_70b_lora, gpt_oss_20b, deepseekv3_671b): their
-defining parts (RoPE, grouped-query and sliding-window attention, MoE routing, latent attention's cache, LoRA),
-the floors their targets sit between, and (integration tier) convergence with a log judged by the 6.0.0
-compliance checker of ``../shared/data/mlperf_logging_by_round.tar.xz`` (skipped where it is absent).
+defining parts (RoPE, grouped-query and sliding-window attention, packed sequences with document masking, MoE
+routing, latent attention's cache, LoRA), the floors their targets sit between, and (integration tier)
+convergence with a log judged by the 6.0.0 compliance checker of ``../shared/data/mlperf_logging_by_round.tar.xz``
+(skipped where it is absent). Also flux1's flow-matching loss at the ends of its path.
 """
 
 from __future__ import annotations
@@ -283,6 +284,33 @@ def test_summary_loss_counts_the_summary_tokens_only() -> None:
     logits_other[:, :8] = torch.randn(3, 8, 9)  # predictions of the document's tokens (and the separator's)
     loss = decoder.next_token_loss(logits, tokens, mask)
     assert decoder.next_token_loss(logits_other, tokens, mask) == loss
+
+
+def test_flow_matching_loss_at_t_0_and_1_is_the_formulas() -> None:
+    """x_t = (1 - t) x0 + t e: the data at t = 0, the noise at 1; the loss is the MSE against the velocity e - x0."""
+    flux = load_module("flux1")
+    params = defaults("flux1")
+    d = params["data"]
+    torch.manual_seed(0)
+    model = flux.Flux(d["channels"], d["text_dim"], d["pooled_dim"], params["hidden"], params["heads"],
+                      params["double_blocks"], params["single_blocks"], params["mlp_ratio"])
+    x0, e = torch.randn(4, d["channels"], 8, 8), torch.randn(4, d["channels"], 8, 8)
+    txt, pooled = torch.randn(4, 9, d["text_dim"]), torch.randn(4, d["pooled_dim"])
+    zero, one = torch.zeros(4), torch.ones(4)
+    torch.testing.assert_close(flux.noised(x0, e, zero), x0)
+    torch.testing.assert_close(flux.noised(x0, e, one), e)
+    torch.testing.assert_close(flux.noised(x0, e, torch.full((4,), 0.25)), 0.75 * x0 + 0.25 * e)
+    with torch.no_grad():
+        # Flux's last layer starts at zero: the predicted velocity is 0, the loss the velocity's mean square
+        for t in (zero, one):
+            assert float(flux.flow_matching_loss(model, x0, e, t, txt, pooled)) == pytest.approx(
+                float(((e - x0) ** 2).mean()), rel=1e-6)
+        torch.nn.init.normal_(model.final.weight, std=0.5)
+        for t, seen in ((zero, x0), (one, e)):  # the model sees the data at t = 0, the noise at t = 1
+            expected = F.mse_loss(model(seen, t, txt, pooled), e - x0)
+            torch.testing.assert_close(flux.flow_matching_loss(model, x0, e, t, txt, pooled), expected)
+        assert float(flux.flow_matching_loss(model, x0, e, zero, txt, pooled)) != pytest.approx(
+            float(flux.flow_matching_loss(model, x0, e, one, txt, pooled)))
 
 
 @pytest.mark.parametrize("benchmark", PRETRAINING)
