@@ -1,7 +1,8 @@
 """The v6.0 decoder minis (llama31_8b, llama31_405b, llama2_70b_lora, gpt_oss_20b, deepseekv3_671b): their
-defining parts (RoPE, grouped-query and sliding-window attention, MoE routing, latent attention's cache, LoRA),
-the floors their targets sit between, and (integration tier) convergence with a log judged by the 6.0.0
-compliance checker of ``../shared/data/mlperf_logging_by_round.tar.xz`` (skipped where it is absent).
+defining parts (RoPE, grouped-query and sliding-window attention, packed sequences with document masking, MoE
+routing, latent attention's cache, LoRA), the floors their targets sit between, and (integration tier)
+convergence with a log judged by the 6.0.0 compliance checker of ``../shared/data/mlperf_logging_by_round.tar.xz``
+(skipped where it is absent). Also flux1's flow-matching loss at the ends of its path.
 """
 
 from __future__ import annotations
@@ -34,12 +35,12 @@ RELEASES = rounds.DATA / "mlperf_logging_by_round.tar.xz"
 TAG = "6.0.0-rc6"
 SUBMISSION = json.dumps({"org": "testorg", "platform": "testsystem", "division": "open", "status": "research"})
 # The keys open_<benchmark>.yaml of 6.0.0 pins to the full-scale benchmark's values, which these minis cannot
-# honestly have (8192-token sequences, 15360-sequence batches, 5760 eval sequences of 8192 tokens): their
-# logs state their own values and the checker rejects exactly these keys.
+# honestly have (15360-sequence batches of 4096 tokens, 5760 eval sequences of 8192 tokens: docs/current-round.md
+# has the arithmetic): their logs state their own values and the checker rejects exactly these keys.
 PINNED = {
     "llama31_8b": set(),
     "llama2_70b_lora": set(),
-    "gpt_oss_20b": {"max_sequence_length"},
+    "gpt_oss_20b": set(),  # 8192-token packed sequences
     "llama31_405b": {"max_sequence_length"},
     "deepseekv3_671b": {"global_batch_size", "max_sequence_length"},
 }
@@ -90,6 +91,81 @@ def test_sliding_window_attention_is_full_attention_under_the_band() -> None:
     config = decoder.DecoderConfig(vocab=8, dim=16, layers=3, heads=2, kv_heads=1, ffn_hidden=16, max_length=32,
                                    sliding_window=8)
     assert [b.attn.window for b in decoder.Decoder(config).blocks] == [8, 0, 8]  # gpt-oss alternates them
+
+
+def _gpt_oss(params: dict) -> decoder.Decoder:
+    moe = params["moe"]
+    return decoder.Decoder(language_model.decoder_config(params, experts=moe["experts"], top_k=moe["top_k"],
+                                                         capacity_factor=moe["capacity_factor"]))
+
+
+def _dense_document_attention(attn: decoder.Attention, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor],
+                              document: int) -> torch.Tensor:
+    """The layer's output under the full (t, t) mask: causal, within documents, within the window; every query
+    against all t keys (in row chunks, to bound the memory)."""
+    q, k, v = attn.project(x, rope)  # RoPE at positions 0 .. t-1 of the packed sequence
+    group = attn.heads // attn.kv_heads
+    k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+    t = x.shape[1]
+    keys = torch.arange(t)
+    out = torch.empty_like(q)
+    for start in range(0, t, 1024):
+        rows = torch.arange(start, min(t, start + 1024))[:, None]
+        mask = (rows // document == keys // document) & (keys <= rows)
+        if attn.window:
+            mask &= rows - keys < attn.window
+        scores = (q[:, :, rows[:, 0]] @ k.transpose(-1, -2)) / math.sqrt(attn.head_dim)
+        out[:, :, rows[:, 0]] = scores.masked_fill(~mask, float("-inf")).softmax(-1) @ v
+    return attn.o_proj(out.transpose(1, 2).reshape(x.shape[0], t, -1))
+
+
+@pytest.mark.parametrize("layer", [0, 1], ids=["banded", "full"])
+def test_packed_attention_is_the_dense_document_masked_attention_over_8192_tokens(layer: int) -> None:
+    params = defaults("gpt_oss_20b")
+    t, document = params["data"]["max_sequence_length"], params["data"]["document_length"]
+    assert t == 8192 and t // document == 256
+    torch.manual_seed(0)
+    model = _gpt_oss(params)
+    attn = model.blocks[layer].attn
+    assert isinstance(attn, decoder.Attention) and attn.document == document
+    assert attn.window == (params["model"]["sliding_window"] if layer == 0 else 0)  # gpt-oss alternates them
+    rope = (model.rope_cos, model.rope_sin)
+    x = torch.randn(1, t, params["model"]["dim"])
+    with torch.no_grad():
+        packed = attn(x, rope)
+        torch.testing.assert_close(packed, _dense_document_attention(attn, x, rope, document), rtol=1e-4, atol=1e-5)
+        # The documents' mask matters: attention across the whole sequence gives another result.
+        q, k, v = attn.project(x, rope)
+        across = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        assert not torch.allclose(packed, attn.o_proj(across.transpose(1, 2).reshape(1, t, -1)), atol=1e-3)
+    with pytest.raises(ValueError, match="whole number of 32-token documents"):
+        decoder.document_attention(q[:, :, :100], k[:, :, :100], v[:, :, :100], document)
+
+
+def test_packed_sequences_are_model_inputs_of_8192_tokens_and_each_document_reads_as_alone(tmp_path: Path) -> None:
+    params = defaults("gpt_oss_20b")
+    params["moe"]["capacity_factor"] = 8.0  # no token over capacity: then routing is per token, as alone
+    generated.generate("gpt_oss_20b", tmp_path, {"data": params["data"]}, seed=7)
+    torch.manual_seed(0)
+    w = load_module("gpt_oss_20b").Workload(tmp_path, params, torch.device("cpu"), seed=1)
+    assert w.tokens.shape == (params["data"]["train_samples"], 8192)
+    assert w.eval_tokens.shape == (params["data"]["eval_samples"], 8192)
+    batch = next(iter(w.batches(1)))
+    assert batch.shape == (params["batch_size"], 8192)
+    assert w.hyperparameters["max_sequence_length"] == 8192
+    assert (w.hyperparameters["global_batch_size"], w.train_samples, w.eval_samples) == (
+        params["batch_size"], params["data"]["train_samples"], params["data"]["eval_samples"])
+    with torch.no_grad():
+        packed = w.model(batch)
+        alone = w.model(batch.view(-1, 32))  # each document its own sequence, at positions 0..31
+        # (float32 angles at positions up to 8191 differ from those at 0..31 in the fifth digit)
+        torch.testing.assert_close(packed.view(alone.shape), alone, rtol=1e-3, atol=1e-4)
+        # the loss counts the predictions within documents: the mean of the documents' own losses
+        torch.testing.assert_close(w.loss(batch) - w.aux_loss_coeff * w.model.aux_loss(),
+                                   decoder.next_token_loss(alone, batch.view(-1, 32)))
+    with pytest.raises(ValueError, match=r"packed sequences .* grouped-query attention only"):
+        decoder.Decoder(decoder.DecoderConfig(vocab=8, dim=16, layers=1, heads=2, kv_heads=2, ffn_hidden=8,
+                                              max_length=64, kv_rank=4, q_rank=4, rope_dim=4, document_length=32))
 
 
 def _moe(capacity_factor: float, shared: int = 0) -> decoder.MoE:
@@ -210,6 +286,33 @@ def test_summary_loss_counts_the_summary_tokens_only() -> None:
     assert decoder.next_token_loss(logits_other, tokens, mask) == loss
 
 
+def test_flow_matching_loss_at_t_0_and_1_is_the_formulas() -> None:
+    """x_t = (1 - t) x0 + t e: the data at t = 0, the noise at 1; the loss is the MSE against the velocity e - x0."""
+    flux = load_module("flux1")
+    params = defaults("flux1")
+    d = params["data"]
+    torch.manual_seed(0)
+    model = flux.Flux(d["channels"], d["text_dim"], d["pooled_dim"], params["hidden"], params["heads"],
+                      params["double_blocks"], params["single_blocks"], params["mlp_ratio"])
+    x0, e = torch.randn(4, d["channels"], 8, 8), torch.randn(4, d["channels"], 8, 8)
+    txt, pooled = torch.randn(4, 9, d["text_dim"]), torch.randn(4, d["pooled_dim"])
+    zero, one = torch.zeros(4), torch.ones(4)
+    torch.testing.assert_close(flux.noised(x0, e, zero), x0)
+    torch.testing.assert_close(flux.noised(x0, e, one), e)
+    torch.testing.assert_close(flux.noised(x0, e, torch.full((4,), 0.25)), 0.75 * x0 + 0.25 * e)
+    with torch.no_grad():
+        # Flux's last layer starts at zero: the predicted velocity is 0, the loss the velocity's mean square
+        for t in (zero, one):
+            assert float(flux.flow_matching_loss(model, x0, e, t, txt, pooled)) == pytest.approx(
+                float(((e - x0) ** 2).mean()), rel=1e-6)
+        torch.nn.init.normal_(model.final.weight, std=0.5)
+        for t, seen in ((zero, x0), (one, e)):  # the model sees the data at t = 0, the noise at t = 1
+            expected = F.mse_loss(model(seen, t, txt, pooled), e - x0)
+            torch.testing.assert_close(flux.flow_matching_loss(model, x0, e, t, txt, pooled), expected)
+        assert float(flux.flow_matching_loss(model, x0, e, zero, txt, pooled)) != pytest.approx(
+            float(flux.flow_matching_loss(model, x0, e, one, txt, pooled)))
+
+
 @pytest.mark.parametrize("benchmark", PRETRAINING)
 def test_target_lies_between_the_languages_floor_and_what_one_word_back_allows(tmp_path: Path,
                                                                                 benchmark: str) -> None:
@@ -256,9 +359,8 @@ def judge(tree: Path, result: Path) -> tuple[int, set[str], str]:
     return proc.returncode, set(re.findall(r"CHECK for '(\w+)' failed", output)), output
 
 
-@pytest.mark.integration  # trains each model to its target once
-@pytest.mark.parametrize("benchmark", DECODERS)
-def test_converges_with_a_log_the_6_0_0_checker_judges(tmp_path: Path, benchmark: str, checker_6_0_0: Path) -> None:
+def _train_once(benchmark: str, tmp_path: Path) -> tuple[dict, dict, Path]:
+    """One run of the mini on its own data (data seed 7, run seed 11): its parameters, summary and MLPerf log."""
     params = defaults(benchmark)
     generated.generate(benchmark, tmp_path / "data", {"data": params["data"]}, seed=7)
     result, summary = tmp_path / "result.txt", tmp_path / "run.json"
@@ -268,8 +370,15 @@ def test_converges_with_a_log_the_6_0_0_checker_judges(tmp_path: Path, benchmark
                    check=True, capture_output=True, timeout=600)
     run = json.loads(summary.read_text())
     assert run["status"] == "success", f"{benchmark} did not reach {params['target']}: {run['metrics']}"
-    assert 1 < run["epochs"] <= params["max_epochs"] and run["final_metric"] <= params["target"]
-    assert not run["higher_is_better"]
+    assert 1 < run["epochs"] <= params["max_epochs"]
+    return params, run, result
+
+
+@pytest.mark.integration  # trains each model to its target once
+@pytest.mark.parametrize("benchmark", DECODERS)
+def test_converges_with_a_log_the_6_0_0_checker_judges(tmp_path: Path, benchmark: str, checker_6_0_0: Path) -> None:
+    params, run, result = _train_once(benchmark, tmp_path)
+    assert run["final_metric"] <= params["target"] and not run["higher_is_better"]
 
     status, failed, output = judge(checker_6_0_0, result)
     assert failed == PINNED[benchmark], output
@@ -288,3 +397,17 @@ def test_converges_with_a_log_the_6_0_0_checker_judges(tmp_path: Path, benchmark
              if '"key": "eval_accuracy"' in line]
     per_epoch = params["data"]["train_samples"] // params["batch_size"] * params["batch_size"]
     assert [e["metadata"]["samples_count"] for e in evals] == [per_epoch * e["metadata"]["epoch_num"] for e in evals]
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("benchmark", ["flux1", "dlrm_dcnv2"])
+def test_the_other_minis_converge_with_a_log_the_6_0_0_checker_passes(tmp_path: Path, benchmark: str,
+                                                                       checker_6_0_0: Path) -> None:
+    """flux1 (validation loss, lower is better) and dlrm_dcnv2 (AUC, higher): the suite's test runs only some of
+    the minis through the pipeline (tests/test_v60_suite.py); each converges and passes the checker here."""
+    params, run, result = _train_once(benchmark, tmp_path)
+    assert run["higher_is_better"] == (benchmark == "dlrm_dcnv2")
+    assert (run["final_metric"] >= params["target"]) if run["higher_is_better"] else \
+        (run["final_metric"] <= params["target"])
+    status, failed, output = judge(checker_6_0_0, result)
+    assert status == 0 and not failed and "Required" not in output, output

@@ -4,7 +4,8 @@ nanoGPT-style building blocks, each as the papers define it, small enough to rea
 
 - :class:`RMSNorm` and rotary position embeddings (:func:`rope_tables`, :func:`apply_rope`);
 - :class:`Attention`: causal grouped-query attention (fewer key/value heads than query heads, each shared by
-  a group of query heads), with optional :class:`LoRALinear` adapters on its four projections;
+  a group of query heads), with optional :class:`LoRALinear` adapters on its four projections; over packed
+  sequences, attention stays within each document (:func:`document_attention`);
 - :class:`SwiGLU`: the gated feed-forward network;
 - :class:`MoE`: a mixture of SwiGLU experts with top-k routing, an expert capacity (tokens over it are
   dropped: the residual carries them) and the Switch-style load-balancing loss, optionally with always-on
@@ -76,15 +77,17 @@ class LoRALinear(nn.Module):
 # ------------------------------------------------------------------------------------------- attention
 class Attention(nn.Module):
     """Causal grouped-query attention: ``heads`` query heads share ``kv_heads`` key/value heads. With a
-    ``window``, each position sees only itself and the ``window - 1`` before it (gpt-oss's banded layers)."""
+    ``window``, each position sees only itself and the ``window - 1`` before it (gpt-oss's banded layers).
+    With a ``document`` length, the sequence is a pack of documents of that many tokens and no position sees
+    another document's (document masking); the rotary positions still run over the whole sequence."""
 
-    def __init__(self, dim: int, heads: int, kv_heads: int, window: int = 0) -> None:
+    def __init__(self, dim: int, heads: int, kv_heads: int, window: int = 0, document: int = 0) -> None:
         super().__init__()
         if dim % heads or heads % kv_heads:
             raise ValueError(f"heads ({heads}) must divide the width ({dim}) and be a multiple of "
                              f"kv_heads ({kv_heads})")
         self.heads, self.kv_heads, self.head_dim = heads, kv_heads, dim // heads
-        self.window = window
+        self.window, self.document = window, document
         self.q_proj = nn.Linear(dim, heads * self.head_dim, bias=False)
         self.k_proj = nn.Linear(dim, kv_heads * self.head_dim, bias=False)
         self.v_proj = nn.Linear(dim, kv_heads * self.head_dim, bias=False)
@@ -107,7 +110,9 @@ class Attention(nn.Module):
     def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
         b, t, _ = x.shape
         q, k, v = self.project(x, rope)
-        if self.window and t > self.window:
+        if self.document and t > self.document:
+            y = document_attention(q, k, v, self.document, self.window)
+        elif self.window and t > self.window:
             group = self.heads // self.kv_heads  # each key/value head serves this many query heads
             y = banded_attention(q, k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1), self.window)
         else:  # enable_gqa: query head i reads key/value head i // (heads / kv_heads)
@@ -142,6 +147,32 @@ def banded_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: 
     mask[0, :, :window] = False  # the first block has no block before it
     y = F.scaled_dot_product_attention(q.view(b, h, n, window, hd), blocks(k), blocks(v), attn_mask=mask)
     return y.view(b, h, t, hd)
+
+
+def document_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, document: int, window: int = 0
+                       ) -> torch.Tensor:
+    """Causal attention within each document of a packed sequence, computed document by document.
+
+    ``q`` (b, heads, t, hd), ``k`` and ``v`` (b, kv_heads, t, hd), RoPE already applied at the packed positions,
+    ``t`` a multiple of ``document``. Position i sees j when both are in the same document and j <= i (and
+    i - j < ``window``, where one is given): the attention under a block-diagonal causal (banded) mask over the
+    t positions, whose blocks are computed alone, at the cost of the documents rather than of t^2. The
+    rotary positions make the scores depend on i - j only, so a document's result is the same wherever in
+    the pack it sits."""
+    b, _, t, hd = q.shape
+    if t % document:
+        raise ValueError(f"a packed sequence of {t} tokens is not a whole number of {document}-token documents")
+    n = t // document
+
+    def documents(x: torch.Tensor) -> torch.Tensor:  # (b, h, t, hd) -> (b * n, h, document, hd): a batch of documents
+        return x.view(b, x.shape[1], n, document, hd).transpose(1, 2).reshape(b * n, x.shape[1], document, hd)
+
+    if window and window < document:
+        mask = band_mask(document, window).to(q.device)
+        y = F.scaled_dot_product_attention(documents(q), documents(k), documents(v), attn_mask=mask, enable_gqa=True)
+    else:
+        y = F.scaled_dot_product_attention(documents(q), documents(k), documents(v), is_causal=True, enable_gqa=True)
+    return y.view(b, n, q.shape[1], document, hd).transpose(1, 2).reshape(b, q.shape[1], t, hd)
 
 
 class LatentAttention(nn.Module):
@@ -187,9 +218,13 @@ class LatentAttention(nn.Module):
         q_nope, q_rope = q.transpose(1, 2).split([self.head_dim, self.rope_dim], dim=-1)
         q_rope = apply_rope(q_rope, rope[0][start : start + t], rope[1][start : start + t])
         q = torch.cat([q_nope, q_rope], dim=-1)
-        # Query i (position start + i) sees cache positions 0 .. start + i.
-        mask = torch.ones(t, s, dtype=torch.bool, device=x.device).tril(diagonal=start)
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        if start == 0:  # no cache before: plain causal attention, through the fused kernel, which wants the
+            # values as wide as the queries and keys: padded with zeros, as DeepSeek's flash-attention path does
+            v = F.pad(v, (0, self.rope_dim))
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)[..., : self.head_dim]
+        else:  # query i (position start + i) sees cache positions 0 .. start + i
+            mask = torch.ones(t, s, dtype=torch.bool, device=x.device).tril(diagonal=start)
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         return self.o_proj(y.transpose(1, 2).reshape(b, t, -1)), cache
 
 
@@ -232,12 +267,20 @@ class Experts(nn.Module):
     def __len__(self) -> int:
         return self.gate_proj.shape[0]
 
-    def forward(self, x: torch.Tensor, combine: torch.Tensor) -> torch.Tensor:
-        """sum_e combine[:, e] * expert_e(x). Every expert runs on every token and the tokens it was not given
-        are weighted 0: the same output and gradients as running each expert on its own tokens only, and at
-        this size cheaper than gathering them."""
-        h = F.silu(torch.einsum("nd,edh->enh", x, self.gate_proj)) * torch.einsum("nd,edh->enh", x, self.up_proj)
-        return torch.einsum("enh,ehd,ne->nd", h, self.down_proj, combine)
+    def forward(self, x: torch.Tensor, routing: Routing) -> torch.Tensor:
+        """Each token's kept experts on ``x`` (tokens, d), mixed by their weights: the tokens are gathered by
+        expert, each expert runs on its own tokens only, and the weighted outputs are added back in place
+        (top 2 of 8: a quarter of the work of running every expert on every token)."""
+        n, k = routing.experts.shape
+        kept = routing.kept.flatten()
+        token = torch.arange(n, device=x.device).repeat_interleave(k)[kept]
+        expert, weight = routing.experts.flatten()[kept], routing.weights.flatten()[kept]
+        order = torch.argsort(expert, stable=True)  # by expert, each expert's tokens in token order
+        token, weight = token[order], weight[order]
+        counts = torch.bincount(expert, minlength=len(self)).tolist()
+        out = [(F.silu(h @ self.gate_proj[e]) * (h @ self.up_proj[e])) @ self.down_proj[e]
+               for e, h in enumerate(x[token].split(counts))]
+        return torch.zeros_like(x).index_add_(0, token, torch.cat(out) * weight[:, None])
 
 
 class MoE(nn.Module):
@@ -283,7 +326,7 @@ class MoE(nn.Module):
         shape = x.shape
         x = x.reshape(-1, shape[-1])
         self.routing = r = self.route(x)
-        out = self.experts(x, r.combine(len(self.experts)))
+        out = self.experts(x, r)
         if self.shared is not None:
             out = out + self.shared(x)
         return out.view(shape)
@@ -313,6 +356,8 @@ class DecoderConfig:
     rope_dim: int = 0
     # gpt-oss: every other layer (the first, the third, ...) attends within a sliding window of this length
     sliding_window: int = 0
+    # packed sequences: documents of this many tokens, attention within each (0: one text per sequence)
+    document_length: int = 0
 
 
 class Block(nn.Module):
@@ -321,9 +366,11 @@ class Block(nn.Module):
         self.attn_norm = RMSNorm(c.dim)
         self.attn: Attention | LatentAttention
         if c.kv_rank:
+            if c.document_length:
+                raise ValueError("packed sequences (document_length) are defined for grouped-query attention only")
             self.attn = LatentAttention(c.dim, c.heads, c.dim // c.heads, c.rope_dim, c.kv_rank, c.q_rank)
         else:
-            self.attn = Attention(c.dim, c.heads, c.kv_heads, window)
+            self.attn = Attention(c.dim, c.heads, c.kv_heads, window, c.document_length)
         self.ffn_norm = RMSNorm(c.dim)
         self.ffn: SwiGLU | MoE = (MoE(c.dim, c.ffn_hidden, c.experts, c.top_k, c.capacity_factor, c.shared_experts)
                                   if moe else SwiGLU(c.dim, c.ffn_hidden))

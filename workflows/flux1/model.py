@@ -41,6 +41,7 @@ COLOURS = ("red", "green", "blue", "yellow")
 SHAPES = ("square", "disc", "bar", "cross")
 PLACES = ("top left", "top right", "bottom left", "bottom right")
 VOCAB = ("<pad>", "a", "at", "the", *COLOURS, *SHAPES, "top", "bottom", "left", "right")
+COLOUR_NORM = 2.5  # the length of a colour's latent vector (the noise's spread is data.noise per channel)
 _SHAPE_MASKS = np.array([  # 4x4 masks, one per shape
     [[1, 1, 1, 1], [1, 1, 1, 1], [1, 1, 1, 1], [1, 1, 1, 1]],
     [[0, 1, 1, 0], [1, 1, 1, 1], [1, 1, 1, 1], [0, 1, 1, 0]],
@@ -60,7 +61,9 @@ def generate_data(out_dir: Path, params: dict[str, Any], seed: int) -> None:
     d = params["data"]
     rng = np.random.default_rng(seed)
     channels, text_dim, pooled_dim = d["channels"], d["text_dim"], d["pooled_dim"]
-    colours = rng.normal(size=(len(COLOURS), channels)).astype(np.float32)  # each colour: a latent direction
+    # Each colour: a latent direction of one length, so that every data seed draws pictures as far above the noise
+    colours = rng.normal(size=(len(COLOURS), channels))
+    colours = (COLOUR_NORM * colours / np.linalg.norm(colours, axis=1, keepdims=True)).astype(np.float32)
     # The frozen caption encoders (random, as stand-ins for T5-XXL and CLIP-L): fixed for the dataset.
     token_table = rng.normal(size=(len(VOCAB), text_dim))
     positions = rng.normal(size=(len(caption_tokens(0, 0, 0)), text_dim)) * 0.5
@@ -278,7 +281,8 @@ class Workload:
         self.grad_clip_norm = params["gradient_clip_norm"]
         betas, eps, wd, lr, warmup = (tuple(params["adamw_betas"]), params["adamw_epsilon"],
                                       params["weight_decay"], params["lr"], params["warmup_steps"])
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=lr, betas=betas, eps=eps, weight_decay=wd)
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=lr, betas=betas, eps=eps, weight_decay=wd,
+                                           foreach=True)  # one kernel per step for all tensors
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda s: min(1.0, (s + 1) / warmup))
         self.hyperparameters = {
             "global_batch_size": self.batch,
