@@ -141,7 +141,27 @@ def test_runtime_base_writable_by_others_is_refused(runtime: Path, monkeypatch: 
     assert made == runtime / "mlrepro" / "x" and (made.stat().st_mode & 0o777) == 0o700
     monkeypatch.delenv("XDG_RUNTIME_DIR")
     monkeypatch.setenv("XDG_CACHE_HOME", str(runtime / "cache"))
-    assert private_dir.base() == runtime / "cache" / "mlrepro"  # no XDG_RUNTIME_DIR: the user's own cache
+    made = private_dir.base()  # no XDG_RUNTIME_DIR: a private folder in the user's own cache
+    assert made == runtime / "cache" / "mlrepro" / "runtime" and (made.stat().st_mode & 0o777) == 0o700
+
+
+def test_a_cache_folder_open_to_reading_keeps_the_runtime_folder_private(
+        runtime: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An older mlrepro (its capture cache) or another program made ~/.cache/mlrepro with mode 755: the runtime
+    folder below it is still made private and used; every run went cold, and GPU claims failed, while the
+    runtime folder was ~/.cache/mlrepro itself. A cache folder others can write is refused."""
+    from mlrepro.core import private_dir
+
+    monkeypatch.delenv("XDG_RUNTIME_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(runtime / "cache"))
+    (runtime / "cache" / "mlrepro").mkdir(parents=True, mode=0o755)
+    (runtime / "cache" / "mlrepro").chmod(0o755)
+    made = private_dir.runtime_dir("gpu-locks")
+    assert made == runtime / "cache" / "mlrepro" / "runtime" / "gpu-locks"
+    assert (made.parent.stat().st_mode & 0o777) == 0o700 and (made.stat().st_mode & 0o777) == 0o700
+    (runtime / "cache" / "mlrepro").chmod(0o777)
+    with pytest.raises(private_dir.PrivateDirError, match="mode 777"):
+        private_dir.base()
 
 
 # --- 2. no Python the project starts imports from its working folder -----------------------------------------

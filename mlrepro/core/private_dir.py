@@ -2,10 +2,12 @@
 
 A cluster login node is shared: a predictable path in ``/tmp`` may have been made first by another user,
 who then owns what runs from it. So the base is ``$XDG_RUNTIME_DIR`` (systemd makes it per user, 0700)
-where set, else ``$XDG_CACHE_HOME`` or ``~/.cache``; below it ``mlrepro/`` and each purpose's folder are
-made 0700 and checked after creation and on every use: a folder that is a symlink, not a folder, owned
-by another user or open to group or others is refused with :class:`PrivateDirError` naming it and its
-owner. A base that another user can write (or that belongs to another user) is refused the same way.
+where set (``mlrepro/`` below it), else ``$XDG_CACHE_HOME`` or ``~/.cache`` (``mlrepro/runtime/`` below it: a
+cache folder ``mlrepro/`` that another program, or an older mlrepro, made with mode 755 is a parent like
+``~/.cache`` itself, not the private folder); the private folder and each purpose's folder below it are made
+0700 and checked after creation and on every use: a folder that is a symlink, not a folder, owned by another
+user or open to group or others is refused with :class:`PrivateDirError` naming it and its owner. A parent that
+another user can write (or that belongs to another user) is refused the same way.
 """
 
 from __future__ import annotations
@@ -59,14 +61,18 @@ def base() -> Path:
     """The folder under which this user's runtime folders live (made 0700 where missing)."""
     runtime = os.environ.get("XDG_RUNTIME_DIR")
     if runtime:
-        root = Path(runtime)
-    else:
-        root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-        if not root.is_absolute():
-            raise PrivateDirError(f"XDG_CACHE_HOME={root}: not an absolute path")
-        root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        check(Path(runtime), private=False)
+        return make(Path(runtime) / "mlrepro")
+    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    if not root.is_absolute():
+        raise PrivateDirError(f"XDG_CACHE_HOME={root}: not an absolute path")
+    root.mkdir(parents=True, exist_ok=True, mode=0o700)
     check(root, private=False)  # a home's .cache may be 755; never writable by others, never another user's
-    return make(root / "mlrepro")
+    cache = root / "mlrepro"
+    with contextlib.suppress(FileExistsError):
+        cache.mkdir(mode=0o700)
+    check(cache, private=False)  # likewise the cache's mlrepro/: the private folder is the one below it
+    return make(cache / "runtime")
 
 
 def make(folder: Path) -> Path:
