@@ -71,7 +71,6 @@ else:
     localrules:
         all,
         repair,
-        spec,
         compliance,
         package,
         score,

@@ -1,5 +1,8 @@
-# What every stage shares: the spec files, the wildcards, the hooks. Paths and specs come from PLAN
-# (mlrepro/planning/plan.py), which the Snakefile builds once; nothing here is shared by include order.
+# What every stage shares: the wildcards, the hooks. Paths and specs come from PLAN (mlrepro/planning/plan.py),
+# which the Snakefile builds once; nothing here is shared by include order.
+# Every rule's job runs through rules/dispatch.py: mlrepro/jobs.py gives it its inputs (named files, params), its log
+# and its entry function. Snakemake runs it with the interpreter that runs Snakemake (a venv need not be activated);
+# a job's params are its arguments, and a changed param re-runs it.
 import sys
 
 from mlrepro.core import smk
@@ -9,20 +12,6 @@ wildcard_constraints:
     benchmark="|".join(PLAN.benchmarks) or "none",
     system=PLAN.system_pattern,
     run=r"\d+",
-    spec=PLAN.spec_pattern,
-
-
-# Each stage's spec (the JSON its job acts on) as a declared input file: the text is in params, so that a
-# changed spec (params) re-runs this job, whose new file re-runs what reads it; an unchanged one is not rewritten.
-rule spec:
-    output:
-        PLAN.out.spec("{spec}"),
-    params:
-        text=lambda w: PLAN.specs[w.spec],
-    log:
-        PLAN.out.log("spec_{spec}"),
-    run:
-        planning.jobs.write_spec(output[0], params.text, log[0])
 
 
 # `snakemake repair`: what planning refused for a damaged output folder, made right. Its message (also with -n)

@@ -1,9 +1,7 @@
-# Stage 5: the MLCommons submission tree, judged by the official package checker.
-from mlrepro.core import rulesets
-
+# Stage 5: the MLCommons submission tree, judged by the official package checker (of the release that judges the
+# ruleset: logging_release; else the installed mlperf_logging); its output is the job's log.
 rule package:
     input:
-        spec=PLAN.out.spec("package"),
         results=PLAN.all_runs(PLAN.out.result),
         verdicts=PLAN.all_runs(PLAN.out.verdict),
         # the probed host of every system description (systems/<system>.json); paths, not rules.X.output:
@@ -19,12 +17,9 @@ rule package:
         tree=directory(PLAN.out.submission),
         verdict=PLAN.out.package_verdict,
     params:
-        # the release whose package checker judges (logging_release; else the installed mlperf_logging)
-        release=rulesets.release_args(PLAN.config),
-        # the interpreter running Snakemake runs every stage too (a venv need not be activated)
-        python=PLAN.python,
+        spec=lambda w: PLAN.package_spec,
+        release=PLAN.logging_release,
     log:
         PLAN.out.log("package_checker"),
-    shell:
-        "{params.python:q} -m mlrepro.package.assemble --spec {input.spec:q} --environment {input.environment:q} "
-        "--out {output.tree:q} --verdict {output.verdict:q} --log {log:q} {params.release:q}"
+    script:
+        "dispatch.py"

@@ -1,7 +1,6 @@
 # Stage 7: one self-contained HTML report.
 rule report:
     input:
-        spec=PLAN.out.spec("report"),
         # paths, not rules.X.output (rules/package.smk says why)
         scores=PLAN.out.scores,
         package=PLAN.out.package_verdict,
@@ -15,10 +14,9 @@ rule report:
     output:
         PLAN.out.report,
     params:
-        python=PLAN.python,
+        spec=lambda w: PLAN.report_spec,
         outdir=PLAN.out.root,
     log:
         PLAN.out.log("report"),
-    shell:
-        "{params.python:q} -m mlrepro.report.submission --outdir {params.outdir:q} --spec {input.spec:q} "
-        "--out {output:q} 2> {log:q} || {params.python:q} -m mlrepro.core.joblog {log:q} $?"
+    script:
+        "dispatch.py"

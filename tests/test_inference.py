@@ -17,8 +17,9 @@ from typing import Any
 
 import pytest
 
+from mlrepro.core.job import Job
 from mlrepro.inference import calibrate, check, package, report, rounds, run, settings, summary, sut
-from tests.conftest import REPO, mini_launch, refused, snakemake
+from tests.conftest import REPO, make_job, mini_launch, refused, snakemake
 from tests.rounds import DATA, extract
 
 TINY = {
@@ -49,13 +50,20 @@ def _train(benchmark: str, params: dict[str, Any], root: Path, data_seed: int = 
             "samples": params["data"]["eval_samples"]}
 
 
+def _run_job(t: dict[str, Any], benchmark: str, scenario: str, mode: str, conf: Path, out: Path,
+             round_name: str = rounds.DEFAULT, shortened: bool = True) -> Job:
+    """The inference_run rule's job for a run of ``t`` (what _train returned)."""
+    return make_job("inference_run", input={"runs": [t["run_json"]], "conf": conf}, output={"out": out},
+                    params={"data": t["data"], "spec": json.loads(Path(t["params"]).read_text()),
+                            "shortened": shortened, "device": "cpu", "hz": 0, "round": round_name},
+                    wildcards={"ibench": benchmark, "scenario": scenario, "mode": mode})
+
+
 def _run_argv(t: dict[str, Any], benchmark: str, scenario: str, mode: str, conf: Path, out: Path,
               round_name: str = rounds.DEFAULT, shortened: bool = True) -> list[str]:
-    """The inference run module's command line for a run of ``t`` (what _train returned)."""
-    return [sys.executable, "-m", "mlrepro.inference.run", "--benchmark", benchmark, "--scenario", scenario,
-            "--mode", mode, "--runs", str(t["run_json"]), "--data-dir", str(t["data"]), "--params-file",
-            str(t["params"]), "--user-conf", str(conf), *(["--shortened"] if shortened else []),
-            "--round", round_name, "--out", str(out)]
+    """That job in a process of its own (LoadGen reads its settings once per process)."""
+    job = _run_job(t, benchmark, scenario, mode, conf, out, round_name, shortened)
+    return [sys.executable, "-P", "-m", "mlrepro.jobs", job.to_json()]
 
 
 @pytest.fixture(scope="module")
@@ -181,8 +189,9 @@ def test_loadgen_every_scenario_package_check_and_report(trained: dict[str, Path
         package.build(other, {"resnet": conf}, tmp_path / "refused", "testorg", "open", "research", "sys1", "cpu", 1)
 
     (tmp_path / "check.json").write_text(json.dumps(verdict))
-    _py("-m", "mlrepro.inference.report", "--check", str(tmp_path / "check.json"), "--runs-dir", str(runs_dir),
-        "--out", str(tmp_path / "report.html"), "--csv", str(tmp_path / "table.csv"))
+    report.job(make_job("inference_report", input={"check": tmp_path / "check.json"},
+                        output={"html": tmp_path / "report.html", "table": tmp_path / "table.csv"},
+                        params={"runs_dir": runs_dir}))
     table = (tmp_path / "table.csv").read_text().splitlines()
     assert len(table) == 1 + len(summary.SCENARIOS)
     html = (tmp_path / "report.html").read_text()
@@ -397,10 +406,8 @@ class Changed(serve.ADAPTERS["resnet"]):
         time.sleep(float(kind))
         return super().predict(indices)
 serve.ADAPTERS["resnet"] = Changed
-try:
-    run.main(sys.argv[2:])
-except (run.InferenceFailed, calibrate.CalibrationError) as e:
-    sys.exit(f"error: {e}")
+from mlrepro.core.job import Job, call
+sys.exit(call("mlrepro.inference.run:job", Job.from_json(sys.argv[2])))
 """
 # The fixed statements this calibration replaced were tuned on one machine: SingleStream 2.0 ms, Offline
 # 20,000 samples/s, Server 40 queries/s (the issue they caused: a faster machine ran out of queries).
@@ -416,13 +423,9 @@ def _performance_ran(proc: subprocess.CompletedProcess[str], scenario: str) -> N
 
 def _changed_run(trained: dict[str, Path], kind: str, scenario: str, conf: Path, out: Path,
                  ) -> subprocess.CompletedProcess[str]:
-    params = out.with_name(f"{out.name}.params.json")
-    params.write_text(json.dumps(TINY))
-    return subprocess.run(
-        [sys.executable, "-c", CHANGED_SUT, kind, "--benchmark", "resnet", "--scenario", scenario,
-         "--mode", "performance", "--runs", str(trained["run_json"]), "--data-dir", str(trained["data"]),
-         "--params-file", str(params), "--user-conf", str(conf), "--shortened", "--out", str(out)],
-        cwd=REPO, env=ENV, capture_output=True, text=True, timeout=600)
+    job = _run_job(trained, "resnet", scenario, "performance", conf, out)
+    return subprocess.run([sys.executable, "-c", CHANGED_SUT, kind, job.to_json()], cwd=REPO, env=ENV,
+                          capture_output=True, text=True, timeout=600)
 
 
 @pytest.mark.integration

@@ -106,7 +106,7 @@ def test_planned_on_a_host_without_gpus_the_runs_ask_for_the_nodes_gpus(tmp_path
     assert launch.gpus == 8 and launch.container == "registry.example/vendor:1"
     assert launch.runsub_env == {"DGXSYSTEM": "SIM_2x4", "EXTRADIR": "/n2"}  # the system's value wins
     assert plan.images == []  # a ready image: nothing is built
-    env = runsub.environment(launch.to_dict(), 7, "/logs", launch.container or "")
+    env = runsub.environment(launch, 7, "/logs", launch.container or "")
     assert (env["CONT"], env["NEXP"], env["SEED"], env["LOGDIR"], env["EXTRADIR"]) == (
         "registry.example/vendor:1", "1", "7", "/logs", "/n2")
     out = tmp_path / "out" / "launch_preview.json"
@@ -178,7 +178,7 @@ def test_an_image_is_built_for_its_systems_platform(tmp_path: Path) -> None:
     raw["systems"]["sim_n1"]["platform"] = raw["systems"]["sim_n2"]["platform"] = "linux/arm64"
     plan = _plan(raw, tmp_path)
     assert plan.images == ["resnet-vendor"] and plan.image_platform("resnet-vendor") == "linux/arm64"
-    spec = json.loads(plan.specs["environment"])  # the system description: a vendor's framework, no mini note
+    spec = plan.environment_spec  # the system description: a vendor's framework, no mini note
     assert spec["mini"] is False
     assert spec["frameworks"] == {"resnet": "pytorch 24.09-py3 (nvcr.io/nvidia/pytorch:24.09-py3)"}
     del raw["systems"]["sim_n2"]["platform"]

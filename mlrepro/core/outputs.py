@@ -30,10 +30,6 @@ class Outputs:
         """A job's Snakemake benchmark file (wall time, max RSS)."""
         return self.info / "benchmarks" / f"{name}.tsv"
 
-    def spec(self, name: str) -> Path:
-        """A stage's spec: what a job is asked to do, as a declared input file (rules/common.smk ``spec``)."""
-        return self.info / "specs" / f"{name}.json"
-
     @property
     def environment(self) -> Path:
         return self.info / "environment.json"

@@ -1,27 +1,10 @@
-"""What the rules whose jobs run in Snakemake's process (``run:``) do: one call each, with the plan's settings."""
+"""What the rules whose jobs run in Snakemake's process (``run:``) do, with the plan's settings."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
-from mlrepro.core import atomic
 from mlrepro.planning.plan import Plan
-
-
-def write_spec(out: str | Path, text: str, log: str | Path) -> None:
-    atomic.write_text(out, text)
-    Path(log).write_text(f"{out}: written ({len(text)} characters)\n", encoding="utf-8")
-
-
-def build_image(plan: Plan, image: str, record: str | Path, log: str | Path, params: Any) -> None:
-    """Build (or, locked, look up) one image and write its record (mlrepro/containers/jobs.py)."""
-    from mlrepro.containers.jobs import image_record
-
-    image_record(image, Path(record), Path(log), engine=plan.config["engine"], socket=plan.engine_socket,
-                 mode=params.mode, build_args=dict(params.build_args), tag_prefix=params.tag_prefix,
-                 lock_path=plan.images_lock, root=plan.repo, folder=plan.image_folder(image),
-                 platform=params.platform or None)
 
 
 def launch_preview(plan: Plan, out: str | Path, log: str | Path) -> str:

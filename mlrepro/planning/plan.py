@@ -2,8 +2,8 @@
 
 The Snakefile builds one :class:`Plan` (``mlrepro.planning.start``) and every rule file reads it as ``PLAN``:
 output paths (``PLAN.out``, mlrepro/core/outputs.py), the benchmarks in seed-document order, each dataset's
-folder, each stage's spec (the JSON a job is asked to act on, written to a declared file by the ``spec``
-rule) and each benchmark's launch spec. Building it reads the config and the implementation folders only.
+folder, each stage's spec (what a job is asked to act on: its rule's params) and each benchmark's launch spec.
+Building it reads the config and the implementation folders only.
 """
 
 from __future__ import annotations
@@ -86,6 +86,17 @@ class Plan:
     def ordered_units(self) -> list[Unit]:
         """Every (system, benchmark): systems in the config's order, benchmarks in the seed document's."""
         return [(s, b) for s in self.systems for b in self.ordered_benchmarks if (s, b) in self.units]
+
+    @cached_property
+    def result_files(self) -> dict[str, dict[str, list[str]]]:
+        """Every run's result file: {system: {benchmark: [result files in run order]}}."""
+        return {s: {b: [str(self.out.result(s, b, i)) for i in self.run_indices(b)]
+                    for s2, b in self.ordered_units if s2 == s} for s in self.systems}
+
+    @cached_property
+    def kept_runs(self) -> dict[str, int]:
+        """The runs each benchmark's package keeps and its score counts: of more launched, the median window."""
+        return {b: spec.runs for b, spec in self.benchmarks.items()}
 
     def all_runs(self, path: Callable[[str, str, int], T]) -> list[T]:
         """``path(system, benchmark, run)`` (a path, or any value) for every run of the config."""
@@ -173,6 +184,13 @@ class Plan:
         if self.config["images"] == "locked":
             options.append("--locked")
         return options
+
+    @cached_property
+    def logging_release(self) -> str | None:
+        """The folder of the mlperf-logging release that judges the ruleset (logging_release); None: the installed
+        one."""
+        folder = rulesets.release_folder(self.config.get("logging_release"), self.config["ruleset"])
+        return str(folder) if folder else None
 
     @cached_property
     def telemetry_hz(self) -> float:
@@ -354,22 +372,26 @@ class Plan:
     def inference_targets(self) -> list[Path]:
         return [self.out.inference_report] if self.inference_benchmarks else []
 
-    # --- specs: what each job acts on, as a file it declares (the ``spec`` rule writes them)
+    # --- specs: what a job acts on, in its rule's params (a changed one re-runs the job), as JSON gives them back
     @cached_property
-    def specs(self) -> dict[str, str]:
-        """Each spec's JSON text by name; a changed text rewrites its file, which re-runs its consumers."""
-        specs: dict[str, Any] = {"environment": self._environment_spec(), "package": self._package_spec(),
-                                 "report": self._report_spec()}
-        for b in self.mini_benchmarks:
-            specs[f"data-{b}"] = self.benchmarks[b].data_params
-        for b in self.inference_benchmarks:
-            specs[f"inference-{b}"] = self.benchmarks[b].params
-        return {name: json.dumps(spec, sort_keys=True, indent=1, default=str) + "\n" for name, spec in specs.items()}
+    def environment_spec(self) -> dict[str, Any]:
+        return _canonical(self._environment_spec())
 
-    @property
-    def spec_pattern(self) -> str:
-        """The ``spec`` wildcard's constraint: exactly the plan's spec names."""
-        return "|".join(re.escape(name) for name in sorted(self.specs)) or "none"
+    @cached_property
+    def package_spec(self) -> dict[str, Any]:
+        return _canonical(self._package_spec())
+
+    @cached_property
+    def report_spec(self) -> dict[str, Any]:
+        return _canonical(self._report_spec())
+
+    def data_spec(self, benchmark: str) -> dict[str, Any]:
+        """A mini benchmark's generator block (its dataset's hyperparameters)."""
+        return _canonical(self.benchmarks[benchmark].data_params)
+
+    def inference_spec(self, benchmark: str) -> dict[str, Any]:
+        """A served benchmark's config (the model it loads)."""
+        return _canonical(self.benchmarks[benchmark].params)
 
     def _environment_spec(self) -> dict[str, Any]:
         c = self.config
@@ -403,9 +425,8 @@ class Plan:
             # each system's description: the probed host's, with its node count and the fields set by hand
             "systems": {s: {"nodes": self.system_nodes(s), "description": self.systems[s].description}
                         for s in self.systems},
-            "runs": {s: {b: [str(self.out.result(s, b, i)) for i in self.run_indices(b)]
-                         for s2, b in self.ordered_units if s2 == s} for s in self.systems},
-            "keep": {b: spec.runs for b, spec in self.benchmarks.items()},  # of more runs, the median window
+            "runs": self.result_files,
+            "keep": self.kept_runs,
             "implementations": {b: {
                 "kind": spec.implementation.kind, "name": spec.implementation.name,
                 "folder": str(spec.implementation.folder), "image": spec.image,
@@ -429,3 +450,8 @@ class Plan:
                     b: describe_implementation(self.units[(s2, b)].implementation)
                     for s2, b in self.ordered_units if s2 == s}} for s in self.systems}}
 
+
+def _canonical(value: Any) -> Any:
+    """``value`` as JSON gives it back, keys sorted: the same repr for the same content (Snakemake's params
+    trigger compares reprs), and what the job receives (mlrepro/core/job.py)."""
+    return json.loads(json.dumps(value, sort_keys=True, default=str))

@@ -43,7 +43,7 @@ def entry(system: str, launch: LaunchSpec, runs: int, seed: int, image_record: P
                              "config_file": launch.config_file, "runs": runs}
     if launch.run_sub:
         alloc = dict(launch.allocation)
-        env = {**runsub.environment(launch.to_dict(), seed, log_dir, cont_for(launch, image_record)),
+        env = {**runsub.environment(launch, seed, log_dir, cont_for(launch, image_record)),
                "DATESTAMP": DATESTAMP}
         traced = trace.trace(Path(launch.run_sub), env, int(alloc["nodes"]), int(alloc["gpus_per_node"]))
         found.update({"launcher": "run.sub", "run_sub": launch.run_sub, "allocation": alloc,
