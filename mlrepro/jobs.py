@@ -81,7 +81,10 @@ def run(smk: Any) -> None:
         if job.rule in WARM:
             status = warm.hand_over_job(WARM[job.rule], entry, job.to_json())
         if status is None:
-            status = call(entry, job)
+            try:
+                status = call(entry, job)
+            except OSError:  # its error could not be written to its log (a full disk): explain says why below
+                status = 1
     if job.log and (status or job.rule in SHOWN):
         from mlrepro.core.joblog import explain, tail
 

@@ -15,7 +15,6 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
-from mlrepro.core.errors import MlreproError
 from mlrepro.runs.launch_spec import LaunchSpec
 
 RUN_SUB = "run.sub"
@@ -33,10 +32,6 @@ SHELL_VARS = {"PWD", "HOME", "USER", "HOSTNAME", "RANDOM", "OLDPWD", "BASH_SOURC
 # What a run sets itself (environment()), and what Slurm sets in the allocation
 PROVIDED = ("CONT", "DATADIR", "LOGDIR", "DGXSYSTEM", "NEXP", "SEED", "MLPERF_SUBMISSION_ORG",
             "MLPERF_SUBMISSION_PLATFORM", "MLPERF_SUBMISSION_DIVISION", "MLPERF_SUBMISSION_STATUS")
-
-
-class RunSubError(MlreproError, ValueError):
-    """A folder's run.sub that cannot be launched as configured; the message names the variable and the file."""
 
 
 def sbatch_options(run_sub: Path) -> list[str]:
