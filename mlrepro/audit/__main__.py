@@ -37,10 +37,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="check with mlperf_logging's compliance checker exactly as it ships (slower): without "
                              "the engine's fast paths (mlrepro/audit/fastpath.py)")
     args = parser.parse_args(argv)
-    step = Step(args.step, args.root, args.out, args.ruleset, args.usage, args.jobs, args.max_file_mb, args.logging,
-                args.compare_logging, args.fast, args.manifest_sha256, args.result_ids)
     try:
-        sys.exit(run(step))
+        sys.exit(run(Step(**vars(args))))
     except StepError as e:
         parser.error(str(e))
 

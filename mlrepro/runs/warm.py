@@ -24,12 +24,13 @@ each job's own Snakemake parses the workflow on its node, so a parent never serv
 The child dies with the parent (PR_SET_PDEATHSIG) and with the shim; the shim then exits non-zero,
 so the run fails without a result and the next invocation redoes it.
 
-The run driver (``python -m mlrepro.runs.driver``, one per Snakemake job) is served the same way by a
-second parent of the same owner that has imported the driver and its telemetry (pyarrow, numpy):
-``hand_over`` sends the driver's arguments there and waits for its exit status. The driver is not
-the training process; it still starts ``run_and_time.sh`` as a new process for every run. The jobs
-that generate a dataset (``mlrepro.datasets.generated``) and that run LoadGen (``mlrepro.inference.run``) hand
-over to parents of their own in the same way: each imports torch once instead of once per job.
+The run driver (one per Snakemake job) is served the same way by a second parent of the same owner that
+has imported the driver and its telemetry (pyarrow, numpy): a rule's job (mlrepro/jobs.py) sends it the Job
+as JSON (``hand_over_job``: the child calls the entry function on it), ``python -m mlrepro.runs.driver`` its
+arguments (``hand_over``); each waits for the exit status. The driver is not the training process; it still
+starts ``run_and_time.sh`` as a new process for every run. The jobs that generate a dataset
+(``mlrepro.datasets.generated``) and that run LoadGen (``mlrepro.inference.run``) hand over to parents of their
+own in the same way: each imports torch once instead of once per job.
 
 This module imports only the standard library at module level: the shim and the driver load it.
 """
