@@ -73,9 +73,7 @@ def run(smk: Any) -> None:
     """Run the job Snakemake hands the dispatcher; exit non-zero where it fails."""
     _isolate_path()
     job = from_snakemake(smk)
-    entry = ENTRIES.get(job.rule)
-    if entry is None:
-        sys.exit(f"mlrepro.jobs: rule {job.rule} has no entry function in mlrepro/jobs.py ENTRIES")
+    entry = _entry(job.rule)
     with _logged(job.log) as terminal:
         status = None
         if job.rule in WARM:
@@ -138,10 +136,13 @@ def main(argv: list[str] | None = None) -> None:
     if len(args) != 1:
         sys.exit("usage: python -m mlrepro.jobs JOB (a job's JSON: mlrepro/core/job.py)")
     job = Job.from_json(args[0])
-    entry = ENTRIES.get(job.rule)
-    if entry is None:
-        sys.exit(f"mlrepro.jobs: rule {job.rule} has no entry function in ENTRIES")
-    sys.exit(call(entry, job))
+    sys.exit(call(_entry(job.rule), job))
+
+
+def _entry(rule: str) -> str:
+    if rule not in ENTRIES:
+        sys.exit(f"mlrepro.jobs: rule {rule} has no entry function in ENTRIES (mlrepro/jobs.py)")
+    return ENTRIES[rule]
 
 
 if __name__ == "__main__":
