@@ -129,6 +129,8 @@ class _Snakemake:
 
 
 snakemake = _Snakemake()
+__real_file__ = __file__
+__file__ = {dispatcher!r}
 """
 
 
@@ -142,7 +144,8 @@ def dispatch(workdir: Path, job: Job, extra_path: list[str] | None = None, **kwa
     script.write_text(_SCRIPT.format(
         path=[p for p in sys.path if p and p != str(REPO)] + [str(REPO), *(extra_path or [])], rule=job.rule,
         input=job.input.named, output=job.output.named, params=job.params, wildcards=job.wildcards,
-        threads=job.threads, log=[job.log] if job.log else []) + (REPO / "rules" / "dispatch.py").read_text())
+        threads=job.threads, log=[job.log] if job.log else [], dispatcher=str(REPO / "rules" / "dispatch.py"))
+        + (REPO / "rules" / "dispatch.py").read_text())
     return subprocess.run([sys.executable, str(script)], cwd=workdir, capture_output=True, text=True, check=False,
                           **kwargs)
 

@@ -7,6 +7,7 @@ import importlib
 import inspect
 import json
 import re
+import runpy
 import subprocess
 import sys
 from pathlib import Path
@@ -81,6 +82,12 @@ def test_the_job_has_neither_the_working_folder_nor_the_scripts_folder_on_its_pa
     out = subprocess.run([sys.executable, str(probe)], cwd=tmp_path, capture_output=True, text=True, check=True)
     path = json.loads(out.stdout)
     assert str(tmp_path) not in path and str(probe.parent) not in path and str(REPO) in path
+
+
+def test_a_process_a_job_spawns_does_not_run_the_job_again() -> None:
+    """multiprocessing's spawn (a process pool's, as the LibriSpeech preparation's) runs the main module's file,
+    which Snakemake's preamble names as the dispatcher itself, as __mp_main__: without ``snakemake`` defined."""
+    runpy.run_path(str(REPO / "rules" / "dispatch.py"), run_name="__mp_main__")
 
 
 def test_every_rule_that_runs_a_script_runs_the_dispatcher_and_has_an_entry() -> None:
