@@ -88,7 +88,7 @@ def _image_record(image: str, out: Path, log: Path, *, engine: str, socket: str 
                   "verified_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         if found:
             record["id"] = found["id"]
-        atomic.write_text(log, f"{image}: locked {record['id']} present\n")
+        log.write_text(f"{image}: locked {record['id']} present\n")  # in place: the job's own output goes there too
     else:
         record = build_image(client, image, build_args=build_args, tag_prefix=tag_prefix, log=log, root=root,
                              folder=folder, platform=platform)
