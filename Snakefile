@@ -72,7 +72,6 @@ else:
     localrules:
         all,
         repair,
-        spec,
         compliance,
         package,
         score,

@@ -160,12 +160,11 @@ def _train_command() -> str:
 def canary_cases(base: Path, rows: list[dict[str, Any]]) -> None:
     """Every Python entry point started from a folder (an audited round) holding mlrepro/, mlperf_logging/, pip/
     and pynvml.py canaries."""
-    from argparse import Namespace
-
-    from mlrepro.audit import __main__ as audit_main
-    from mlrepro.core import probe, smk, versions
+    from mlrepro.audit.steps import Step, _compare
+    from mlrepro.core import probe, versions
     from mlrepro.package import assemble
     from mlrepro.telemetry import start_sampler
+    from tests.conftest import dispatch, make_job
 
     work = base / "round-with-canaries"
     mark = base / "canaries-imported"
@@ -179,14 +178,13 @@ def canary_cases(base: Path, rows: list[dict[str, Any]]) -> None:
     cases = {
         "audit_logging= (isolated re-run)": lambda: versions.run_isolated(base / "logging",
                                                                           ["-m", "mlrepro.audit", "--help"]),
-        "audit_logging_compare= (compare re-run)": lambda: audit_main._compare(Namespace(
-            out=base / "cmp", compare_logging="installed", root=work, usage="training", ruleset="1.1.0",
-            max_file_mb=1.0, jobs=1)),
-        "package checker": lambda: assemble.check(work, "training", "1.1.0", base / "check.log"),
+        "audit_logging_compare= (compare re-run)": lambda: _compare(Step(
+            "summarize", work, base / "cmp", "1.1.0", max_file_mb=1.0, compare_logging="installed")),
+        "package checker": lambda: assemble.check(work, "training", "1.1.0"),
         "pip freeze (environment record)": probe.pip_freeze,
-        "a rule's python -m line": lambda: subprocess.run([*smk.python_command(), "-m", "mlrepro.inference.audit",
-                                                           "--root", str(work), "--out", str(base / "iaudit")],
-                                                          capture_output=True, check=False),
+        "a rule's job (rules/dispatch.py, as Snakemake runs it here)": lambda: dispatch(work, make_job(
+            "inference_audit", params={"root": work, "out": base / "iaudit"}, log=base / "iaudit.log"),
+            extra_path=[str(work)]),
         "telemetry sampler (NVML)": lambda: start_sampler(base / "telemetry", hz=10, backend="nvml").stop(),
         "mini run_and_time.sh's exec line": lambda: subprocess.run(
             ["bash", "-c", _train_command() + " --help"],
@@ -212,6 +210,7 @@ def data_cases(base: Path, user: tuple[str, int, int], rows: list[dict[str, Any]
     from mlrepro.datasets import recipe, stamps, steps
     from mlrepro.datasets.manifest import MANIFEST
     from tests import dataset_sources as src
+    from tests.conftest import make_job
 
     plants = ("a file beyond the manifest", "a listed file changed", "manifest rewritten by the attacker",
               "the whole folder made by the attacker, digest and manifest consistent")
@@ -240,9 +239,11 @@ def data_cases(base: Path, user: tuple[str, int, int], rows: list[dict[str, Any]
                 stamps.write_manifest(prepared)  # consistent with the poison
                 for p in ([prepared, *prepared.rglob("*")] if "whole folder" in plant else [prepared / MANIFEST]):
                     _give(p, user)
-            proc = subprocess.run([*PY, "-m", "mlrepro.datasets", "prepare", "--benchmark", "minigo", "--recipe",
-                                   str(path), "--root", str(root), "--receipt", str(tmp / "p2.json")],
-                                  capture_output=True, text=True, check=False, timeout=300)
+            job = make_job("data_prepare", input={"recipe": path}, output={"receipt": tmp / "p2.json"},
+                           params={"step": "prepare", "root": root, "group": "", "locked": False},
+                           wildcards={"benchmark": "minigo"})
+            proc = subprocess.run([*PY, "-m", "mlrepro.jobs"], input=job.to_json(), capture_output=True, text=True,
+                                  check=False, timeout=300)
             used = target.exists() and target.read_bytes() == poison
             _row(rows, "data_root", plant, poisoned_inputs_used=int(used),
                  verdict=("poison used" if used else "moved aside and rebuilt" if "building it anew" in proc.stderr
@@ -372,6 +373,8 @@ def config_cases(base: Path, rows: list[dict[str, Any]]) -> None:
 
 
 def ci_and_fault_cases(base: Path, user: tuple[str, int, int], rows: list[dict[str, Any]]) -> None:
+    from tests.conftest import dispatch, make_job
+
     victim = subprocess.Popen(["sleep", "300"])
     try:
         for plant in ("attacker's state folder with a pid file", "own folder, pid file naming another process"):
@@ -413,9 +416,9 @@ def ci_and_fault_cases(base: Path, user: tuple[str, int, int], rows: list[dict[s
              verdict=("failed loudly, ledger whole" if proc.returncode != 0 and "LedgerError" in proc.stderr and whole
                       else f"rc {proc.returncode}, whole {whole}"))
         log = full / "compliance.log"
-        shell = (f"{sys.executable} -P -m mlrepro.gate.compliance /nonexistent --usage training --ruleset 2.0.0 "
-                 f"--out {base / 'verdict.json'} 2> {log} || {sys.executable} -P -m mlrepro.core.joblog {log} $?")
-        proc = subprocess.run(["bash", "-c", shell], capture_output=True, text=True, check=False)
+        job = make_job("compliance", input={"result": "/nonexistent"}, output={"verdict": base / "verdict.json"},
+                       params={"usage": "training", "ruleset": "2.0.0", "release": None}, log=log)
+        proc = dispatch(base, job)
         said = "ENOSPC" in proc.stderr or "full" in proc.stderr or (log.exists() and log.stat().st_size > 0)
         _row(rows, "faults", "compliance failing on a full disk", reason_shown=int(said),
              verdict="the failure names why its log is empty" if said else "no reason shown")

@@ -48,15 +48,14 @@ def main() -> None:
                           data_dir=str(tmp / "data"), gpus=0, threads=1, device="cpu", drop_caches=False,
                           submission={"org": "x", "platform": "y", "division": "open", "status": "research"})
         spec.write(tmp / "launch.json")
-        launch = {**spec.to_dict(), "seed": 7}  # as the driver reads it, with its run's seed
         direct = [sys.executable, "-m", "mlrepro.train", "--benchmark", "resnet", "--data-dir", str(tmp / "data"),
                   "--params", json.dumps(params), "--seed", "7", "--result", str(tmp / "direct.txt"),
-                  "--device", "cpu", "--submission", json.dumps(launch["submission"])]
+                  "--device", "cpu", "--submission", json.dumps(spec.submission)]
         driver = [sys.executable, "-m", "mlrepro.runs.driver", "--launch", str(tmp / "launch.json"), "--seed", "7",
                   "--run-dir", str(tmp / "run"), "--engine", "native", "--gpu-locks", str(tmp / "locks")]
         script = ["bash", str(folder / "run_and_time.sh")]
         env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
-               **launch_env(launch, str(tmp / "data"), str(tmp))}
+               **launch_env(spec, 7, str(tmp / "data"), str(tmp))}
         times: dict[str, list[float]] = {"direct": [], "script": [], "driver": []}
         for _ in range(args.repeats):
             for name, cmd in (("direct", direct), ("script", script), ("driver", driver)):

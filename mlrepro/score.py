@@ -4,14 +4,13 @@
 
 from __future__ import annotations
 
-import argparse
-import sys
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from mlrepro.core import atomic, integrity, median_window
+from mlrepro.core.job import Job
 from mlrepro.core.mllog_reader import run_minutes
 from mlrepro.core.olympic import Score, max_dropped, olympic_mean
 
@@ -49,34 +48,17 @@ def score_files(benchmark: str, results: Sequence[Path], ruleset: str | None = N
     return {**asdict(score), "raw_minutes": raw.minutes, "scaling_factor": factor, "rcp": verdict, "runs": runs}
 
 
-def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m mlrepro.score", description=__doc__)
-    p.add_argument("--results", nargs="+", required=True, help="SYSTEM/BENCHMARK=FILE, in run order; the table "
-                   "(--out) holds {system: {benchmark: score}}")
-    p.add_argument("--out", type=Path, required=True)
-    p.add_argument("--verify-hashes", action="store_true",
-                   help="check each result against the result_sha256 of the run.json beside it first")
-    p.add_argument("--ruleset", help="apply the RCP normalisation of this ruleset (closed division)")
-    p.add_argument("--division", default="open", choices=["open", "closed"])
-    p.add_argument("--keep", action="append", default=[], metavar="BENCHMARK=N",
-                   help="of more runs than N, score the median window of N (mlrepro/core/median_window.py)")
-    args = p.parse_args(argv)
-    keep = {b: int(n) for b, _, n in (k.partition("=") for k in args.keep)}
-    by_unit: dict[str, dict[str, list[Path]]] = {}
-    for item in args.results:
-        unit, _, file = item.partition("=")
-        system, slash, benchmark = unit.partition("/")
-        if not (slash and system and benchmark and file):
-            p.error(f"--results {item!r}: expected SYSTEM/BENCHMARK=FILE")
-        by_unit.setdefault(system, {}).setdefault(benchmark, []).append(Path(file))
-    if args.verify_hashes:
-        try:
-            integrity.verify_results(f for benchmarks in by_unit.values() for files in benchmarks.values()
-                                     for f in files)
-        except integrity.Tampered as e:
-            sys.exit(f"error: {e}")
-    atomic.write_json(args.out, {s: {b: _scored(b, files, keep.get(b), args.ruleset, args.division)
-                                     for b, files in benchmarks.items()} for s, benchmarks in by_unit.items()})
+def job(job: Job) -> None:
+    """rules/score.smk: params runs ({system: {benchmark: [result files in run order]}}), keep ({benchmark: N}: of
+    more runs, the median window of N is scored), ruleset and division (the RCP normalisation, closed division).
+    Each result is checked against the result_sha256 of the run.json beside it first; the table is
+    {system: {benchmark: score}}."""
+    runs = {s: {b: [Path(f) for f in files] for b, files in benchmarks.items()}
+            for s, benchmarks in job.params["runs"].items()}
+    integrity.verify_results(f for benchmarks in runs.values() for files in benchmarks.values() for f in files)
+    keep, ruleset, division = job.params["keep"], job.params["ruleset"], job.params["division"]
+    atomic.write_json(job.output.first, {s: {b: _scored(b, files, keep.get(b), ruleset, division)
+                                             for b, files in benchmarks.items()} for s, benchmarks in runs.items()})
 
 
 def _scored(benchmark: str, files: list[Path], keep: int | None, ruleset: str | None, division: str) -> dict[str, Any]:
@@ -87,8 +69,3 @@ def _scored(benchmark: str, files: list[Path], keep: int | None, ruleset: str | 
                                      lambda minutes: olympic_mean(benchmark, minutes).minutes)
     return {**score_files(benchmark, [Path(k) for k in selection["chosen_keys"]], ruleset, division),
             "selection": selection}
-
-
-
-if __name__ == "__main__":
-    main()

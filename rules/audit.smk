@@ -43,25 +43,24 @@ AUDIT_REJECTED = [e.encode("utf-8", "backslashreplace").decode() for e in
                   discover.rejected_entries(AUDIT_ROOT, AUDIT_MAX_BYTES)]
 
 
-# audit_logging=DIR: the mlperf-logging release that judges (one version's folder, or a folder of them
-# named by tag, from which the ruleset's round tag is chosen); it runs isolated (mlrepro/core/versions.py)
-AUDIT_LOGGING = ["--logging", str(Path(config["audit_logging"]).resolve())] if config.get("audit_logging") else []
-# audit_logging_compare=DIR|installed: judge by a second release too; the summarize step lists where
-# verdicts differ (rules_changed.json/.csv beside the summary)
-AUDIT_COMPARE = config.get("audit_logging_compare")
-AUDIT_COMPARE_ARGS = [] if not AUDIT_COMPARE else [
-    "--compare-logging", AUDIT_COMPARE if AUDIT_COMPARE == "installed" else str(Path(AUDIT_COMPARE).resolve())]
 # A rule without a message is announced with every input file: a package of 100,000 files made an 8 MB log.
 # Counts only, no names: Snakemake formats the message ({...}), and a name may hold braces.
 AUDIT_MESSAGE = f"{len(AUDIT_RESULT_FILES):,} result files, {len(AUDIT_REJECTED):,} entries the audit does not read"
-# audit_fast_paths=false: check with mlperf_logging's compliance checker exactly as it ships, without the
-# engine's fast paths (mlrepro/audit/fastpath.py; the same verdicts, tested on the v1.1 round, in a fraction of the time)
-AUDIT_FAST = [] if config.get("audit_fast_paths", True) else ["--no-fast-paths"]
-# Each audit step's arguments after the interpreter, as a list the rules quote ({params.args:q}).
-AUDIT_ARGS = {step: ["-m", "mlrepro.audit", step, "--root", str(AUDIT_ROOT), "--out", str(AUDIT_OUT),
-                     "--usage", AUDIT_USAGE, "--ruleset", AUDIT_RULESET,
-                     "--max-file-mb", repr(AUDIT_MAX_BYTES / (1 << 20)), *AUDIT_LOGGING, *AUDIT_FAST,
-                     *(AUDIT_COMPARE_ARGS if step == "summarize" else [])] for step in ("check", "summarize")}
+# What both steps are asked (mlrepro/audit/steps.py Step); their logs go to the terminal too (mlrepro/jobs.py SHOWN).
+AUDIT_STEP = {
+    "root": str(AUDIT_ROOT), "out": str(AUDIT_OUT), "usage": AUDIT_USAGE, "ruleset": AUDIT_RULESET,
+    "max_file_mb": AUDIT_MAX_BYTES / (1 << 20),
+    # audit_logging=DIR: the mlperf-logging release that judges (one version's folder, or a folder of them
+    # named by tag, from which the ruleset's round tag is chosen); it runs isolated (mlrepro/core/versions.py)
+    "logging": str(Path(config["audit_logging"]).resolve()) if config.get("audit_logging") else None,
+    # audit_fast_paths=false: check with mlperf_logging's compliance checker exactly as it ships, without the
+    # engine's fast paths (mlrepro/audit/fastpath.py; the same verdicts, tested on the v1.1 round, in a fraction of
+    # the time)
+    "fast": bool(config.get("audit_fast_paths", True)),
+}
+# audit_logging_compare=DIR|installed: judge by a second release too; the summarize step lists where
+# verdicts differ (rules_changed.json/.csv beside the summary)
+AUDIT_COMPARE = config.get("audit_logging_compare")
 
 
 rule audit_all:
@@ -77,17 +76,16 @@ rule audit_check:
     output:
         AUDIT_OUT / "checks.json",
     params:
-        args=AUDIT_ARGS["check"],
+        **AUDIT_STEP,
         # in params: an entry that turns into (or stops being) a symlink, FIFO, ... re-runs the check
         rejected=AUDIT_REJECTED,
-        python=_smk.python_command(),  # the interpreter that runs Snakemake (the project's environment)
     threads: workflow.cores
     message:
         f"audit_check: {AUDIT_MESSAGE}"
     log:
         AUDIT_OUT / "logs" / "audit_check.log",
-    shell:
-        "{params.python:q} {params.args:q} --jobs {threads:q} 2>&1 | tee {log:q}"
+    script:
+        "dispatch.py"
 
 
 rule audit_summarize:
@@ -101,14 +99,14 @@ rule audit_summarize:
         AUDIT_OUT / "audit.json",
         directory(AUDIT_OUT / "report"),
     params:
-        args=AUDIT_ARGS["summarize"],
+        **AUDIT_STEP,
+        compare_logging=AUDIT_COMPARE if AUDIT_COMPARE in (None, "installed") else str(Path(AUDIT_COMPARE).resolve()),
         # the provenance manifest's hash as the package's report published it (optional)
-        manifest=["--manifest-sha256", str(config["manifest_sha256"])] if config.get("manifest_sha256") else [],
-        result_ids=lambda wildcards, input: ["--result-ids", input.result_ids] if input.result_ids else [],
-        python=_smk.python_command(),
+        manifest_sha256=str(config["manifest_sha256"]) if config.get("manifest_sha256") else None,
+    threads: workflow.cores
     message:
         f"audit_summarize: {AUDIT_MESSAGE}: verdicts, scores, the report"
     log:
         AUDIT_OUT / "logs" / "audit_summarize.log",
-    shell:
-        "{params.python:q} {params.args:q} {params.manifest:q} {params.result_ids:q} 2>&1 | tee {log:q}"
+    script:
+        "dispatch.py"

@@ -1,5 +1,9 @@
-# What every stage shares: the spec files, the wildcards, the hooks. Paths and specs come from PLAN
-# (mlrepro/planning/plan.py), which the Snakefile builds once; nothing here is shared by include order.
+# What every stage shares: the wildcards, the hooks. Paths and specs come from PLAN (mlrepro/planning/plan.py),
+# which the Snakefile builds once; nothing here is shared by include order.
+# Every rule's job runs through rules/dispatch.py: mlrepro/jobs.py gives it its inputs (named files, params), its log
+# and its entry function. Snakemake runs it with the interpreter that runs Snakemake (a venv need not be activated);
+# a job's params are its arguments, and a changed param re-runs it.
+import dataclasses
 import sys
 
 from mlrepro.core import smk
@@ -9,26 +13,6 @@ wildcard_constraints:
     benchmark="|".join(PLAN.benchmarks) or "none",
     system=PLAN.system_pattern,
     run=r"\d+",
-    spec=PLAN.spec_pattern,
-
-
-# Each stage's spec (the JSON its job acts on) as a declared input file: the text is in params, so that a
-# changed spec (params) re-runs this job, whose new file re-runs what reads it; an unchanged one is not rewritten.
-# The package's and the report's describe each system's implementations: they read the config files' capture records
-# (ancient inputs, as the runs take them: rules/runs.smk), so that their text is a function of the input and what is
-# tracked is its basis (mlrepro.planning.plan.Plan.basis).
-rule spec:
-    input:
-        lambda w: [ancient(str(f)) for f in PLAN.spec_inputs(w.spec)],
-    output:
-        PLAN.out.spec("{spec}"),
-    params:
-        text=lambda w, input: PLAN.spec(w.spec),
-        basis=lambda w: PLAN.basis(lambda plan: plan.spec(w.spec)),
-    log:
-        PLAN.out.log("spec_{spec}"),
-    script:
-        "scripts/write_text.py"
 
 
 # `snakemake repair`: what planning refused for a damaged output folder, made right. Its message (also with -n)
@@ -36,12 +20,14 @@ rule spec:
 rule repair:
     params:
         changes=lambda w: "; ".join(r.what for r in PREPARE.repairs()) or "nothing to repair",
+        repairs=lambda w: [dataclasses.asdict(r) for r in PREPARE.repairs()],
     message:
         "repair: {params.changes}"
     log:
         PLAN.out.log("repair"),
-    run:
-        planning.prepare.repair(PREPARE, log[0])
+    localrule: True
+    script:
+        "dispatch.py"
 
 
 onstart:

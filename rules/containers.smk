@@ -8,19 +8,24 @@ rule container_image:
     output:
         record=PLAN.out.image_record("{image}"),
     log:
-        PLAN.out.image_log("{image}"),
+        PLAN.out.image_log("{image}"),  # the build's output
     params:
-        # In params, so that a changed build arg re-runs this rule (Snakemake's params trigger).
+        engine=PLAN.config["engine"],
+        socket=PLAN.engine_socket,
         build_args=PLAN.config.get("build_args") or {},
         tag_prefix=PLAN.config.get("image_tag_prefix", "localhost/mlrepro-"),
         mode=PLAN.config["images"],
+        lock=PLAN.images_lock,
+        repo=PLAN.repo,
+        # an implementation folder's image: built from its own Dockerfile with the folder as context (none: ours)
+        folder=lambda w: PLAN.image_folder(w.image),
         # the nodes' platform (systems.<name>.platform, e.g. linux/arm64 for GB200); "": the builder's
         platform=lambda w: PLAN.image_platform(w.image) or "",
         # The content of the build context, so that an edit rebuilds even where time stamps do not tell
         # (Snakemake skips an input that is only newer when its checksum is unchanged).
         context=lambda w: PLAN.build_context_digest(w.image),
-    run:
-        planning.jobs.build_image(PLAN, wildcards.image, output.record, log[0], params)
+    script:
+        "dispatch.py"
 
 
 if PLAN.config["images"] != "locked":
@@ -33,10 +38,8 @@ if PLAN.config["images"] != "locked":
         log:
             PLAN.out.log("lock_images"),
         localrule: True
-        run:
-            from mlrepro.containers.jobs import lock
-
-            lock([Path(p) for p in input], Path(output[0]))
+        script:
+            "dispatch.py"
 
 
 rule image_bundle:
@@ -44,9 +47,10 @@ rule image_bundle:
         PLAN.images_lock,
     output:
         PLAN.out.image_bundle,
+    params:
+        engine=PLAN.config["engine"],
+        socket=PLAN.engine_socket,
     log:
         PLAN.out.log("image_bundle"),
-    run:
-        from mlrepro.containers.jobs import make_bundle
-
-        make_bundle(Path(input[0]), Path(output[0]).parent, engine=PLAN.config["engine"], socket=PLAN.engine_socket)
+    script:
+        "dispatch.py"

@@ -7,6 +7,7 @@
 #   inference_report:  the seed-style inference table and latency plots
 INF_MODES = ["performance", "accuracy"]
 INF_ROUND = PLAN.config["inference"]["round"]
+INF_SHORTENED = bool(PLAN.config["inference"]["shortened"])
 
 
 wildcard_constraints:
@@ -17,22 +18,18 @@ wildcard_constraints:
 
 rule inference_conf:
     input:
+        # the user's own user.conf, copied as it is
         [PLAN.config["inference"]["user_conf"]] if PLAN.config["inference"].get("user_conf") else [],
     output:
         PLAN.out.user_conf("{ibench}"),
     params:
         samples=lambda w: PLAN.benchmarks[w.ibench].params["data"]["eval_samples"],
-        shortened=["--shortened"] if PLAN.config["inference"]["shortened"] else [],
-        source=lambda w, input: ["--from", str(input[0])] if input else [],
+        shortened=INF_SHORTENED,
         round=INF_ROUND,
-        # the interpreter running Snakemake runs every stage too (a venv need not be activated)
-        python=PLAN.python,
     log:
         PLAN.out.log("inference_conf_{ibench}"),
-    shell:
-        "{params.python:q} -m mlrepro.inference.settings --benchmark {wildcards.ibench:q} --samples {params.samples:q} "
-        "--round {params.round:q} {params.shortened:q} {params.source:q} --out {output:q} 2> {log:q} "
-        "|| {params.python:q} -m mlrepro.core.joblog {log:q} $?"
+    script:
+        "dispatch.py"
 
 
 rule inference_run:
@@ -40,28 +37,22 @@ rule inference_run:
         runs=lambda w: PLAN.inference_runs(w.ibench),
         manifest=PLAN.generated_manifest("{ibench}"),
         conf=rules.inference_conf.output[0],
-        spec=PLAN.out.spec("inference-{ibench}"),
     output:
         directory(PLAN.out.inference_run("{ibench}", "{scenario}", "{mode}")),
     params:
         data=lambda w: PLAN.out.generated_data(w.ibench),
-        shortened=["--shortened"] if PLAN.config["inference"]["shortened"] else [],
+        spec=lambda w: PLAN.inference_spec(w.ibench),
+        shortened=INF_SHORTENED,
         device=PLAN.config["device"],
         hz=PLAN.telemetry_hz,
         round=INF_ROUND,
-        # the interpreter running Snakemake runs every stage too (a venv need not be activated)
-        python=PLAN.python,
     threads: PLAN.config["threads_per_run"]
     log:
         PLAN.out.log("inference_{ibench}_{scenario}_{mode}"),
     benchmark:
         PLAN.out.bench("inference_{ibench}_{scenario}_{mode}")
-    shell:
-        "{params.python:q} -m mlrepro.inference.run --benchmark {wildcards.ibench:q} --scenario {wildcards.scenario:q} "
-        "--mode {wildcards.mode:q} --runs {input.runs:q} --data-dir {params.data:q} --params-file {input.spec:q} "
-        "--user-conf {input.conf:q} {params.shortened:q} --out {output:q} --device {params.device:q} "
-        "--threads {threads:q} --telemetry-hz {params.hz:q} --round {params.round:q} > {log:q} 2>&1 "
-        "|| {params.python:q} -m mlrepro.core.joblog {log:q} $?"
+    script:
+        "dispatch.py"
 
 
 rule inference_package:
@@ -73,7 +64,7 @@ rule inference_package:
         directory(PLAN.out.inference / "package"),
     params:
         runs_dir=PLAN.out.inference / "runs",
-        confs=[f"{b}={PLAN.out.user_conf(b)}" for b in PLAN.inference_benchmarks],
+        confs={b: str(PLAN.out.user_conf(b)) for b in PLAN.inference_benchmarks},
         org=PLAN.config["org"],
         division=PLAN.config["division"],
         status=PLAN.config["status"],
@@ -81,15 +72,10 @@ rule inference_package:
         device=PLAN.config["device"],
         threads=PLAN.config["threads_per_run"],
         round=INF_ROUND,
-        # the interpreter running Snakemake runs every stage too (a venv need not be activated)
-        python=PLAN.python,
     log:
         PLAN.out.log("inference_package"),
-    shell:
-        "{params.python:q} -m mlrepro.inference.package --runs-dir {params.runs_dir:q} --user-conf {params.confs:q} "
-        "--out {output:q} --org {params.org:q} --division {params.division:q} --status {params.status:q} "
-        "--system {params.system:q} --device {params.device:q} --threads {params.threads:q} --round {params.round:q} "
-        "2> {log:q} || {params.python:q} -m mlrepro.core.joblog {log:q} $?"
+    script:
+        "dispatch.py"
 
 
 rule inference_check:
@@ -99,12 +85,10 @@ rule inference_check:
         PLAN.out.inference / "check.json",
     params:
         round=INF_ROUND,
-        python=PLAN.python,
     log:
         PLAN.out.log("inference_check"),
-    shell:
-        "{params.python:q} -m mlrepro.inference.check --package {input:q} --round {params.round:q} --out {output:q} "
-        "2> {log:q} || {params.python:q} -m mlrepro.core.joblog {log:q} $?"
+    script:
+        "dispatch.py"
 
 
 rule inference_report:
@@ -116,10 +100,7 @@ rule inference_report:
         table=PLAN.out.inference / "table.csv",
     params:
         runs_dir=PLAN.out.inference / "runs",
-        # the interpreter running Snakemake runs every stage too (a venv need not be activated)
-        python=PLAN.python,
     log:
         PLAN.out.log("inference_report"),
-    shell:
-        "{params.python:q} -m mlrepro.inference.report --check {input.check:q} --runs-dir {params.runs_dir:q} "
-        "--out {output.html:q} --csv {output.table:q} 2> {log:q} || {params.python:q} -m mlrepro.core.joblog {log:q} $?"
+    script:
+        "dispatch.py"

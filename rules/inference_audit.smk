@@ -7,7 +7,6 @@ from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
 
-from mlrepro.core import smk as _smk
 INF_AUDIT_ROOT = Path(config["audit"]).resolve()
 INF_AUDIT_OUT = Path(config.get("audit_out") or "audit")
 
@@ -40,8 +39,7 @@ rule inference_audit:
     params:
         root=INF_AUDIT_ROOT,
         out=INF_AUDIT_OUT,
-        python=_smk.python_command(),  # the steps run with the interpreter that runs Snakemake
     log:
-        INF_AUDIT_OUT / "logs" / "inference_audit.log",
-    shell:
-        "{params.python:q} -m mlrepro.inference.audit --root {params.root:q} --out {params.out:q} 2>&1 | tee {log:q}"
+        INF_AUDIT_OUT / "logs" / "inference_audit.log",  # on the terminal too (mlrepro/jobs.py SHOWN)
+    script:
+        "dispatch.py"

@@ -1,9 +1,7 @@
-# Stage 5: the MLCommons submission tree, judged by the official package checker.
-from mlrepro.core import rulesets
-
+# Stage 5: the MLCommons submission tree, judged by the official package checker (of the release that judges the
+# ruleset: logging_release; else the installed mlperf_logging); its output is the job's log.
 rule package:
     input:
-        spec=PLAN.out.spec("package"),
         results=PLAN.all_runs(PLAN.out.result),
         verdicts=PLAN.all_runs(PLAN.out.verdict),
         # the probed host of every system description (systems/<system>.json); paths, not rules.X.output:
@@ -15,16 +13,19 @@ rule package:
         summaries=PLAN.all_runs(PLAN.out.summary),
         data_manifests=[PLAN.dataset_ready(b) for b in PLAN.mini_benchmarks],
         images=PLAN.image_records,
+        # the config files' capture records the spec is read from (ancient: a record made again under its name,
+        # what it captured unchanged, keeps what was made)
+        captures=[ancient(str(f)) for f in PLAN.capture_files],
     output:
         tree=directory(PLAN.out.submission),
         verdict=PLAN.out.package_verdict,
     params:
-        # the release whose package checker judges (logging_release; else the installed mlperf_logging)
-        release=rulesets.release_args(PLAN.config),
-        # the interpreter running Snakemake runs every stage too (a venv need not be activated)
-        python=PLAN.python,
+        # read from the capture records: a function of the input, which Snakemake does not track (<TBD> until
+        # they exist); tracked: the spec as it would be for stand-in records (PLAN.basis)
+        spec=lambda w, input: PLAN.package_spec(),
+        basis=lambda w: PLAN.basis(lambda plan: plan.package_spec()),
+        release=PLAN.logging_release,
     log:
         PLAN.out.log("package_checker"),
-    shell:
-        "{params.python:q} -m mlrepro.package.assemble --spec {input.spec:q} --environment {input.environment:q} "
-        "--out {output.tree:q} --verdict {output.verdict:q} --log {log:q} {params.release:q}"
+    script:
+        "dispatch.py"

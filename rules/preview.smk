@@ -11,8 +11,11 @@ rule launch_preview:
         PLAN.launch_files,
     output:
         PLAN.out.root / "launch_preview.json",
+    params:
+        # a function of the input (the launch files, read from capture records): not tracked
+        units=lambda w, input: PLAN.preview_units(),
     log:
         PLAN.out.log("launch_preview"),
     localrule: True
-    run:
-        print(planning.jobs.launch_preview(PLAN, output[0], log[0]))
+    script:
+        "dispatch.py"

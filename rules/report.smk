@@ -1,7 +1,6 @@
 # Stage 7: one self-contained HTML report.
 rule report:
     input:
-        spec=PLAN.out.spec("report"),
         # paths, not rules.X.output (rules/package.smk says why)
         scores=PLAN.out.scores,
         package=PLAN.out.package_verdict,
@@ -12,13 +11,18 @@ rule report:
         # the default DAG with a container engine locks the image ids it ran
         lock=[] if PLAN.native or PLAN.config["images"] == "locked" else [PLAN.images_lock],
         manifests=[PLAN.generated_manifest(b) for b in PLAN.mini_benchmarks],
+        # the config files' capture records the spec is read from (ancient: a record made again under its name,
+        # what it captured unchanged, keeps what was made)
+        captures=[ancient(str(f)) for f in PLAN.capture_files],
     output:
         PLAN.out.report,
     params:
-        python=PLAN.python,
+        # read from the capture records: a function of the input, which Snakemake does not track (<TBD> until
+        # they exist); tracked: the spec as it would be for stand-in records (PLAN.basis)
+        spec=lambda w, input: PLAN.report_spec(),
+        basis=lambda w: PLAN.basis(lambda plan: plan.report_spec()),
         outdir=PLAN.out.root,
     log:
         PLAN.out.log("report"),
-    shell:
-        "{params.python:q} -m mlrepro.report.submission --outdir {params.outdir:q} --spec {input.spec:q} "
-        "--out {output:q} 2> {log:q} || {params.python:q} -m mlrepro.core.joblog {log:q} $?"
+    script:
+        "dispatch.py"

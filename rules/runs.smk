@@ -1,8 +1,6 @@
 # Stage 3: N runs per (system, benchmark), each its own job with its own seed, the telemetry sampler beside it.
 # A folder with run.sub runs one experiment of it in the run's allocation; ours and other folders run their
 # run_and_time.sh (mlrepro.runs.driver).
-import json
-
 from mlrepro.core.smk import SLURM_EXECUTOR, executor, signature_once
 
 
@@ -20,20 +18,16 @@ rule capture:
     params:
         # functions of the output, which Snakemake does not track: the record's name is what it captures
         config=lambda w, output: str(PLAN.capture_source(w.key)),
-        checks=lambda w, output: json.dumps(PLAN.capture_checks(w.key)),
-        # profiles/slurm: the preflight of the shapes it gives (rules/common.smk's onstart checks those known then);
-        # an argument list (an empty word would render as none)
-        preflight=lambda w, output: ["--preflight", json.dumps(PLAN.capture_preflight(w.key))]
-        if executor() == SLURM_EXECUTOR else [],
-        python=PLAN.python,
+        checks=lambda w, output: PLAN.capture_checks(w.key),
+        # profiles/slurm: the preflight of the shapes it gives (rules/common.smk's onstart checks those known then)
+        preflight=lambda w, output: PLAN.capture_preflight(w.key) if executor() == SLURM_EXECUTOR else None,
     wildcard_constraints:
         key=PLAN.capture_pattern,
     log:
         PLAN.out.log("capture_{key}"),
     localrule: True
-    shell:
-        "{params.python:q} -m mlrepro.runs.capture_job --config {params.config:q} --checks {params.checks:q} "
-        "{params.preflight:q} --out {output:q} > {log:q} 2>&1 || (cat {log:q} >&2; exit 1)"
+    script:
+        "dispatch.py"
 
 
 # The unit's capture record, as the jobs that read it take it: ancient (see the capture rule).
@@ -48,15 +42,15 @@ rule launch:
     output:
         PLAN.out.launch("{system}", "{benchmark}"),
     params:
-        # the text, a function of the input (not tracked: <TBD> until the record exists); what is tracked is known
-        # before (PLAN.basis: the text of a stand-in record; the record is the input, named by what it captured)
-        text=signature_once(lambda w, input: PLAN.launch_spec(w.system, w.benchmark).to_json()),
-        basis=signature_once(lambda w: PLAN.basis(lambda plan: plan.launch_spec(w.system, w.benchmark).to_json())),
+        # the spec, a function of the input (not tracked: <TBD> until the record exists); what is tracked is known
+        # before (PLAN.basis: the spec of a stand-in record; the record is the input, named by what it captured)
+        spec=signature_once(lambda w, input: PLAN.launch_params(w.system, w.benchmark)),
+        basis=signature_once(lambda w: PLAN.basis(lambda plan: plan.launch_spec(w.system, w.benchmark).to_dict())),
     log:
         PLAN.out.log("launch_{system}_{benchmark}"),
     localrule: True
     script:
-        "scripts/write_text.py"
+        "dispatch.py"
 
 
 rule run:
@@ -74,17 +68,14 @@ rule run:
         drop_caches=PLAN.config["drop_caches"],
         hz=PLAN.telemetry_hz,
         backend=PLAN.config["telemetry"].get("backend", "nvml"),
-        # not run-changing: where the run's folder is, how the engine is reached, which GPUs it may claim
+        # not run-changing: where the run's folder is, whether its image is locked, which GPUs it may claim (outside
+        # Slurm: this host's GPU lock folder, config gpu_lock_dir; none: the user's own)
         run_dir=str(PLAN.out.run_dir("{system}", "{benchmark}", "{run}")),
-        # native: the same for every run (a value, not a call per job)
-        engine=PLAN.engine_options([]) if PLAN.native else signature_once(lambda w, input: PLAN.engine_options(input.image)),
-        # outside Slurm: this host's GPU lock folder (config gpu_lock_dir; empty: the user's own) and its GPUs
-        locks=["--gpu-locks", PLAN.config["gpu_lock_dir"]] if PLAN.config.get("gpu_lock_dir") else [],
-        machine=str(PLAN.config["gpus"]),
+        locked=False if PLAN.native else signature_once(lambda w, input: PLAN.config["images"] == "locked"),
+        gpu_locks=PLAN.config.get("gpu_lock_dir") or None,
+        gpus=str(PLAN.config["gpus"]),
         # how the run is launched, pipeline keys included: a function of the input, which Snakemake does not track
-        launch=signature_once(lambda w, input: PLAN.launch_json(w.system, w.benchmark)),
-        # the interpreter running Snakemake runs every stage too (a venv need not be activated)
-        python=PLAN.python,
+        launch=signature_once(lambda w, input: PLAN.launch_params(w.system, w.benchmark)),
     threads: PLAN.config["threads_per_run"]
     resources:
         # Snakemake's local queueing only (the default profile passes this machine's count as --resources gpus=N);
@@ -96,7 +87,5 @@ rule run:
         PLAN.out.log("run_{system}_{benchmark}_{run}"),
     benchmark:
         PLAN.out.bench("run_{system}_{benchmark}_{run}")
-    shell:
-        "{params.python:q} -m mlrepro.runs.driver --launch-json {params.launch:q} --seed {params.seed:q} "
-        "--run-dir {params.run_dir:q} {params.engine:q} {params.locks:q} "
-        "--gpus {params.machine:q} --telemetry-hz {params.hz:q} --telemetry-backend {params.backend:q} > {log:q} 2>&1"
+    script:
+        "dispatch.py"

@@ -9,6 +9,8 @@ convergence and the tests that need CI's services (Podman, Slurm). A test in the
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import shutil
@@ -21,6 +23,7 @@ from typing import Any
 import pytest
 
 from mlrepro.config import system_name
+from mlrepro.core.job import Files, Job, json_values
 from mlrepro.planning.plan import Plan
 from mlrepro.runs import capture_job
 from mlrepro.runs.launch_spec import LaunchSpec
@@ -83,6 +86,83 @@ def snakemake(workdir: Path, *args: str, check: bool = True, timeout: int = 900)
         raise AssertionError(f"snakemake {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout[-4000:]}"
                              f"\n{proc.stderr[-8000:]}")
     return proc
+
+
+def make_job(rule: str, input: dict[str, Any] | None = None, output: dict[str, Any] | None = None,
+             params: dict[str, Any] | None = None, wildcards: dict[str, str] | None = None, threads: int = 1,
+             log: Path | None = None) -> Job:
+    """A rule's Job as mlrepro/jobs.py makes it from Snakemake's object: named files (a path or a list of them),
+    params as JSON values."""
+
+    def files(named: dict[str, Any] | None) -> Files:
+        named = {k: (str(v) if isinstance(v, str | Path) else [str(p) for p in v]) for k, v in (named or {}).items()}
+        return Files(tuple(p for v in named.values() for p in ([v] if isinstance(v, str) else v)), named)
+
+    return Job(rule, files(input), files(output), json_values(params or {}), wildcards or {}, threads,
+               str(log) if log else None)
+
+
+def launch_preview(plan: Plan, out: Path) -> str:
+    """The launch_preview rule's job (mlrepro/runs/preview.py: job) on ``plan``'s units, in this process: what it
+    prints (the node-hours table)."""
+    from mlrepro.runs import preview
+
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        preview.job(make_job("launch_preview", output={"out": out}, params={"units": plan.preview_units()}))
+    return printed.getvalue()
+
+
+def run_job(job: Job, **kwargs: Any) -> subprocess.CompletedProcess[str]:
+    """``python -m mlrepro.jobs < JOB``: the job in a process of its own (LoadGen's rule: one run per process)."""
+    return subprocess.run([sys.executable, "-P", "-m", "mlrepro.jobs"], input=job.to_json(), cwd=REPO,
+                          capture_output=True, text=True, check=False, **kwargs)
+
+
+# What Snakemake's script: directive runs (snakemake/script/__init__.py, PythonScript): the script's text after a
+# preamble that extends sys.path with the main process's path and defines ``snakemake``, written to
+# .snakemake/scripts/ in the working folder and run by the interpreter that runs Snakemake. The stand-in object has
+# what mlrepro/jobs.py reads of the real one: named lists with items(), the rule, threads and log.
+_SCRIPT = """import sys
+sys.path.extend({path!r})
+
+
+class _Named(list):
+    def __init__(self, named):
+        super().__init__(p for v in named.values() for p in (v if isinstance(v, list) else [v]))
+        self._named = named
+
+    def items(self):
+        return iter(self._named.items())
+
+
+class _Snakemake:
+    rule = {rule!r}
+    input, output = _Named({input!r}), _Named({output!r})
+    params, wildcards = _Named({params!r}), _Named({wildcards!r})
+    threads, log = {threads!r}, {log!r}
+
+
+snakemake = _Snakemake()
+__real_file__ = __file__
+__file__ = {dispatcher!r}
+"""
+
+
+def dispatch(workdir: Path, job: Job, extra_path: list[str] | None = None, **kwargs: Any
+             ) -> subprocess.CompletedProcess[str]:
+    """Run ``job`` through rules/dispatch.py as Snakemake's script: directive runs it, in ``workdir`` (its path
+    extended as Snakemake extends it: with the main process's, and ``extra_path``)."""
+    scripts = workdir / ".snakemake" / "scripts"
+    scripts.mkdir(parents=True, exist_ok=True)
+    script = scripts / "tmpjob.dispatch.py"
+    script.write_text(_SCRIPT.format(
+        path=[p for p in sys.path if p and p != str(REPO)] + [str(REPO), *(extra_path or [])], rule=job.rule,
+        input=job.input.named, output=job.output.named, params=job.params, wildcards=job.wildcards,
+        threads=job.threads, log=[job.log] if job.log else [], dispatcher=str(REPO / "rules" / "dispatch.py"))
+        + (REPO / "rules" / "dispatch.py").read_text())
+    return subprocess.run([sys.executable, str(script)], cwd=workdir, capture_output=True, text=True, check=False,
+                          **kwargs)
 
 
 def refused(proc: subprocess.CompletedProcess[str], *says: str) -> str:

@@ -20,6 +20,7 @@ import requests
 from mlrepro.datasets import extract, fetch, prepare, recipe, stamps, steps
 from mlrepro.datasets.manifest import MANIFEST, read_manifest
 from tests import dataset_sources as src
+from tests.conftest import make_job
 
 
 @pytest.fixture(scope="module")
@@ -285,9 +286,15 @@ def test_two_pipelines_preparing_one_data_root_at_once(server: src.Server, tmp_p
     root = tmp_path / "shared"
     steps.download(r, root, tmp_path / "d.json", progressbar=False)
     steps.verify(r, root, tmp_path / "v.json")
-    procs = [subprocess.Popen([sys.executable, "-m", "mlrepro.datasets", "extract", "--benchmark", "minigo",
-                               "--recipe", str(path), "--root", str(root), "--receipt", str(tmp_path / f"e{i}.json")])
-             for i in range(2)]
+    jobs = [make_job("data_extract", input={"recipe": path}, output={"receipt": tmp_path / f"e{i}.json"},
+                     params={"step": "extract", "root": root, "group": ""}, wildcards={"benchmark": "minigo"})
+            for i in range(2)]
+    procs = [subprocess.Popen([sys.executable, "-P", "-m", "mlrepro.jobs"], stdin=subprocess.PIPE, text=True)
+             for _ in jobs]
+    for proc, job in zip(procs, jobs, strict=True):  # both started before either is given its job
+        assert proc.stdin is not None
+        proc.stdin.write(job.to_json())
+        proc.stdin.close()
     assert [p.wait(timeout=60) for p in procs] == [0, 0]
     receipts = [json.loads((tmp_path / f"e{i}.json").read_text()) for i in range(2)]
     assert receipts[0] == receipts[1]  # the second found the first one's folder and reused it

@@ -17,8 +17,9 @@ from typing import Any
 
 import pytest
 
+from mlrepro.core.job import Job
 from mlrepro.inference import calibrate, check, package, report, rounds, run, settings, summary, sut
-from tests.conftest import REPO, mini_launch, refused, snakemake
+from tests.conftest import REPO, make_job, mini_launch, refused, snakemake
 from tests.rounds import DATA, extract
 
 TINY = {
@@ -49,13 +50,32 @@ def _train(benchmark: str, params: dict[str, Any], root: Path, data_seed: int = 
             "samples": params["data"]["eval_samples"]}
 
 
-def _run_argv(t: dict[str, Any], benchmark: str, scenario: str, mode: str, conf: Path, out: Path,
-              round_name: str = rounds.DEFAULT, shortened: bool = True) -> list[str]:
-    """The inference run module's command line for a run of ``t`` (what _train returned)."""
-    return [sys.executable, "-m", "mlrepro.inference.run", "--benchmark", benchmark, "--scenario", scenario,
-            "--mode", mode, "--runs", str(t["run_json"]), "--data-dir", str(t["data"]), "--params-file",
-            str(t["params"]), "--user-conf", str(conf), *(["--shortened"] if shortened else []),
-            "--round", round_name, "--out", str(out)]
+def _run_job(t: dict[str, Any], benchmark: str, scenario: str, mode: str, conf: Path, out: Path,
+             round_name: str = rounds.DEFAULT, shortened: bool = True) -> Job:
+    """The inference_run rule's job for a run of ``t`` (what _train returned)."""
+    return make_job("inference_run", input={"runs": [t["run_json"]], "conf": conf}, output={"out": out},
+                    params={"data": t["data"], "spec": json.loads(Path(t["params"]).read_text()),
+                            "shortened": shortened, "device": "cpu", "hz": 0, "round": round_name},
+                    wildcards={"ibench": benchmark, "scenario": scenario, "mode": mode})
+
+
+JOB_ARGV = [sys.executable, "-P", "-m", "mlrepro.jobs"]  # a job (its JSON on stdin) in a process of its own
+
+
+def _start(job: Job) -> subprocess.Popen[str]:
+    """``job`` started in a process of its own (LoadGen reads its settings once per process), its output piped."""
+    proc = subprocess.Popen(JOB_ARGV, cwd=REPO, env=ENV, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    assert proc.stdin is not None
+    proc.stdin.write(job.to_json())
+    proc.stdin.close()
+    return proc
+
+
+def _run(job: Job, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    """``job`` in a process of its own, to its end."""
+    return subprocess.run(JOB_ARGV, input=job.to_json(), cwd=REPO, env=ENV, capture_output=True, text=True,
+                          timeout=timeout)
 
 
 @pytest.fixture(scope="module")
@@ -91,19 +111,16 @@ def _serve_every_scenario(trained: dict[str, Path], out: Path, round_name: str) 
     conf.write_text(settings.user_conf("resnet", TINY["data"]["eval_samples"], shortened=True, round_name=round_name))
     runs_dir = out / "runs"
 
-    def argv(scenario: str, mode: str) -> list[str]:
-        return _run_argv(trained, "resnet", scenario, mode, conf, runs_dir / "resnet" / scenario / mode, round_name)
+    def job(scenario: str, mode: str) -> Job:
+        return _run_job(trained, "resnet", scenario, mode, conf, runs_dir / "resnet" / scenario / mode, round_name)
 
     # accuracy runs do not time anything: all four at once, beside each other; performance runs alone
-    accuracy = [subprocess.Popen(argv(s, "accuracy"), cwd=REPO, env=ENV, stdout=subprocess.PIPE,
-                                 stderr=subprocess.STDOUT, text=True) for s in summary.SCENARIOS]
+    accuracy = [_start(job(s, "accuracy")) for s in summary.SCENARIOS]
     for proc in accuracy:
         out_text, _ = proc.communicate(timeout=300)
         assert proc.returncode == 0, out_text[-3000:]
     for scenario in summary.SCENARIOS:
-        proc = subprocess.run(argv(scenario, "performance"), cwd=REPO, env=ENV, capture_output=True, text=True,
-                              timeout=600)
-        _performance_ran(proc, scenario)
+        _performance_ran(_run(job(scenario, "performance")), scenario)
     return runs_dir, conf
 
 
@@ -181,8 +198,9 @@ def test_loadgen_every_scenario_package_check_and_report(trained: dict[str, Path
         package.build(other, {"resnet": conf}, tmp_path / "refused", "testorg", "open", "research", "sys1", "cpu", 1)
 
     (tmp_path / "check.json").write_text(json.dumps(verdict))
-    _py("-m", "mlrepro.inference.report", "--check", str(tmp_path / "check.json"), "--runs-dir", str(runs_dir),
-        "--out", str(tmp_path / "report.html"), "--csv", str(tmp_path / "table.csv"))
+    report.job(make_job("inference_report", input={"check": tmp_path / "check.json"},
+                        output={"html": tmp_path / "report.html", "table": tmp_path / "table.csv"},
+                        params={"runs_dir": runs_dir}))
     table = (tmp_path / "table.csv").read_text().splitlines()
     assert len(table) == 1 + len(summary.SCENARIOS)
     html = (tmp_path / "report.html").read_text()
@@ -279,9 +297,8 @@ def others_served(others_trained: dict[str, dict[str, Any]], tmp_path_factory: p
             confs[b] = out / f"{b}.user.conf"
             confs[b].write_text(settings.user_conf(b, t["samples"], shortened=True, round_name=round_name))
             for mode in settings.MODES:
-                procs.append(subprocess.Popen(
-                    _run_argv(t, b, "Offline", mode, confs[b], out / "runs" / b / "Offline" / mode, round_name),
-                    cwd=REPO, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+                procs.append(_start(
+                    _run_job(t, b, "Offline", mode, confs[b], out / "runs" / b / "Offline" / mode, round_name)))
             for proc in procs[-2:]:  # one model at a time: its accuracy run beside its performance run
                 text, _ = proc.communicate(timeout=300)
                 assert proc.returncode == 0, f"{b}: {text[-3000:]}"
@@ -364,9 +381,8 @@ def test_an_official_offline_resnet50_run_is_accepted_by_the_official_v2_0_check
     conf = tmp_path / "resnet.user.conf"
     conf.write_text(settings.user_conf("resnet", 1024, shortened=False))
     for mode in settings.MODES:
-        proc = subprocess.run(
-            _run_argv(t, "resnet", "Offline", mode, conf, tmp_path / "runs" / "resnet" / "Offline" / mode,
-                      shortened=False), cwd=REPO, env=ENV, capture_output=True, text=True, timeout=3 * 3600)
+        proc = _run(_run_job(t, "resnet", "Offline", mode, conf, tmp_path / "runs" / "resnet" / "Offline" / mode,
+                             shortened=False), timeout=3 * 3600)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     pkg = tmp_path / "package"
     package.build(tmp_path / "runs", {"resnet": conf}, pkg, "testorg", "open", "research", "sys1", "cpu", 1)
@@ -397,10 +413,8 @@ class Changed(serve.ADAPTERS["resnet"]):
         time.sleep(float(kind))
         return super().predict(indices)
 serve.ADAPTERS["resnet"] = Changed
-try:
-    run.main(sys.argv[2:])
-except (run.InferenceFailed, calibrate.CalibrationError) as e:
-    sys.exit(f"error: {e}")
+from mlrepro.core.job import Job, call
+sys.exit(call("mlrepro.inference.run:job", Job.from_json(sys.argv[2])))
 """
 # The fixed statements this calibration replaced were tuned on one machine: SingleStream 2.0 ms, Offline
 # 20,000 samples/s, Server 40 queries/s (the issue they caused: a faster machine ran out of queries).
@@ -416,13 +430,9 @@ def _performance_ran(proc: subprocess.CompletedProcess[str], scenario: str) -> N
 
 def _changed_run(trained: dict[str, Path], kind: str, scenario: str, conf: Path, out: Path,
                  ) -> subprocess.CompletedProcess[str]:
-    params = out.with_name(f"{out.name}.params.json")
-    params.write_text(json.dumps(TINY))
-    return subprocess.run(
-        [sys.executable, "-c", CHANGED_SUT, kind, "--benchmark", "resnet", "--scenario", scenario,
-         "--mode", "performance", "--runs", str(trained["run_json"]), "--data-dir", str(trained["data"]),
-         "--params-file", str(params), "--user-conf", str(conf), "--shortened", "--out", str(out)],
-        cwd=REPO, env=ENV, capture_output=True, text=True, timeout=600)
+    job = _run_job(trained, "resnet", scenario, "performance", conf, out)
+    return subprocess.run([sys.executable, "-c", CHANGED_SUT, kind, job.to_json()], cwd=REPO, env=ENV,
+                          capture_output=True, text=True, timeout=600)
 
 
 @pytest.mark.integration
@@ -577,7 +587,8 @@ def test_dlrm_served_offline_auc_from_the_accuracy_log(tmp_path: Path) -> None:
     conf = tmp_path / "dlrm.user.conf"
     conf.write_text(settings.user_conf("dlrm", t["samples"], shortened=True))
     for mode in settings.MODES:
-        _py(*_run_argv(t, "dlrm", "Offline", mode, conf, tmp_path / "inf" / mode)[1:])
+        proc = _run(_run_job(t, "dlrm", "Offline", mode, conf, tmp_path / "inf" / mode), timeout=300)
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     perf = json.loads((tmp_path / "inf" / "performance" / "result.json").read_text())
     assert perf["loadgen_model"] == "dlrm" and perf["summary"]["valid"] is True, perf["summary"]  # v2.0's name
     acc = json.loads((tmp_path / "inf" / "accuracy" / "result.json").read_text())

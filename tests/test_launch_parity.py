@@ -25,10 +25,9 @@ import pytest
 
 from mlrepro import config as mlconfig
 from mlrepro import systems as mlsystems
-from mlrepro.planning import jobs
 from mlrepro.planning.plan import Plan
 from mlrepro.slurm import trace
-from tests.conftest import captured
+from tests.conftest import captured, launch_preview
 
 pytestmark = pytest.mark.vendor
 
@@ -160,7 +159,7 @@ def test_preview_steps_are_run_sub_steps(rounds: dict[str, Path], ruleset: str, 
     data = tmp_path / "data"
     data.mkdir()
     plan = plan_for(ruleset, folder, benchmark, configs, data, tmp_path / "results")
-    jobs.launch_preview(plan, tmp_path / "launch_preview.json", tmp_path / "preview.log")
+    launch_preview(plan, tmp_path / "launch_preview.json")
 
     entries = {e["system"]: e for e in json.loads((tmp_path / "launch_preview.json").read_text())}
     assert sorted(entries) == sorted(c.stem.removeprefix("config_") for c in configs)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import subprocess
 import sys
@@ -14,7 +15,7 @@ import yaml
 from mlperf_logging.result_summarizer import result_summarizer
 
 from mlrepro.datasets import manifest
-from tests.conftest import SYSTEM, TEST_CONFIG, refused, snakemake
+from tests.conftest import REPO, SYSTEM, TEST_CONFIG, refused, snakemake
 
 pytestmark = pytest.mark.integration
 
@@ -73,6 +74,26 @@ def test_report_is_self_contained_and_complete(submission: Path) -> None:
 def test_second_run_has_nothing_to_do(submission: Path) -> None:
     out = snakemake(submission, "--configfile", str(TEST_CONFIG))
     assert "Nothing to be done" in out.stdout + out.stderr
+
+
+def test_a_touched_dispatcher_reruns_nothing_and_a_changed_spec_only_its_jobs(submission: Path) -> None:
+    """Every rule runs rules/dispatch.py, whose time stamp Snakemake's code trigger compares with each output's:
+    the profiles leave that trigger out, so a fresh checkout (or an edit of the file) re-runs no finished job. What
+    a job acts on is in its params: a changed spec (org) re-runs the jobs that read it, and no run."""
+    dispatcher = REPO / "rules" / "dispatch.py"
+    stat = dispatcher.stat()
+    try:
+        os.utime(dispatcher)  # newer than every output
+        out = snakemake(submission, "--configfile", str(TEST_CONFIG), "-n")
+        assert "Nothing to be done" in out.stdout + out.stderr
+        with_code = snakemake(submission, "--configfile", str(TEST_CONFIG), "-n", "--rerun-triggers", "code")
+        assert "Code has changed since last execution" in with_code.stdout  # what the profiles' setting prevents
+    finally:
+        os.utime(dispatcher, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    dry = snakemake(submission, "--configfile", str(TEST_CONFIG), "-n", "--config", "org=otherorg").stdout
+    planned = set(re.findall(r"^(?:local)?rule (\w+):", dry, re.MULTILINE))
+    assert {"environment", "package", "report", "inference_package"} <= planned
+    assert not planned & {"run", "compliance", "data", "score", "inference_run"}, planned
 
 
 def test_corrupted_data_is_detected_and_rebuilt(tiny_pipeline_copy: Path) -> None:

@@ -34,7 +34,7 @@ def _read_only_modes(workdir: Path) -> None:
 @pytest.mark.integration
 def test_read_only_modes_change_nothing_in_a_finished_folder(tiny_package: Path) -> None:
     before = _state(tiny_package)
-    assert "report.html" in before and "pipeline_info/specs/report.json" in before
+    assert "report.html" in before and "pipeline_info/environment.json" in before
     _read_only_modes(tiny_package.parent)
     assert _state(tiny_package) == before
 

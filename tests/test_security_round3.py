@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import inspect
 import json
 import os
 import shutil
@@ -18,7 +19,6 @@ import sys
 import tempfile
 import time
 import uuid
-from argparse import Namespace
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -29,7 +29,7 @@ from mlrepro import config as mlconfig
 from mlrepro.core import smk
 from mlrepro.inference import audit as iaudit
 from mlrepro.runs import ledger, warm
-from tests.conftest import REPO
+from tests.conftest import REPO, dispatch, make_job, write_mllog
 
 # --- a second local user -------------------------------------------------------------------------------------
 
@@ -188,8 +188,8 @@ def _imported(mark: Path) -> list[str]:
 
 def test_every_entry_point_ignores_modules_in_the_working_folder(canaries: tuple[Path, Path],
                                                                  tmp_path: Path) -> None:
-    _, mark = canaries
-    from mlrepro.audit import __main__ as audit_main
+    work, mark = canaries
+    from mlrepro.audit.steps import Step, _compare
     from mlrepro.core import probe, versions
     from mlrepro.package import assemble
     from mlrepro.telemetry import start_sampler
@@ -199,13 +199,20 @@ def test_every_entry_point_ignores_modules_in_the_working_folder(canaries: tuple
     versions.run_isolated(tmp_path / "logging", ["-m", "mlrepro.audit", "--help"])
     (tmp_path / "round").mkdir()
     with contextlib.suppress(FileNotFoundError):  # no first audit to compare with: only its re-runs matter here
-        audit_main._compare(Namespace(out=tmp_path / "out", compare_logging="installed", root=tmp_path / "round",
-                                      usage="training", ruleset="1.1.0", max_file_mb=1.0, jobs=1))
-    # the package checker, pip freeze, the rules' interpreter command
-    assemble.check(tmp_path / "round", "training", "1.1.0", tmp_path / "check.log")
+        _compare(Step("summarize", tmp_path / "round", tmp_path / "out", "1.1.0", max_file_mb=1.0,
+                      compare_logging="installed"))
+    # the package checker, pip freeze, the CLIs' interpreter command
+    assemble.check(tmp_path / "round", "training", "1.1.0")
     probe.pip_freeze()
     subprocess.run([*smk.python_command(), "-m", "mlrepro.gate.compliance", "--help"], capture_output=True,
                    check=False)
+    # a rule's job, as Snakemake runs it in this working folder (rules/dispatch.py), with the working folder on the
+    # path as Snakemake puts it there when it was started here as `python -m snakemake`
+    result = write_mllog(tmp_path / "run" / "result.txt", "resnet", 1_700_000_000_000, 2.0)
+    job = make_job("compliance", input={"result": result}, output={"verdict": tmp_path / "verdict.json"},
+                   params={"usage": "training", "ruleset": "2.0.0", "release": None}, log=tmp_path / "c.log")
+    proc = dispatch(work, job, extra_path=[str(work)])
+    assert proc.returncode == 0 and (tmp_path / "verdict.json").is_file(), proc.stderr
     # the telemetry sampler (NVML: it imports pynvml)
     handle = start_sampler(tmp_path / "telemetry", hz=10, backend="nvml", ready_timeout_s=60)
     handle.stop()
@@ -561,5 +568,8 @@ def test_failed_step_with_an_empty_log_says_why(tmp_path: Path, monkeypatch: pyt
     assert str(log) in text and "is empty" in text and "ENOSPC" in text
     log.write_text("error: the checker says no\n")
     assert joblog.explain(log, 1) == "error: the checker says no\n"
-    assert "compliance" in (REPO / "rules" / "compliance.smk").read_text() and \
-        "mlrepro.core.joblog" in (REPO / "rules" / "compliance.smk").read_text()
+    # every rule's failed job puts this on the terminal (mlrepro/jobs.py)
+    from mlrepro import jobs
+
+    assert "explain(" in inspect.getsource(jobs.run)
+    assert "dispatch.py" in (REPO / "rules" / "compliance.smk").read_text()

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -13,11 +12,14 @@ from typing import Any
 import pytest
 
 from mlrepro import config as mlconfig
+from mlrepro import score
 from mlrepro import systems as mlsystems
+from mlrepro.core import integrity
+from mlrepro.core.hashing import sha256_file
 from mlrepro.package.assemble import system_descriptions
 from mlrepro.planning.plan import Plan
 from mlrepro.runs.capture import CaptureError
-from tests.conftest import REPO, captured, write_mllog
+from tests.conftest import REPO, captured, make_job, write_mllog
 
 MINI = {"only": ["resnet", "dlrm"], "allow_fewer_runs": True,
         "benchmarks": {"resnet": {"runs": 2}, "dlrm": {"runs": 2}},
@@ -58,7 +60,7 @@ def test_each_system_and_benchmark_has_its_own_runs_shape_and_launch(tmp_path: P
     assert plan.launch_spec("cpu_n1", "dlrm").submission["platform"] == "cpu_n1"
     assert plan.all_runs(plan.out.result)[-1] == tmp_path / "out" / "runs" / "cpu_n2" / "dlrm" / "1" / "result.txt"
     assert plan.out.verdict("cpu_n2", "dlrm", 0) == tmp_path / "out" / "compliance" / "cpu_n2" / "dlrm" / "0.json"
-    package = json.loads(plan.specs["package"])
+    package = plan.package_spec()
     assert package["systems"] == {"cpu_n1": {"nodes": 1, "description": {}}, "cpu_n2": {"nodes": 2, "description": {}}}
     assert sorted(package["runs"]["cpu_n2"]) == ["dlrm"] and len(package["runs"]["cpu_n1"]["resnet"]) == 2
     # Slurm resources: values where every run agrees, a callable of the wildcards where they differ
@@ -127,19 +129,23 @@ def test_each_system_description_names_its_system_and_nodes() -> None:
 
 
 def test_one_score_table_per_system_and_benchmark(tmp_path: Path) -> None:
-    args = []
+    runs: dict[str, dict[str, list[str]]] = {}
     for system, minutes in (("a", 1.0), ("b", 2.0)):
         for i in range(3):
-            result = write_mllog(tmp_path / system / f"{i}.txt", "resnet", 1_700_000_000_000, minutes + i / 10)
-            args.append(f"{system}/resnet={result}")
+            result = write_mllog(tmp_path / system / str(i) / "result.txt", "resnet", 1_700_000_000_000,
+                                 minutes + i / 10)
+            (result.parent / "run.json").write_text(json.dumps({"result_sha256": sha256_file(result)}))
+            runs.setdefault(system, {}).setdefault("resnet", []).append(str(result))
     out = tmp_path / "scores.json"
-    subprocess.run([sys.executable, "-m", "mlrepro.score", "--results", *args, "--out", str(out)], check=True)
+    job = make_job("score", output={"scores": out},
+                   params={"runs": runs, "keep": {"resnet": 3}, "ruleset": None, "division": "open"})
+    score.job(job)
     scores = json.loads(out.read_text())
     assert scores["a"]["resnet"]["minutes"] == pytest.approx(1.1, abs=1e-3)
     assert scores["b"]["resnet"]["minutes"] == pytest.approx(2.1, abs=1e-3)
-    bad = subprocess.run([sys.executable, "-m", "mlrepro.score", "--results", f"resnet={tmp_path / 'a' / '0.txt'}",
-                          "--out", str(out)], capture_output=True, text=True, check=False)
-    assert bad.returncode == 2 and "expected SYSTEM/BENCHMARK=FILE" in bad.stderr
+    Path(runs["b"]["resnet"][0]).write_text("changed\n")  # a result is scored only as its run recorded it
+    with pytest.raises(integrity.Tampered, match="changed since its run finished"):
+        score.job(job)
 
 
 def test_a_run_jobs_slurm_comment_names_its_system() -> None:

@@ -15,11 +15,10 @@ import pytest
 
 from mlrepro import config as mlconfig
 from mlrepro import systems as mlsystems
-from mlrepro.planning import jobs
 from mlrepro.planning.plan import Plan
 from mlrepro.runs import accelerators, runsub
 from mlrepro.runs.capture import CaptureError
-from tests.conftest import REPO, captured
+from tests.conftest import REPO, captured, launch_preview
 
 RUN_SUB = """#!/bin/bash
 #SBATCH --job-name vendor
@@ -118,11 +117,11 @@ def test_planned_on_a_host_without_gpus_the_runs_ask_for_the_nodes_gpus(tmp_path
     assert launch.gpus == 8 and launch.container == "registry.example/vendor:1"
     assert launch.runsub_env == {"DGXSYSTEM": "SIM_2x4", "EXTRADIR": "/n2"}  # the system's value wins
     assert plan.images == []  # a ready image: nothing is built
-    env = runsub.environment(launch.to_dict(), 7, "/logs", launch.container or "")
+    env = runsub.environment(launch, 7, "/logs", launch.container or "")
     assert (env["CONT"], env["NEXP"], env["SEED"], env["LOGDIR"], env["EXTRADIR"]) == (
         "registry.example/vendor:1", "1", "7", "/logs", "/n2")
     out = tmp_path / "out" / "launch_preview.json"
-    jobs.launch_preview(plan, out, tmp_path / "preview.log")
+    table = launch_preview(plan, out)
     entries = json.loads(out.read_text())
     n2 = entries[1]
     assert n2["node_hours"] == pytest.approx(2 * 2 * 20 / 60, abs=1e-3) and n2["allocation"]["gpus_per_node"] == 4
@@ -131,7 +130,7 @@ def test_planned_on_a_host_without_gpus_the_runs_ask_for_the_nodes_gpus(tmp_path
     assert training[5] == (f"--container-mounts={tmp_path / 'data'}:/data,/n2:/extra,"
                            f"{plan.out.run_dir('sim_n2', 'resnet', 0).resolve()}:/results")
     assert n2["summary"]["cache_clear"] and n2["summary"]["cache_clear_logged"] and "unset_variables" not in n2
-    assert "node-hours" in (tmp_path / "preview.log").read_text()
+    assert "node-hours" in table
 
 
 def test_allocated_gpus_are_the_jobs_gres_on_this_node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -190,7 +189,7 @@ def test_an_image_is_built_for_its_systems_platform(tmp_path: Path) -> None:
     raw["systems"]["sim_n1"]["platform"] = raw["systems"]["sim_n2"]["platform"] = "linux/arm64"
     plan = _plan(raw, tmp_path)
     assert plan.images == ["resnet-vendor"] and plan.image_platform("resnet-vendor") == "linux/arm64"
-    spec = json.loads(plan.specs["environment"])  # the system description: a vendor's framework, no mini note
+    spec = plan.environment_spec  # the system description: a vendor's framework, no mini note
     assert spec["mini"] is False
     assert spec["frameworks"] == {"resnet": "pytorch 24.09-py3 (nvcr.io/nvidia/pytorch:24.09-py3)"}
     del raw["systems"]["sim_n2"]["platform"]
@@ -211,7 +210,7 @@ def test_the_simulated_clusters_vendor_folder_previews_its_steps(tmp_path: Path)
            "benchmarks": {"resnet": {"implementation": str(folder), "image": "sim:latest", "data_dir": "data",
                                      "runs": 1, "env": {"EXTRADIR": str(tmp_path / "data")}}}}
     plan = _plan(raw, tmp_path)
-    jobs.launch_preview(plan, tmp_path / "p.json", tmp_path / "p.log")
+    launch_preview(plan, tmp_path / "p.json")
     (entry,) = json.loads((tmp_path / "p.json").read_text())
     assert "error" not in entry, entry.get("error")
     training = entry["summary"]["training"]
@@ -292,10 +291,10 @@ def test_the_preview_names_a_variable_run_sub_reads_unset(tmp_path: Path) -> Non
     (folder / "run.sub").write_text(text.replace('for _experiment_index', 'echo ":::DLPAL ${MLPERF_CLUSTER_NAME}"\n'
                                                                         'for _experiment_index', 1))
     plan = _plan(_config(tmp_path, {"EXTRADIR": "/x"}), tmp_path)
-    jobs.launch_preview(plan, tmp_path / "p.json", tmp_path / "p.log")
+    table = launch_preview(plan, tmp_path / "p.json")
     entry = json.loads((tmp_path / "p.json").read_text())[0]
     assert entry["unset_variables"] == ["MLPERF_CLUSTER_NAME"] and "unbound variable" in entry["error"]
-    assert "run.sub fails" in (tmp_path / "p.log").read_text()
+    assert "run.sub fails" in table
 
 
 def test_a_vendor_systems_description_names_its_frameworks_and_no_mini_note() -> None:

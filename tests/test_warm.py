@@ -18,7 +18,7 @@ import pytest
 
 from mlrepro.runs import ledger, warm
 from mlrepro.telemetry.host import ROOTS_ENV
-from tests.conftest import REPO, SNAKEMAKE, SYSTEM, snakemake
+from tests.conftest import REPO, SNAKEMAKE, SYSTEM, dispatch, make_job, snakemake
 
 CONFIG = "only: [resnet]\nallow_fewer_runs: true\nbenchmarks:\n  resnet: {runs: 2}\n"
 
@@ -138,25 +138,54 @@ def test_warm_run_equals_cold_run_and_sampler_window(workdir: Path, warm_dir: Pa
 
 
 @pytest.mark.integration
+def test_the_run_rules_job_goes_warm_as_a_job_and_equals_the_cold_one(workdir: Path, warm_dir: Path) -> None:
+    """The driver's entry function (mlrepro/runs/driver.py: job), as the run rule's job through rules/dispatch.py:
+    handed to the driver's warm parent as a Job, its run the same as one run cold in the job's own process."""
+    env = {k: v for k, v in os.environ.items() if k != warm.OWNER_ENV} | {"MLREPRO_WARM_DEBUG": "1"}
+    owner = warm.owner_here()
+    records = {}
+    for mode, extra in (("job-cold", {}), ("job-warm", {warm.OWNER_ENV: owner})):
+        run_dir = workdir / mode
+        job = make_job("run", output={"result": run_dir / "result.txt", "summary": run_dir / "run.json"},
+                       params={"launch": workdir / "results" / "runs" / SYSTEM / "resnet" / "launch.json",
+                               "seed": 11, "run_dir": run_dir, "locked": False,
+                               "gpu_locks": workdir / "results" / ".gpu_locks", "gpus": "auto", "hz": 20,
+                               "backend": "nvml"},
+                       wildcards={"system": SYSTEM, "benchmark": "resnet", "run": "0"}, log=workdir / f"{mode}.log")
+        proc = dispatch(workdir, job, env=env | extra, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        assert "cold start" not in (workdir / f"{mode}.log").read_text()
+        records[mode] = json.loads((run_dir / "run.json").read_text())
+    driver_parent = int((warm.parent_dir(owner, warm.DRIVER) / "parent.pid").read_text())
+    assert driver_parent in _parents_alive(warm_dir)
+    assert _events(workdir / "job-warm" / "result.txt") == _events(workdir / "job-cold" / "result.txt")
+    for key in ("seed", "epochs", "status", "final_metric", "benchmark", "implementation"):
+        assert records["job-warm"][key] == records["job-cold"][key], key
+
+
+@pytest.mark.integration
 def test_dataset_job_goes_warm_and_writes_what_the_cold_one_writes(workdir: Path, warm_dir: Path,
                                                                    tmp_path: Path) -> None:
+    """The data rule's job, as Snakemake runs it (rules/dispatch.py): handed to the warm parent as a Job."""
     launch = json.loads((workdir / "results" / "runs" / SYSTEM / "resnet" / "launch.json").read_text())
-    params = {"data": launch["params"]["data"]}  # what rules/data.smk passes
     env = {k: v for k, v in os.environ.items() if k != warm.OWNER_ENV} | {"MLREPRO_WARM_DEBUG": "1"}
     owner = warm.owner_here()
     out = {}
     for mode, extra in (("cold", {}), ("warm", {warm.OWNER_ENV: owner})):
-        job = subprocess.run([sys.executable, "-m", "mlrepro.datasets.generated", "--benchmark", "resnet", "--out",
-                              str(tmp_path / mode), "--params", json.dumps(params), "--seed", "7"],
-                             env=env | extra, capture_output=True, text=True, timeout=300, check=True)
-        out[mode] = job.stdout
-        # with MLREPRO_WARM_DEBUG a job the warm parent could not serve says why it started cold
-        assert "cold start" not in job.stderr, job.stderr
+        job = make_job("data", output={"manifest": tmp_path / mode / "MANIFEST.sha256"},
+                       params={"folder": tmp_path / mode, "data": {"data": launch["params"]["data"]}, "seed": 7,
+                               "receipt": tmp_path / f"{mode}.receipt.json"},
+                       wildcards={"benchmark": "resnet"}, log=tmp_path / f"{mode}.log")
+        proc = dispatch(tmp_path, job, env=env | extra, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        out[mode] = (tmp_path / f"{mode}.log").read_text()
+        # with MLREPRO_WARM_DEBUG a job the warm parent could not serve says why it started cold (in its log)
+        assert "cold start" not in out[mode], out[mode]
     data_parent = int((warm.parent_dir(owner, warm.DATA) / "parent.pid").read_text())
     assert _parents_alive(warm_dir) == [data_parent]
     assert out["warm"] == out["cold"] and out["cold"].count("  ") >= 2  # the same files, hash for hash
     for path in (tmp_path / "cold").rglob("*"):
-        if path.is_file():
+        if path.is_file() and path.name != ".receipt.json":
             assert (tmp_path / "warm" / path.relative_to(tmp_path / "cold")).read_bytes() == path.read_bytes()
 
 

@@ -1,4 +1,4 @@
-"""What the rules of rules/containers.smk do: build or verify an image, lock, bundle."""
+"""What the rules of rules/containers.smk do: build or verify an image, lock, bundle (their jobs: ``*_job``)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from mlrepro.containers.errors import ContainerError, ImageMismatch
 from mlrepro.containers.lock import check_locked, check_locked_file, locked_entry, write_lock
 from mlrepro.core import atomic
 from mlrepro.core.hashing import sha256_file
+from mlrepro.core.job import Job
 from mlrepro.engines import EngineUnavailable
 from mlrepro.engines.client import connect, server_name
 
@@ -87,7 +88,7 @@ def _image_record(image: str, out: Path, log: Path, *, engine: str, socket: str 
                   "verified_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         if found:
             record["id"] = found["id"]
-        atomic.write_text(log, f"{image}: locked {record['id']} present\n")
+        log.write_text(f"{image}: locked {record['id']} present\n")  # in place: the job's own output goes there too
     else:
         record = build_image(client, image, build_args=build_args, tag_prefix=tag_prefix, log=log, root=root,
                              folder=folder, platform=platform)
@@ -100,8 +101,26 @@ def _image_record(image: str, out: Path, log: Path, *, engine: str, socket: str 
     return record
 
 
+def image_job(job: Job) -> None:
+    """rules/containers.smk container_image: the build's output is the job's log."""
+    p = job.params
+    image_record(job.wildcards["image"], job.output["record"], Path(str(job.log)), engine=p["engine"],
+                 socket=p["socket"], mode=p["mode"], build_args=p["build_args"], tag_prefix=p["tag_prefix"],
+                 lock_path=Path(p["lock"]), root=Path(p["repo"]), folder=Path(p["folder"]) if p["folder"] else None,
+                 platform=p["platform"] or None)
+
+
 def lock(records: list[Path], lock_path: Path) -> None:
     write_lock(lock_path, [read_record(p) for p in records])
+
+
+def lock_job(job: Job) -> None:
+    """rules/containers.smk lock_images: every image's build record into the lock file."""
+    lock(list(job.input), job.output.first)
+
+
+def bundle_job(job: Job) -> None:
+    make_bundle(job.input.first, job.output.first.parent, engine=job.params["engine"], socket=job.params["socket"])
 
 
 def make_bundle(lock_path: Path, bundle_dir: Path, *, engine: str, socket: str | None) -> dict[str, Any]:

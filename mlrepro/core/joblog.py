@@ -1,17 +1,24 @@
-"""``python -m mlrepro.core.joblog LOG STATUS``: what a failed step's shell line runs after it (``|| ...``).
-
-It prints the end of the step's log to stderr (Snakemake's own, on the terminal), or, where the log is
-empty or missing, why: a step that failed on a full disk could not write its own reason into its log, so
-the free space of the file system holding the log is named. Exits non-zero (STATUS, or 1).
+"""What a failed job puts on Snakemake's stderr (mlrepro/jobs.py): the end of its log, or, where the log is empty or
+missing, why: a step that failed on a full disk could not write its own reason into its log, so the free space of
+the file system holding the log is named.
 """
 
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 TAIL_BYTES = 16 << 10  # the log is the step's own output: bounded on the terminal
+
+
+def tail(log: Path, limit: int = TAIL_BYTES) -> str:
+    """The last ``limit`` bytes of ``log`` as text ('' where it is empty or missing)."""
+    try:
+        with log.open("rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - limit))
+            return f.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
 
 
 def explain(log: Path, status: int) -> str:
@@ -22,9 +29,7 @@ def explain(log: Path, status: int) -> str:
     else:
         missing = None
     if size:
-        with log.open("rb") as f:
-            f.seek(max(0, size - TAIL_BYTES))
-            return f.read().decode("utf-8", errors="replace")
+        return tail(log)
     folder = log.parent if log.parent.exists() else Path(os.path.abspath(log)).anchor
     try:
         st = os.statvfs(folder)
@@ -39,14 +44,3 @@ def explain(log: Path, status: int) -> str:
     if free < 0:
         why = "the file system holding it cannot be asked for its free space"
     return f"the step exited with status {status} and its log {log} is {state}: {why}\n"
-
-
-def main(argv: list[str] | None = None) -> None:
-    args = sys.argv[1:] if argv is None else argv
-    log, status = Path(args[0]), int(args[1]) if len(args) > 1 and args[1].isdigit() else 1
-    sys.stderr.write(explain(log, status))
-    sys.exit(status or 1)
-
-
-if __name__ == "__main__":
-    main()

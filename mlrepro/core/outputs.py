@@ -30,10 +30,6 @@ class Outputs:
         """A job's Snakemake benchmark file (wall time, max RSS)."""
         return self.info / "benchmarks" / f"{name}.tsv"
 
-    def spec(self, name: str) -> Path:
-        """A stage's spec: what a job is asked to do, as a declared input file (rules/common.smk ``spec``)."""
-        return self.info / "specs" / f"{name}.json"
-
     def capture(self, key: str) -> Path:
         """A config file's captured variables, named by what the capture read (mlrepro/runs/capture.py)."""
         return self.info / "captures" / f"{key}.json"

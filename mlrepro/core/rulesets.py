@@ -131,12 +131,6 @@ def release_folder(configured: str | None, ruleset: str) -> Path | None:
     return resolve(Path(configured), ruleset)
 
 
-def release_args(config: dict[str, Any]) -> list[str]:
-    """``--logging-release DIR`` for a step that judges (compliance gate, package checker), or nothing
-    where the installed release judges."""
-    folder = release_folder(config.get("logging_release"), config["ruleset"])
-    return ["--logging-release", str(folder)] if folder else []
-
 
 @dataclass(frozen=True)
 class Rules:

@@ -113,11 +113,13 @@ def isolated(folder: Path) -> bool:
     return os.environ.get(_ENV) == str(folder)
 
 
-def run_isolated(folder: Path, args: list[str]) -> int:
-    """Run ``python ARGS`` with ``folder``'s mlperf_logging first on the path; its exit status."""
+def run_isolated(folder: Path, args: list[str], stdin: str | None = None) -> int:
+    """Run ``python ARGS`` with ``folder``'s mlperf_logging first on the path (``stdin``: its standard input);
+    its exit status."""
     env = {**os.environ, _ENV: str(folder), "PYTHONPATH": os.pathsep.join([str(folder), str(PACKAGE_ROOT)]),
            "PYTHONNOUSERSITE": "1"}
-    return subprocess.run([sys.executable, "-P", *args], env=env, check=False).returncode
+    return subprocess.run([sys.executable, "-P", *args], env=env, input=stdin, text=stdin is not None,
+                          check=False).returncode
 
 
 def assert_isolated() -> None:

@@ -9,6 +9,7 @@ from typing import Any
 
 from mlrepro.core.atomic import atomic_dir
 from mlrepro.core.hashing import sha256_file
+from mlrepro.core.job import Job
 from mlrepro.core.workflows import load_module
 from mlrepro.datasets.manifest import MANIFEST, read_manifest
 
@@ -35,28 +36,35 @@ def rebuild(benchmark: str, out_dir: Path, params: dict[str, Any], seed: int) ->
         os.utime(manifest, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))
 
 
+def job(job: Job) -> None:
+    """rules/data.smk data: params folder, data (the generator block), seed, receipt (where the files' stamps are
+    recorded). Served by this invocation's warm parent, which imported torch once (mlrepro/jobs.py)."""
+    from mlrepro.datasets.stamps import write_receipt
+
+    out = Path(job.params["folder"])
+    manifest = generate(job.wildcards["benchmark"], out, job.params["data"], int(job.params["seed"]))
+    write_receipt(Path(job.params["receipt"]), out)
+    _print(manifest)
+
+
+def _print(manifest: dict[str, str]) -> None:
+    for name, digest in manifest.items():
+        print(f"{digest}  {name}")
+
+
 def main(argv: list[str] | None = None) -> None:
+    """``python -m mlrepro.datasets.generated``: what a reproduced package's data step runs (in its image, or with
+    its staged copy first on the path: mlrepro/reproduce/)."""
     import argparse
     import json
 
     p = argparse.ArgumentParser(prog="python -m mlrepro.datasets.generated", description=__doc__)
     p.add_argument("--benchmark", required=True)
     p.add_argument("--out", type=Path, required=True)
-    given = p.add_mutually_exclusive_group(required=True)
-    # the pipeline's data rule passes its spec file; published packages' reproduce rules pass the JSON itself
-    given.add_argument("--params-file", type=Path, help="JSON file with the benchmark's 'data' block")
-    given.add_argument("--params", help="the same JSON, as text")
+    p.add_argument("--params", required=True, help="the benchmark's 'data' block, as JSON")
     p.add_argument("--seed", type=int, required=True)
-    p.add_argument("--receipt", type=Path, help="where to record the files' stamps (size, mtime, inode)")
     args = p.parse_args(argv)
-    params = json.loads(args.params_file.read_text(encoding="utf-8") if args.params_file else args.params)
-    manifest = generate(args.benchmark, args.out, params, args.seed)
-    if args.receipt:
-        from mlrepro.datasets.stamps import write_receipt
-
-        write_receipt(args.receipt, args.out)
-    for name, digest in manifest.items():
-        print(f"{digest}  {name}")
+    _print(generate(args.benchmark, args.out, json.loads(args.params), args.seed))
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from mlrepro.core import atomic
+from mlrepro.core.job import Job
 from mlrepro.datasets.manifest import MANIFEST, read_manifest
 
 Stamp = tuple[int, int, int]
@@ -126,3 +127,28 @@ def verify_folders(folders: list[Path], jobs: int = os.cpu_count() or 1,
         with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
             problems += [p for p in pool.map(check, work) if p]
     return problems, total
+
+
+def verify_job(job: Job) -> None:
+    """rules/data.smk verify_data: hash every file the receipts (params receipts) name, in job.threads threads;
+    refresh the stamps of folders that match; name every mismatch (exit 1)."""
+    import sys
+    import time
+
+    present = [Path(r) for r in job.params["receipts"] if Path(r).is_file()]
+    folders = [Path(read_receipt(r)["folder"]) for r in present]
+    start = time.monotonic()
+    problems, total = verify_folders(folders, jobs=job.threads)
+    seconds = time.monotonic() - start
+    print(f"verify_data: hashed {total / 1e9:.3f} GB in {len(folders)} folders in {seconds:.2f} s "
+          f"({total / 1e6 / max(seconds, 1e-9):.0f} MB/s, {job.threads} threads)")
+    bad = {p.file.parent for p in problems}
+    for receipt, folder in zip(present, folders, strict=True):
+        if not any(folder == b or folder in b.parents for b in bad):
+            extra = {k: v for k, v in read_receipt(receipt).items() if k not in ("folder", "stamps")}
+            write_receipt(receipt, folder, **extra)  # intact: later starts compare with today's stamps
+    for problem in problems:
+        print(f"MISMATCH {problem}")
+    if problems:
+        sys.exit(f"verify_data: {len(problems)} files do not match their manifests")
+    print("verify_data: every file matches its manifest")

@@ -30,8 +30,10 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from mlrepro.core import atomic
+from mlrepro.core.job import Job
 from mlrepro.datasets import extract as _extract
 from mlrepro.datasets import fetch, prepare, stamps
+from mlrepro.datasets import recipe as _recipe
 from mlrepro.datasets.manifest import MANIFEST, DataChecksumError, read_manifest
 from mlrepro.datasets.recipe import Recipe
 from mlrepro.datasets.safe_tree import Tree as SafeTree
@@ -279,3 +281,44 @@ def adopt(folder: Path, receipt: Path) -> None:
     if problems:
         raise fetch.DatasetError("\n".join(map(str, problems)))
     stamps.write_receipt(receipt, folder)
+
+
+def job(job: Job) -> None:
+    """A recipe step of rules/data.smk: params step and root (<data_root>/<benchmark>); extract and prepare: group
+    (the config's data_group, whose members' folders are reused); prepare: locked (its image's lock)."""
+    recipe = _recipe.load(job.wildcards["benchmark"], job.input["recipe"])
+    root, receipt, step = Path(job.params["root"]).resolve(), job.output.first, job.params["step"]
+    if step == "download":
+        download(recipe, root, receipt)
+    elif step == "verify":
+        verify(recipe, root, receipt)
+    elif step == "extract":
+        extract(recipe, root, receipt, group_id(job.params["group"]))
+    else:
+        image = job.input.get("image")
+        runner = image_runner(recipe.benchmark, image, job.params["locked"], root / "prepare.log") if image else None
+        prepare_step(recipe, root, receipt, runner, group_id(job.params["group"]))
+
+
+def adopt_job(job: Job) -> None:
+    """rules/data.smk data_path: params folder."""
+    adopt(Path(job.params["folder"]).resolve(), job.output.first)
+
+
+def image_runner(benchmark: str, image_record: Path, locked: bool, log: Path) -> Any:
+    """Run the recipe's ``prepare.image.command`` in the implementation's image (the engine its build record
+    names): the sources read-only."""
+    from mlrepro.containers.lock import image_ref
+    from mlrepro.engines import Mount, engine_for
+
+    engine = engine_for("native", image_record)
+    image = image_ref(image_record, locked=locked)
+
+    def run(spec: dict, extracted: Path, downloads: Path, out: Path) -> None:
+        argv = [str(a).format(extracted=extracted, downloads=downloads, prepared=out) for a in spec["command"]]
+        mounts = [Mount(extracted, read_only=True), Mount(downloads, read_only=True), Mount(out, read_only=False)]
+        code = engine.run(argv, image=image, mounts=mounts, gpus=False, env={}, log=log)
+        if code:
+            raise prepare.PrepareError(f"{benchmark}: {' '.join(argv)} in image {image} exited with {code}; see {log}")
+
+    return run

@@ -2,38 +2,30 @@
 
 from __future__ import annotations
 
-import argparse
-import json
 from pathlib import Path
+from typing import Any
 
 from mlrepro.config import system_name
 from mlrepro.containers.lock import image_ref
 from mlrepro.core import atomic, probe
+from mlrepro.core.job import Job
 from mlrepro.engines import engine_for
 from mlrepro.environment import system_desc
 
 
-def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m mlrepro.environment.record", description=__doc__)
-    p.add_argument("--engine", default="native", help="without an image record: native")
-    p.add_argument("--image-record", type=Path, default=None, help="the image's build record (container engines)")
-    p.add_argument("--locked", action="store_true")
-    p.add_argument("--spec", type=Path, required=True,
-                   help="JSON file: org, system, division, status, threads, device (the pipeline's environment spec)")
-    p.add_argument("--out", type=Path, required=True)
-    args = p.parse_args(argv)
-    sub = json.loads(args.spec.read_text(encoding="utf-8"))
-    software = engine_for(args.engine, args.image_record).describe(
-        image_ref(args.image_record, locked=args.locked) if args.image_record else None)
-    record = {
+def record(sub: dict[str, Any], image_record: Path | None, locked: bool) -> dict[str, Any]:
+    """The environment of ``sub`` (the pipeline's environment spec: org, system, division, status, threads,
+    device): natively this Python's, else the image's its build record names."""
+    software = engine_for("native", image_record).describe(image_ref(image_record, locked=locked)
+                                                            if image_record else None)
+    return {
         "engine": software,
         "host": probe.host(),
         "system_desc": system_desc.describe(sub["org"], sub["division"], sub["status"],
                                             system_name(sub["system"]), sub["threads"], sub["device"], software,
                                             mini=sub.get("mini", True), frameworks=sub.get("frameworks")),
     }
-    atomic.write_json(args.out, record)
 
 
-if __name__ == "__main__":
-    main()
+def job(job: Job) -> None:
+    atomic.write_json(job.output.first, record(job.params["spec"], job.input.get("image"), job.params["locked"]))

@@ -6,9 +6,9 @@ unpatched (``mlrepro.core.checker``; only the file's split into lines avoids the
 The audit's fast paths are never used here: the gate's verdicts equal the unpatched checker's on
 every result file of the public v1.1 round (tests/test_gate_round.py).
 
-Interface: ``check(path, usage, ruleset) -> Verdict``; ``python -m mlrepro.gate.compliance RESULT
---ruleset R [--usage U] --out VERDICT.json [--run-json RUN.json] [--logging-release DIR]`` (exit 1 and the checker's
-messages on a failing file; the verdict written only when compliant).
+Interface: ``check(path, usage, ruleset) -> Verdict``; the compliance rule's job (:func:`job`) and ``python -m
+mlrepro.gate.compliance RESULT --ruleset R [--usage U] --out VERDICT.json [--run-json RUN.json] [--logging-release
+DIR]`` (exit 1 and the checker's messages on a failing file; the verdict written only when compliant).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from mlrepro.core import atomic, integrity, versions
+from mlrepro.core.job import Job
 
 
 @dataclass
@@ -69,6 +70,33 @@ def _cut(text: str) -> str:
     return text[:MAX_MESSAGE] + f" [... shortened: {len(text)} characters in all]"
 
 
+def gate(result: Path, usage: str, ruleset: str, out: Path, run_json: Path | None, release: Path | None,
+         again: tuple[list[str], str | None]) -> None:
+    """Judge ``result``; write its verdict to ``out`` only when it is compliant, exit 1 with the checker's messages
+    otherwise. ``release``: the mlperf-logging release that judges, in an interpreter isolated under it, which runs
+    ``python again[0]`` with ``again[1]`` on its standard input (this same step)."""
+    if release and not versions.isolated(release):  # a child judges with that release
+        sys.exit(versions.run_isolated(release, *again))
+    versions.assert_isolated()
+    if run_json and (problem := integrity.result_problem(result, run_json)):
+        sys.exit(f"error: {problem}\nRestore the file, or delete its run folder to run it again.")
+    verdict = check(result, usage, ruleset)
+    if not verdict.valid:
+        details = "\n".join(f"  {m}" for m in verdict.messages) or "  (the checker gave no message)"
+        sys.exit(f"error: {result} fails the MLPerf compliance checker ({usage} {ruleset}):\n"
+                 f"{details}\nRe-check by hand with: python -m mlperf_logging.compliance_checker "
+                 f"--usage {usage} --ruleset {ruleset} {result}"
+                 + (f" (with PYTHONPATH={release})" if release else ""))
+    atomic.write_json(out, asdict(verdict))
+
+
+def job(job: Job) -> None:
+    """rules/compliance.smk: input result (and summary: its run's record), params usage, ruleset and release (the
+    judging release's folder, or none: the installed one)."""
+    gate(job.input["result"], job.params["usage"], job.params["ruleset"], job.output.first, job.input.get("summary"),
+         Path(job.params["release"]) if job.params["release"] else None, (["-m", "mlrepro.jobs"], job.to_json()))
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m mlrepro.gate.compliance", description=__doc__)
     p.add_argument("result", type=Path)
@@ -81,20 +109,8 @@ def main(argv: list[str] | None = None) -> None:
                    help="the folder of the mlperf-logging release that judges (run isolated under it; "
                    "default: the installed one)")
     args = p.parse_args(argv)
-    if args.logging_release and not versions.isolated(args.logging_release):  # a child judges with that release
-        sys.exit(versions.run_isolated(args.logging_release,
-                                       ["-m", "mlrepro.gate.compliance", *(sys.argv[1:] if argv is None else argv)]))
-    versions.assert_isolated()
-    if args.run_json and (problem := integrity.result_problem(args.result, args.run_json)):
-        sys.exit(f"error: {problem}\nRestore the file, or delete its run folder to run it again.")
-    verdict = check(args.result, args.usage, args.ruleset)
-    if not verdict.valid:
-        details = "\n".join(f"  {m}" for m in verdict.messages) or "  (the checker gave no message)"
-        sys.exit(f"error: {args.result} fails the MLPerf compliance checker ({args.usage} {args.ruleset}):\n"
-                 f"{details}\nRe-check by hand with: python -m mlperf_logging.compliance_checker "
-                 f"--usage {args.usage} --ruleset {args.ruleset} {args.result}"
-                 + (f" (with PYTHONPATH={args.logging_release})" if args.logging_release else ""))
-    atomic.write_json(args.out, asdict(verdict))
+    gate(args.result, args.usage, args.ruleset, args.out, args.run_json, args.logging_release,
+         (["-m", "mlrepro.gate.compliance", *(sys.argv[1:] if argv is None else argv)], None))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,4 @@
-"""Audit of a published inference round (or one division or organisation of it):
-
-    python -m mlrepro.inference.audit --root ROUND --out DIR
+"""Audit of a published inference round (or one division or organisation of it): the inference_audit rule's job.
 
 Every ``<division>/<org>/results/<system>/<benchmark>/<scenario>/`` gets a verdict: its
 ``performance/run_1/mlperf_log_summary.txt`` read (VALID/INVALID as LoadGen printed it, the metric),
@@ -9,14 +7,13 @@ its accelerator count (``accelerators_per_node`` x ``number_of_nodes``, cast fro
 not. Offline throughput per accelerator = samples per second / accelerators, for every Offline result
 of a system with accelerators; the seed-style table has one row per system and one column per benchmark.
 
-Writes DIR/inference_results.{csv,json}, DIR/inference_table.csv (per system), DIR/inference_seed_table.csv
-(the seed documents' layout: benchmark x accelerator, the best VALID value) and DIR/inference_report.html;
-nothing inside ROUND.
+Writes OUT/inference_results.{csv,json}, OUT/inference_table.csv (per system), OUT/inference_seed_table.csv
+(the seed documents' layout: benchmark x accelerator, the best VALID value) and OUT/inference_report.html;
+nothing inside the round.
 """
 
 from __future__ import annotations
 
-import argparse
 import csv
 import io
 import json
@@ -26,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from mlrepro.core import atomic, safe_read
+from mlrepro.core.job import Job
 from mlrepro.inference import summary
 from mlrepro.report.render import render
 
@@ -288,23 +286,12 @@ def counts(report: dict[str, Any]) -> dict[str, int]:
             "systems": len(report["systems"]), "system_errors": sum(s["status"] == "error" for s in report["systems"])}
 
 
-def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m mlrepro.inference.audit", description=__doc__)
-    p.add_argument("--root", type=Path, required=True)
-    p.add_argument("--out", type=Path, required=True)
-    args = p.parse_args(argv)
-    root = args.root.resolve()
-    if not root.is_dir():
-        raise SystemExit(f"error: --root {args.root}: not a folder")
-    if args.out.resolve().is_relative_to(root):
-        raise SystemExit(f"error: --out {args.out} lies inside the audited round {root}; choose another folder")
+def job(job: Job) -> None:
+    """rules/inference_audit.smk: params root (the round, or a division or organisation of it) and out (the audit's
+    folder, which the rule file has checked lies outside it)."""
     start = time.perf_counter()
-    report = audit(root)
+    report = audit(Path(job.params["root"]))
     report["counts"] = counts(report)
     report["seconds"] = round(time.perf_counter() - start, 3)
-    write(report, args.out)
+    write(report, Path(job.params["out"]))
     print(json.dumps(report["counts"]))
-
-
-if __name__ == "__main__":
-    main()

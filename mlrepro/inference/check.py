@@ -23,13 +23,13 @@ we produce, each reported per file:
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 from pathlib import Path
 from typing import Any
 
 from mlrepro.core import atomic, safe_read
+from mlrepro.core.job import Job
 from mlrepro.inference import rounds, summary
 from mlrepro.inference.package import ACCURACY_LOG_LIMIT
 
@@ -250,20 +250,14 @@ def check(package: Path, round_name: str = rounds.DEFAULT) -> dict[str, Any]:
             "results": results, "findings": f.items}
 
 
-def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m mlrepro.inference.check", description=__doc__)
-    p.add_argument("--package", type=Path, required=True)
-    p.add_argument("--out", type=Path, required=True)
-    p.add_argument("--round", default=rounds.DEFAULT, choices=rounds.ROUNDS, help="the declared inference round")
-    args = p.parse_args(argv)
-    report = check(args.package, args.round)
-    atomic.write_text(args.out, json.dumps(report, indent=2, sort_keys=True, default=str, allow_nan=False) + "\n")
+def job(job: Job) -> None:
+    """rules/inference.smk inference_check: input the package; params round. The findings are written either way;
+    the job fails where a check that gates fails."""
+    out = job.output.first
+    report = check(job.input.first, job.params["round"])
+    atomic.write_text(out, json.dumps(report, indent=2, sort_keys=True, default=str, allow_nan=False) + "\n")
     if not report["passed"]:
         bad = [f"  {i['file']}: {i['check']}: {i['message']}" for i in report["findings"]
                if not i["ok"] and i["severity"] not in ("not_submittable", "note")]
         raise SystemExit("error: the inference package fails its checks:\n" + "\n".join(bad[:40])
-                         + f"\n(all findings in {args.out})")
-
-
-if __name__ == "__main__":
-    main()
+                         + f"\n(all findings in {out})")

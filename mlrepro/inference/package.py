@@ -16,13 +16,13 @@ does (first and last 4 KiB), its full hash kept in accuracy.txt.
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 from pathlib import Path
 from typing import Any
 
 from mlrepro.core import atomic
+from mlrepro.core.job import Job
 from mlrepro.core.workflows import workflow_dir
 from mlrepro.environment import system_desc
 from mlrepro.inference import rounds
@@ -78,9 +78,9 @@ def _served(runs_dir: Path, rnd: rounds.Round) -> dict[str, set[str]]:
 
 
 def readme(model: str, benchmark: str, scenario: str, rnd: rounds.Round, shortened: bool) -> str:
-    return (f"# {model} {scenario}\n\nMLPerf Inference {rnd.name}. Run by `snakemake` (mlrepro): "
-            f"`python -m mlrepro.inference.run --round {rnd.name} --benchmark {benchmark} --scenario {scenario} "
-            "--mode performance|accuracy`.\n"
+    return (f"# {model} {scenario}\n\nMLPerf Inference {rnd.name}. Run by `snakemake` (mlrepro): its "
+            f"`inference_run` rule, `mlrepro/inference/run.py` (benchmark {benchmark}, scenario {scenario}, modes "
+            "performance and accuracy).\n"
             + ("mlperf.conf holds the round's values LoadGen was given (through user.conf, the seeds set by hand); "
                if rnd.conf_text is not None else "")
             + "the detail logs record every effective setting.\n"
@@ -131,26 +131,12 @@ def build(runs_dir: Path, user_confs: dict[str, Path], out: Path, org: str, divi
                 (meas / "README.md").write_text(readme(model, benchmark, scenario, rnd, bool(record.get("shortened"))))
 
 
-def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m mlrepro.inference.package", description=__doc__)
-    p.add_argument("--runs-dir", type=Path, required=True)
-    p.add_argument("--user-conf", nargs="+", required=True, help="BENCHMARK=PATH")
-    p.add_argument("--out", type=Path, required=True)
-    p.add_argument("--org", required=True)
-    p.add_argument("--division", required=True)
-    p.add_argument("--status", required=True)
-    p.add_argument("--system", required=True)
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--round", default=rounds.DEFAULT, choices=rounds.ROUNDS, help="the declared inference round")
-    args = p.parse_args(argv)
-    confs = dict(item.split("=", 1) for item in args.user_conf)
+def job(job: Job) -> None:
+    """rules/inference.smk inference_package: params runs_dir (<outdir>/inference/runs), confs ({benchmark:
+    user.conf}), org, division, status, system, device, threads, round."""
+    p = job.params
     try:
-        build(args.runs_dir, {k: Path(v) for k, v in confs.items()}, args.out, args.org, args.division, args.status,
-              args.system, args.device, args.threads, args.round)
+        build(Path(p["runs_dir"]), {b: Path(c) for b, c in p["confs"].items()}, job.output.first, p["org"],
+              p["division"], p["status"], p["system"], p["device"], int(p["threads"]), p["round"])
     except ValueError as e:
         raise SystemExit(f"error: {e}") from None
-
-
-if __name__ == "__main__":
-    main()

@@ -8,7 +8,6 @@ scenario), and NVML energy per sample where a GPU was sampled.
 
 from __future__ import annotations
 
-import argparse
 import csv
 import io
 import json
@@ -17,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from mlrepro.core import atomic
+from mlrepro.core.job import Job
 from mlrepro.inference.summary import SCENARIOS
 from mlrepro.report.render import render
 from mlrepro.report.svg import line_chart
@@ -121,19 +121,11 @@ def table_csv(table: dict[str, Any]) -> str:
     return buf.getvalue()
 
 
-def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m mlrepro.inference.report", description=__doc__)
-    p.add_argument("--check", type=Path, required=True)
-    p.add_argument("--runs-dir", type=Path, required=True)
-    p.add_argument("--out", type=Path, required=True)
-    p.add_argument("--csv", type=Path, required=True)
-    args = p.parse_args(argv)
-    check = json.loads(args.check.read_text())
-    check.setdefault("package", str(args.check.parent / "package"))
-    table = build(check, args.runs_dir)
-    atomic.write_text(args.csv, table_csv(table))
-    render("inference.html.j2", args.out, check=check, table=table, scenarios=SCENARIOS)
-
-
-if __name__ == "__main__":
-    main()
+def job(job: Job) -> None:
+    """rules/inference.smk inference_report: input check (the package check's findings); params runs_dir; output
+    html and table (CSV)."""
+    check = json.loads(job.input["check"].read_text())
+    check.setdefault("package", str(job.input["check"].parent / "package"))
+    table = build(check, Path(job.params["runs_dir"]))
+    atomic.write_text(job.output["table"], table_csv(table))
+    render("inference.html.j2", job.output["html"], check=check, table=table, scenarios=SCENARIOS)

@@ -1,18 +1,14 @@
 """One (benchmark, scenario, mode) through the official LoadGen, as one process (LoadGen reads its
-settings once per process: a second FromConfig is logged as an invalid config).
+settings once per process: a second FromConfig is logged as an invalid config): the inference_run rule's job.
 
-    python -m mlrepro.inference.run --benchmark resnet --scenario Offline --mode performance \
-        --runs RUN_JSON... --data-dir D --params-file JSON_FILE --user-conf user.conf --out DIR
-
-The served weights are the checkpoint of the first converged run among ``--runs``, verified against
-the sha256 its run.json records. DIR receives LoadGen's own files and ``result.json``. A performance run
-first states the SUT's latency or QPS as measured here (mlrepro/inference/calibrate.py; its LoadGen logs
-in DIR/calibration/) and fails with one line when LoadGen still judges it INVALID.
+The served weights are the checkpoint of the first converged run among its runs, verified against the sha256 its
+run.json records. Its output folder receives LoadGen's own files and ``result.json``. A performance run first states
+the SUT's latency or QPS as measured here (mlrepro/inference/calibrate.py; its LoadGen logs in calibration/ there)
+and fails with one line when LoadGen still judges it INVALID.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -24,7 +20,8 @@ from typing import Any
 from mlrepro.core import atomic
 from mlrepro.core.errors import MlreproError
 from mlrepro.core.hashing import sha256_file
-from mlrepro.inference import calibrate, rounds, settings, summary
+from mlrepro.core.job import Job
+from mlrepro.inference import calibrate, rounds, summary
 from mlrepro.inference.sut import start_test
 
 RESULT = "result.json"
@@ -120,49 +117,45 @@ def _telemetry_start(out_dir: Path, hz: float) -> Any:
     return start_sampler(out_dir / "telemetry", hz=hz, watch_pid=os.getpid())
 
 
-def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m mlrepro.inference.run", description=__doc__)
-    p.add_argument("--benchmark", required=True)
-    p.add_argument("--scenario", required=True, choices=summary.SCENARIOS)
-    p.add_argument("--mode", required=True, choices=settings.MODES)
-    p.add_argument("--runs", type=Path, nargs="+", required=True, help="the benchmark's run.json files, in order")
-    p.add_argument("--data-dir", type=Path, required=True)
-    p.add_argument("--params-file", type=Path, required=True, help="the benchmark's config, a JSON file")
-    p.add_argument("--user-conf", type=Path, required=True)
-    p.add_argument("--shortened", action="store_true", help="the user.conf lowers the official minimums")
-    p.add_argument("--round", default=rounds.DEFAULT, choices=rounds.ROUNDS, help="the declared inference round")
-    p.add_argument("--out", type=Path, required=True)
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--telemetry-hz", type=float, default=0.0)
-    args = p.parse_args(argv)
+def job(job: Job) -> None:
+    """rules/inference.smk inference_run: wildcards ibench, scenario, mode; input runs (the benchmark's run.json
+    files, in order) and conf (the user.conf); params data (the dataset's folder), spec (the benchmark's config),
+    shortened (the user.conf lowers the official minimums), round, device, hz (telemetry); threads. Served by this
+    invocation's warm parent, which imported torch once (mlrepro/jobs.py)."""
+    try:
+        _serve(job)
+    except ValueError as e:  # LoadGen's settings; the project's own errors are one line already (MlreproError)
+        sys.exit(f"error: {e}")
 
+
+def _serve(job: Job) -> None:
     import torch
 
     from mlrepro.inference import serve
 
-    torch.set_num_threads(args.threads)
-    checkpoint = pick_checkpoint(args.runs)
-    device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
-                          ("cpu" if args.device == "auto" else args.device))
-    params = json.loads(args.params_file.read_text())
-    served = serve.load(args.benchmark, args.data_dir, params, Path(checkpoint["path"]), device)
-    rnd = rounds.get(args.round)
-    model = rnd.loadgen_model(args.benchmark)
-    ts = test_settings(args.user_conf, model, args.scenario, args.mode, rnd)
-    with atomic.atomic_dir(args.out) as tmp:
+    benchmark, scenario, mode = job.wildcards["ibench"], job.wildcards["scenario"], job.wildcards["mode"]
+    user_conf, out, p = job.input["conf"], job.output.first, job.params
+    torch.set_num_threads(job.threads)
+    checkpoint = pick_checkpoint(job.input.many("runs"))
+    device = torch.device("cuda" if p["device"] == "auto" and torch.cuda.is_available() else
+                          ("cpu" if p["device"] == "auto" else p["device"]))
+    served = serve.load(benchmark, Path(p["data"]), p["spec"], Path(checkpoint["path"]), device)
+    rnd = rounds.get(p["round"])
+    model = rnd.loadgen_model(benchmark)
+    ts = test_settings(user_conf, model, scenario, mode, rnd)
+    with atomic.atomic_dir(out) as tmp:
         stated = None
-        if args.mode == "accuracy" and args.scenario == "Server" and calibrate.stated(
-                args.user_conf.read_text(errors="replace"), model, "Server", "target_qps") is None:
+        if mode == "accuracy" and scenario == "Server" and calibrate.stated(
+                user_conf.read_text(errors="replace"), model, "Server", "target_qps") is None:
             ts.server_target_qps = ACCURACY_SERVER_QPS
-        if args.mode == "performance":  # accuracy runs issue every sample once: nothing to state
-            stated = calibrate.calibrate(served.predict, served.count, model, args.scenario, args.user_conf, ts,
+        if mode == "performance":  # accuracy runs issue every sample once: nothing to state
+            stated = calibrate.calibrate(served.predict, served.count, model, scenario, user_conf, ts,
                                          tmp / "calibration")
-            print(f"{model} {args.scenario}: {stated.key} = {stated.value:.6g} {stated.unit} ({stated.source}; "
+            print(f"{model} {scenario}: {stated.key} = {stated.value:.6g} {stated.unit} ({stated.source}; "
                   f"measured {json.dumps(stated.measured)})", flush=True)
         while True:
             shutil.rmtree(tmp / "telemetry", ignore_errors=True)  # a rerun's telemetry is its own
-            sampler = _telemetry_start(tmp, args.telemetry_hz) if args.mode == "performance" else None
+            sampler = _telemetry_start(tmp, float(p["hz"])) if mode == "performance" else None
             start_ms = int(time.time() * 1000)
             try:
                 start_test(served.predict, served.count, ts, tmp)
@@ -174,17 +167,16 @@ def main(argv: list[str] | None = None) -> None:
             if stated is None or not stated.retry(detail, ts.server_target_latency_percentile, ts):
                 break
             rerun = stated.measured["timed_reruns"][-1]
-            if args.scenario == "Server":
+            if scenario == "Server":
                 print(f"{model} Server: {rerun['reason']} at {rerun['rate']:.6g} queries/s ({rerun['late_queries']} of "
                       f"{rerun['queries']} queries late); running it again at {stated.value:.6g} queries/s, "
                       f"{ts.min_query_count} queries at least", flush=True)
             else:
-                print(f"{model} {args.scenario}: {rerun['reason']} with {stated.key} {rerun['value']:.6g} "
+                print(f"{model} {scenario}: {rerun['reason']} with {stated.key} {rerun['value']:.6g} "
                       f"{stated.unit}; running it again with {stated.value:.6g} {stated.unit}", flush=True)
         record: dict[str, Any] = {
-            "benchmark": args.benchmark, "round": rnd.name, "loadgen_model": model, "scenario": args.scenario,
-            "mode": args.mode,
-            "checkpoint": checkpoint, "shortened": args.shortened, "device": str(device),
+            "benchmark": benchmark, "round": rnd.name, "loadgen_model": model, "scenario": scenario, "mode": mode,
+            "checkpoint": checkpoint, "shortened": bool(p["shortened"]), "device": str(device),
             "wall_ms": stop_ms - start_ms, "samples": served.count,
         }
         if stated is not None:
@@ -193,14 +185,14 @@ def main(argv: list[str] | None = None) -> None:
             record["calibration"] = stated.as_dict()
             if not verdict.valid or detail["__errors__"]:
                 print((tmp / "mlperf_log_summary.txt").read_text(errors="replace"), flush=True)
-                raise InferenceFailed(invalid_message(model, args.scenario, verdict, detail, stated))
+                raise InferenceFailed(invalid_message(model, scenario, verdict, detail, stated))
         record["detail_errors"] = detail["__errors__"]
         record["samples_issued"] = (int(detail.get("generated_query_count") or 0)
                                     * int(detail.get("generated_samples_per_query") or 0))
-        if args.mode == "accuracy":
+        if mode == "accuracy":
             reference = served.reference()
             value = served.accuracy(accuracy_responses(tmp / "mlperf_log_accuracy.json"))
-            fraction = rnd.quality_fraction(args.benchmark)
+            fraction = rnd.quality_fraction(benchmark)
             target = fraction * reference
             record["accuracy"] = {"metric": served.metric, "value": value, "reference": reference,
                                   "target": target, "fraction": fraction, "met": value >= target}
@@ -214,12 +206,3 @@ def main(argv: list[str] | None = None) -> None:
             if energy is not None and record["samples_issued"]:
                 record["energy_per_sample_j"] = energy / record["samples_issued"]
         atomic.write_json(tmp / RESULT, record)
-
-
-if __name__ == "__main__":
-    from mlrepro.runs import warm
-    warm.hand_over(warm.INFERENCE)  # exits there where this invocation's warm parent runs LoadGen
-    try:
-        main()
-    except (InferenceFailed, calibrate.CalibrationError, summary.SummaryError, ValueError) as e:
-        sys.exit(f"error: {e}")

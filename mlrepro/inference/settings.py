@@ -10,9 +10,8 @@ it on the machine that runs it (mlrepro/inference/calibrate.py), unless the user
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from mlrepro.core.errors import MlreproError
+from mlrepro.core.job import Job
 from mlrepro.inference import rounds
 from mlrepro.inference.summary import SCENARIOS
 
@@ -62,29 +61,21 @@ def user_conf(benchmark: str, sample_count: int, shortened: bool, round_name: st
     return "\n".join(lines) + "\n"
 
 
-def main(argv: list[str] | None = None) -> None:
-    import argparse
+def job(job: Job) -> None:
+    """rules/inference.smk inference_conf: wildcard ibench; params samples (the QSL's size: the held-out set),
+    shortened, round; input: the user's own user.conf, copied instead, where the config names one."""
     import shutil
 
     from mlrepro.core import atomic
-    p = argparse.ArgumentParser(prog="python -m mlrepro.inference.settings", description="write a user.conf")
-    p.add_argument("--benchmark", required=True)
-    p.add_argument("--round", default=rounds.DEFAULT, choices=rounds.ROUNDS, help="the declared inference round")
-    p.add_argument("--samples", type=int, required=True, help="the QSL's size (the held-out set)")
-    p.add_argument("--shortened", action="store_true")
-    p.add_argument("--from", dest="source", type=Path, default=None, help="copy this user.conf instead")
-    p.add_argument("--out", type=Path, required=True)
-    args = p.parse_args(argv)
-    if args.source is not None:
-        with atomic.atomic_path(args.out) as tmp:
-            shutil.copyfile(args.source, tmp)
-    else:
-        try:
-            text = user_conf(args.benchmark, args.samples, args.shortened, args.round)
-        except ValueError as e:
-            raise SystemExit(f"error: {e}") from None
-        atomic.write_text(args.out, text)
 
-
-if __name__ == "__main__":
-    main()
+    out = job.output.first
+    if len(job.input):
+        with atomic.atomic_path(out) as tmp:
+            shutil.copyfile(job.input.first, tmp)
+        return
+    try:
+        text = user_conf(job.wildcards["ibench"], int(job.params["samples"]), bool(job.params["shortened"]),
+                         job.params["round"])
+    except ValueError as e:
+        raise SystemExit(f"error: {e}") from None
+    atomic.write_text(out, text)

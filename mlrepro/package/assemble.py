@@ -7,19 +7,20 @@ Layout (training_policies, "Submission"):
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from mlrepro import PACKAGE_ROOT, PROJECT_ROOT
 from mlrepro.core import atomic, integrity, median_window, names, rulesets
+from mlrepro.core.job import Job
 from mlrepro.package import provenance
 
 SUCCESS = "PACKAGE CHECKER FOUND NO ERRORS"
@@ -122,18 +123,18 @@ def chosen_runs(launched: dict[str, dict[str, list[Path]]], keep: dict[str, int]
     return runs, selections
 
 
-def check(org_dir: Path, usage: str, ruleset: str, log: Path, release: Path | None = None) -> PackageVerdict:
-    """Run ``python -m mlperf_logging.package_checker`` (of ``release``'s folder, else the installed one);
-    it always exits 0, so read its output."""
+def check(org_dir: Path, usage: str, ruleset: str, release: Path | None = None) -> PackageVerdict:
+    """Run ``python -m mlperf_logging.package_checker`` (of ``release``'s folder, else the installed one) and print
+    its output (the package job's log); it always exits 0, so read its output."""
     env = None if release is None else {**os.environ, "PYTHONPATH": str(release), "PYTHONNOUSERSITE": "1"}
-    proc = subprocess.run(
-        [sys.executable, "-P", "-m", "mlperf_logging.package_checker", str(org_dir), usage, ruleset,
-         "--log_output", str(log.with_suffix(".checker.log"))],
-        capture_output=True, text=True, check=False, env=env,
-    )
+    with tempfile.TemporaryDirectory(prefix="package-checker-") as scratch:  # its own log file, not kept
+        proc = subprocess.run(
+            [sys.executable, "-P", "-m", "mlperf_logging.package_checker", str(org_dir), usage, ruleset,
+             "--log_output", str(Path(scratch) / "checker.log")],
+            capture_output=True, text=True, check=False, env=env,
+        )
     output = proc.stdout + proc.stderr
-    log.write_text(output)
-    log.with_suffix(".checker.log").unlink(missing_ok=True)
+    print(output, end="", flush=True)
     errors = [line for line in output.splitlines() if re.match(r"(ERROR|CRITICAL)\b", line)]
     if proc.returncode != 0:
         errors.append(f"package checker exited with status {proc.returncode} (crash):\n{output[-2000:]}")
@@ -155,48 +156,34 @@ def _release_label(release: Path | None) -> str:
     return describe(release).label
 
 
-def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m mlrepro.package.assemble", description=__doc__)
-    p.add_argument("--spec", type=Path, required=True, help="JSON: org, usage, ruleset, submittable, systems "
-                   "{system: {nodes, description}}, runs {system: {benchmark: [result files]}}, implementations "
-                   "{benchmark: {kind, name, folder, config_file, image, image_record}}, provenance")
-    p.add_argument("--environment", type=Path, required=True, help="the environment record "
-                   "(mlrepro.environment.record): its system_desc, the probed host, underlies every system's JSON")
-    p.add_argument("--out", type=Path, required=True, help="the submission folder to write")
-    p.add_argument("--verdict", type=Path, required=True)
-    p.add_argument("--log", type=Path, required=True)
-    p.add_argument("--logging-release", type=Path, default=None,
-                   help="the folder of the mlperf-logging release whose package checker judges (default: installed)")
-    args = p.parse_args(argv)
-    spec = json.loads(args.spec.read_text())
-    descs = system_descriptions(json.loads(args.environment.read_text())["system_desc"], spec["systems"],
+def job(job: Job) -> None:
+    """rules/package.smk: input environment (its system_desc, the probed host, underlies every system's JSON),
+    params spec (org, usage, ruleset, submittable, systems, runs, keep, implementations, provenance: the plan's
+    package spec) and release (the judging release's folder; none: the installed one); output tree and verdict."""
+    spec = job.params["spec"]
+    out, release = job.output["tree"], Path(job.params["release"]) if job.params["release"] else None
+    descs = system_descriptions(json.loads(job.input["environment"].read_text())["system_desc"], spec["systems"],
                                 spec["ruleset"])
     launched = {s: {b: [Path(f) for f in files] for b, files in benchmarks.items()}
                 for s, benchmarks in spec["runs"].items()}
-    try:  # only results that match the hashes their runs recorded are packaged (and chosen from)
-        integrity.verify_results(f for benchmarks in launched.values() for files in benchmarks.values() for f in files)
-    except integrity.Tampered as e:
-        sys.exit(f"error: {e}")
+    # only results that match the hashes their runs recorded are packaged (and chosen from)
+    integrity.verify_results(f for benchmarks in launched.values() for files in benchmarks.values() for f in files)
     runs, selections = chosen_runs(launched, spec.get("keep") or {})
     spec = {**spec, "runs": {s: {b: [str(f) for f in files] for b, files in benchmarks.items()}
                              for s, benchmarks in runs.items()}, "selections": selections}
-    with atomic.atomic_dir(args.out) as tmp:
+    with atomic.atomic_dir(out) as tmp:
         org_dir = assemble(tmp, spec["org"], descs, runs, spec["implementations"], spec["ruleset"])
         if spec.get("provenance"):  # written before the check, so that the checker judges the package with it
             provenance.write_for_package(org_dir, spec, spec["provenance"])
-        verdict = check(org_dir, spec["usage"], spec["ruleset"], args.log, args.logging_release)
+        verdict = check(org_dir, spec["usage"], spec["ruleset"], release)
         manifest_sha256 = provenance.write_for_package(org_dir, spec, spec["provenance"]) \
             if spec.get("provenance") else None  # again: the checker may have added files
-        verdict.folder = str(args.out / spec["org"])
+        verdict.folder = str(out / spec["org"])
         verdict.submittable = bool(spec["submittable"])
         if not verdict.valid and verdict.submittable:
             errors = "\n".join(f"  {e}" for e in verdict.errors)
-            sys.exit(f"error: the submission package {args.out / spec['org']} fails the official package "
+            sys.exit(f"error: the submission package {out / spec['org']} fails the official package "
                      f"checker ({spec['usage']} {spec['ruleset']}, mlperf-logging {verdict.judged_by}):\n{errors}\n"
-                     f"Full output: {args.log}")
+                     f"Full output: {job.log}")
         files = integrity.tree_hashes(tmp)  # what later steps verify the package against
-    atomic.write_json(args.verdict, {**asdict(verdict), "manifest_sha256": manifest_sha256, "files": files})
-
-
-if __name__ == "__main__":
-    main()
+    atomic.write_json(job.output["verdict"], {**asdict(verdict), "manifest_sha256": manifest_sha256, "files": files})

@@ -19,12 +19,12 @@ from mlrepro import systems as mlsystems
 from mlrepro.core import smk
 from mlrepro.datasets import recipe as data_recipe
 from mlrepro.inference import rounds
-from mlrepro.planning import inputs, jobs
+from mlrepro.planning import inputs
 from mlrepro.planning.plan import Plan
 from mlrepro.planning.prepare import PlanningError, Preparation
 from mlrepro.runs import capture, warm
 
-__all__ = ["Plan", "PlanningError", "Preparation", "inputs", "jobs", "start"]
+__all__ = ["Plan", "PlanningError", "Preparation", "inputs", "start"]
 
 
 def start(workflow: Any, config: dict[str, Any]) -> tuple[Plan, Preparation]:

@@ -2,8 +2,8 @@
 
 The Snakefile builds one :class:`Plan` (``mlrepro.planning.start``) and every rule file reads it as ``PLAN``:
 output paths (``PLAN.out``, mlrepro/core/outputs.py), the benchmarks in seed-document order, each dataset's
-folder, each stage's spec (the JSON a job is asked to act on, written to a declared file by the ``spec``
-rule) and each benchmark's launch spec. Building it reads the config and the implementation folders only.
+folder, each stage's spec (what a job is asked to act on: its rule's params) and each benchmark's launch spec.
+Building it reads the config and the implementation folders only.
 
 What a config file exports comes from its capture record (mlrepro/runs/capture.py), which a job writes
 (rules/runs.smk ``capture``): whatever is derived from it (job shapes, GPUs, the launch spec, the package and report
@@ -12,7 +12,7 @@ functions of jobs that take the record as an input: while the DAG is built Snake
 and asks again once the record exists, before the job runs. Never in a param Snakemake tracks: it records a tracked
 param as it was while the DAG was built, ``<TBD>``, for a job it has records of (9.14 to 9.27: Persistence._params is
 cached per job), and would run the job again at the next invocation. What the rules track is known while the DAG is
-built: the record's name (what it captured: the launch digest) and each text as it would be for a stand-in record
+built: the record's name (what it captured: the launch digest) and each spec as it would be for a stand-in record
 (:meth:`Plan.basis`); the record itself is an input.
 """
 
@@ -65,7 +65,7 @@ class Plan:
     _shapes: dict[Unit, JobShape] = field(init=False, default_factory=dict, compare=False, repr=False)
     _shape_parts: dict[Unit, Any] = field(init=False, default_factory=dict, compare=False, repr=False)
     _captured: dict[Unit, Captured] = field(init=False, default_factory=dict, compare=False, repr=False)
-    _texts: dict[tuple[str, ...], str] = field(init=False, default_factory=dict, compare=False, repr=False)
+    _texts: dict[tuple[str, ...], Any] = field(init=False, default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "out", Outputs(Path(self.config["outdir"])))
@@ -103,6 +103,17 @@ class Plan:
     def ordered_units(self) -> list[Unit]:
         """Every (system, benchmark): systems in the config's order, benchmarks in the seed document's."""
         return [(s, b) for s in self.systems for b in self.ordered_benchmarks if (s, b) in self.units]
+
+    @cached_property
+    def result_files(self) -> dict[str, dict[str, list[str]]]:
+        """Every run's result file: {system: {benchmark: [result files in run order]}}."""
+        return {s: {b: [str(self.out.result(s, b, i)) for i in self.run_indices(b)]
+                    for s2, b in self.ordered_units if s2 == s} for s in self.systems}
+
+    @cached_property
+    def kept_runs(self) -> dict[str, int]:
+        """The runs each benchmark's package keeps and its score counts: of more launched, the median window."""
+        return {b: spec.runs for b, spec in self.benchmarks.items()}
 
     def all_runs(self, path: Callable[[str, str, int], T]) -> list[T]:
         """``path(system, benchmark, run)`` (a path, or any value) for every run of the config."""
@@ -197,6 +208,13 @@ class Plan:
         if self.config["images"] == "locked":
             options.append("--locked")
         return options
+
+    @cached_property
+    def logging_release(self) -> str | None:
+        """The folder of the mlperf-logging release that judges the ruleset (logging_release); None: the installed
+        one."""
+        folder = rulesets.release_folder(self.config.get("logging_release"), self.config["ruleset"])
+        return str(folder) if folder else None
 
     @cached_property
     def telemetry_hz(self) -> float:
@@ -419,18 +437,32 @@ class Plan:
         return _StandIn(self.config, self.benchmarks, self.data_choices, self.systems, self.units, self.repo,
                         self.python)
 
-    def basis(self, text: Callable[[Plan], str]) -> str:
-        """The sha256 of ``text(plan)`` as it would be were every config file captured as exporting nothing: what the
-        rules track of a text read from capture records, which are its jobs' inputs (a record is named by what it
-        captured). Known while the DAG is built, and changed with whatever else the text is made of."""
-        return hashlib.sha256(text(self._stand_in).encode()).hexdigest()
+    def basis(self, value: Callable[[Plan], Any]) -> str:
+        """The sha256 of ``value(plan)`` (a text, or JSON's text of it) as it would be were every config file captured
+        as exporting nothing: what the rules track of a value read from capture records, which are its jobs' inputs (a
+        record is named by what it captured). Known while the DAG is built, and changed with whatever else the value
+        is made of."""
+        made = value(self._stand_in)
+        text = made if isinstance(made, str) else json.dumps(made, sort_keys=True, default=str)
+        return hashlib.sha256(text.encode()).hexdigest()
 
-    def launch_json(self, system: str, benchmark: str) -> str:
-        """:meth:`launch_spec` as one line of JSON, once per unit (each run job's params carry it)."""
+    def launch_params(self, system: str, benchmark: str) -> dict[str, Any]:
+        """:meth:`launch_spec` as a JSON object, made once per unit (each run job's params carry it)."""
         key = ("launch", system, benchmark)
         if key not in self._texts:
-            self._texts[key] = json.dumps(self.launch_spec(system, benchmark).to_dict(), sort_keys=True)
+            self._texts[key] = self.launch_spec(system, benchmark).to_dict()
         return self._texts[key]
+
+    def preview_units(self) -> list[dict[str, Any]]:
+        """What ``launch_preview``'s job traces, per (system, benchmark): its launch spec, runs, first seed, image
+        record, first run's folder and job minutes (mlrepro/runs/preview.py: job)."""
+        units = []
+        for s, b in self.ordered_units:
+            record = self.image_record(b, s)
+            units.append({"system": s, "launch": self.launch_params(s, b), "runs": self.units[(s, b)].runs,
+                          "seed": self.run_seed(b, 0), "image_record": str(record[0]) if record else None,
+                          "log_dir": str(self.out.run_dir(s, b, 0).resolve()), "minutes": self.run_shape(s, b).minutes})
+        return units
 
     def launch_spec(self, system: str, benchmark: str) -> LaunchSpec:
         """How every run of a (system, benchmark) is launched, pipeline keys included (the ``launch`` job writes it
@@ -498,41 +530,26 @@ class Plan:
     def inference_targets(self) -> list[Path]:
         return [self.out.inference_report] if self.inference_benchmarks else []
 
-    # --- specs: what each job acts on, as a file it declares (the ``spec`` rule writes them)
-    # Specs that describe the systems' implementations: they read the capture records
-    CAPTURED_SPECS = ("package", "report")
-
+    # --- specs: what a job acts on, in its rule's params (a changed one re-runs the job), as JSON gives them back
     @cached_property
-    def spec_names(self) -> list[str]:
-        return ["environment", *self.CAPTURED_SPECS, *(f"data-{b}" for b in self.mini_benchmarks),
-                *(f"inference-{b}" for b in self.inference_benchmarks)]
+    def environment_spec(self) -> dict[str, Any]:
+        return _canonical(self._environment_spec())
 
-    def spec(self, name: str) -> str:
-        """A spec's JSON text; a changed text rewrites its file, which re-runs its consumers."""
-        if name == "environment":
-            spec: Any = self._environment_spec()
-        elif name == "package":
-            spec = self._package_spec()
-        elif name == "report":
-            spec = self._report_spec()
-        else:
-            kind, _, b = name.partition("-")
-            spec = self.benchmarks[b].data_params if kind == "data" else self.benchmarks[b].params
-        return json.dumps(spec, sort_keys=True, indent=1, default=str) + "\n"
+    # The package's and the report's describe each system's implementations, read from the capture records
+    # (FileNotFoundError until they are written): they travel in untracked params beside their tracked basis
+    def package_spec(self) -> dict[str, Any]:
+        return _canonical(self._package_spec())
 
-    def spec_inputs(self, name: str) -> list[Path]:
-        """The files a spec's text is read from: the capture records, for the specs that describe the systems."""
-        return self.capture_files if name in self.CAPTURED_SPECS else []
+    def report_spec(self) -> dict[str, Any]:
+        return _canonical(self._report_spec())
 
-    @property
-    def specs(self) -> dict[str, str]:
-        """Every spec's JSON text by name (every config file captured)."""
-        return {name: self.spec(name) for name in self.spec_names}
+    def data_spec(self, benchmark: str) -> dict[str, Any]:
+        """A mini benchmark's generator block (its dataset's hyperparameters)."""
+        return _canonical(self.benchmarks[benchmark].data_params)
 
-    @property
-    def spec_pattern(self) -> str:
-        """The ``spec`` wildcard's constraint: exactly the plan's spec names."""
-        return "|".join(re.escape(name) for name in sorted(self.spec_names)) or "none"
+    def inference_spec(self, benchmark: str) -> dict[str, Any]:
+        """A served benchmark's config (the model it loads)."""
+        return _canonical(self.benchmarks[benchmark].params)
 
     def _environment_spec(self) -> dict[str, Any]:
         c = self.config
@@ -566,9 +583,8 @@ class Plan:
             # each system's description: the probed host's, with its node count and the fields set by hand
             "systems": {s: {"nodes": self.system_nodes(s), "description": self.systems[s].description}
                         for s in self.systems},
-            "runs": {s: {b: [str(self.out.result(s, b, i)) for i in self.run_indices(b)]
-                         for s2, b in self.ordered_units if s2 == s} for s in self.systems},
-            "keep": {b: spec.runs for b, spec in self.benchmarks.items()},  # of more runs, the median window
+            "runs": self.result_files,
+            "keep": self.kept_runs,
             "implementations": {b: {
                 "kind": spec.implementation.kind, "name": spec.implementation.name,
                 "folder": str(spec.implementation.folder), "image": spec.image,
@@ -592,6 +608,11 @@ class Plan:
                     b: describe_implementation(self.units[(s2, b)].implementation, self.captured(s2, b))
                     for s2, b in self.ordered_units if s2 == s}} for s in self.systems}}
 
+
+def _canonical(value: Any) -> Any:
+    """``value`` as JSON gives it back, keys sorted: the same repr for the same content (Snakemake's params
+    trigger compares reprs), and what the job receives (mlrepro/core/job.py)."""
+    return json.loads(json.dumps(value, sort_keys=True, default=str))
 
 
 STAND_IN = Captured(env={}, nodes=1, gpus_per_node=0, walltime_minutes=None)

@@ -11,7 +11,7 @@ exit status 1, no traceback) or, for ``all``, names the files to make again; it 
    that Snakemake makes them again and, after them, what depends on them (it does not re-make a missing
    intermediate file whose consumers are up to date on its own);
 3. a submission package that differs from what the package step wrote, a generated dataset that no longer
-   matches its manifest: planning refuses, naming ``snakemake repair``, whose job (:func:`repair`) says each
+   matches its manifest: planning refuses, naming ``snakemake repair``, whose job (:func:`repair_job`) says each
    change it makes (``snakemake repair -n`` lists them) and makes them: it removes the package's verdict and
    the report (rebuilt from the verified results) and regenerates the dataset in place (deterministic: its
    manifest keeps its time stamp when the files match it again, so nothing downstream re-runs);
@@ -36,6 +36,7 @@ from typing import Any
 from snakemake.logging import logger as log
 
 from mlrepro.core import integrity, outdir_lock
+from mlrepro.core.job import Job
 from mlrepro.datasets import fetch, manifest, stamps
 from mlrepro.datasets import recipe as data_recipe
 from mlrepro.planning.plan import Plan
@@ -56,11 +57,12 @@ class PlanningError(SystemExit):
 
 @dataclass(frozen=True)
 class Repair:
-    """One change the ``repair`` target makes: ``what`` says it; ``remove`` or ``regenerate`` does it."""
+    """One change the ``repair`` target makes: ``what`` says it; ``remove`` or ``regenerate`` (a generated dataset
+    made again in place: benchmark, folder, params, seed, receipt) does it. JSON values: the job's params."""
 
     what: str
-    remove: tuple[Path, ...] = ()
-    regenerate: str | None = None  # a benchmark whose generated dataset is made again in place
+    remove: tuple[str, ...] = ()
+    regenerate: dict[str, Any] | None = None
 
 
 @dataclass
@@ -152,10 +154,10 @@ class Preparation:
         changed = integrity.tree_problems(out.submission, recorded) if recorded is not None else []
         if not changed:
             return []
-        removed = tuple(p for p in (out.package_verdict, out.report) if p.exists())
+        removed = tuple(str(p) for p in (out.package_verdict, out.report) if p.exists())
         shown = "; ".join(changed[:20]) + (f"; and {len(changed) - 20} more" if len(changed) > 20 else "")
         return [Repair(f"the submission package differs from what the package step wrote ({shown}): remove "
-                       f"{' and '.join(map(str, removed))}, so that it is rebuilt from the verified results", removed)]
+                       f"{' and '.join(removed)}, so that it is rebuilt from the verified results", removed)]
 
     def _dataset_repair(self, benchmark: str) -> Repair | None:
         # Only a changed stamp costs a hash; the generator (torch) is imported only to regenerate.
@@ -168,7 +170,9 @@ class Preparation:
         if problems := manifest.verify(folder):
             files = "; ".join(f"{p.file}: {p.problem}" for p in problems[:5])
             return Repair(f"dataset {folder} no longer matches its manifest ({files}): regenerate it in place",
-                          regenerate=benchmark)
+                          regenerate={"benchmark": benchmark, "folder": str(folder), "receipt": str(receipt),
+                                      "params": self.plan.benchmarks[benchmark].data_params,
+                                      "seed": self.plan.config["data_seed"]})
         self._receipts.append((receipt, folder))
         return None
 
@@ -202,20 +206,17 @@ class Preparation:
                 f"in {plan.data_root}/).")
 
 
-def repair(preparation: Preparation, log_file: str | Path) -> None:
-    """The ``repair`` target's job: make each change :meth:`Preparation.repairs` names, and say it in its log."""
-    plan = preparation.plan
-    lines: list[str] = []
-    for r in preparation.repairs():
-        for p in r.remove:
-            p.unlink(missing_ok=True)
-        if r.regenerate:
+def repair_job(job: Job) -> None:
+    """The ``repair`` target's job: make each change of its params' repairs (:meth:`Preparation.repairs`), and say
+    it."""
+    for r in job.params["repairs"]:
+        for p in r["remove"]:
+            Path(p).unlink(missing_ok=True)
+        if (again := r["regenerate"]) is not None:
             from mlrepro.datasets import generated
 
-            folder = plan.out.generated_data(r.regenerate)
-            generated.rebuild(r.regenerate, folder, plan.benchmarks[r.regenerate].data_params,
-                              plan.config["data_seed"])
-            stamps.write_receipt(plan.dataset_receipts(r.regenerate)[0], folder)
-        lines.append(f"done: {r.what}")
-        log.warning(lines[-1])
-    Path(log_file).write_text("\n".join(lines or ["nothing to repair"]) + "\n", encoding="utf-8")
+            generated.rebuild(again["benchmark"], Path(again["folder"]), again["params"], again["seed"])
+            stamps.write_receipt(Path(again["receipt"]), Path(again["folder"]))
+        print(f"done: {r['what']}")
+    if not job.params["repairs"]:
+        print("nothing to repair")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import subprocess
@@ -14,6 +13,7 @@ from markupsafe import Markup
 
 from mlrepro import PROJECT_ROOT
 from mlrepro.core import integrity, rulesets
+from mlrepro.core.job import Job
 from mlrepro.core.outputs import Outputs
 from mlrepro.datasets import manifest
 from mlrepro.report import svg
@@ -159,15 +159,10 @@ def build_context(out: Outputs, spec: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m mlrepro.report.submission", description=__doc__)
-    p.add_argument("--outdir", type=Path, required=True)
-    p.add_argument("--spec", type=Path, required=True,
-                   help="JSON file: config, config_hash, submittable, benchmarks, systems (the pipeline's report spec)")
-    p.add_argument("--out", type=Path, required=True)
-    args = p.parse_args(argv)
-    out = Outputs(args.outdir)
-    spec = json.loads(args.spec.read_text(encoding="utf-8"))
+def job(job: Job) -> None:
+    """rules/report.smk: params outdir and spec (config, config_hash, submittable, benchmarks, systems: the plan's
+    report spec)."""
+    out, spec = Outputs(Path(job.params["outdir"])), job.params["spec"]
     # The report shows what run.json and the package say: only when they still match their files.
     problems = [p for system, sys_spec in spec["systems"].items() for name in sys_spec["implementations"]
                 for i in range(spec["benchmarks"][name]["runs"])
@@ -178,9 +173,4 @@ def main(argv: list[str] | None = None) -> None:
     if problems:
         sys.exit("error: the report's inputs changed after they were written:\n"
                  + "\n".join(f"  {p}" for p in problems) + "\nRun the pipeline again: it names what to do.")
-    context = build_context(out, spec)
-    render("submission.html.j2", args.out, **context)
-
-
-if __name__ == "__main__":
-    main()
+    render("submission.html.j2", job.output.first, **build_context(out, spec))

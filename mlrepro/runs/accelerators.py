@@ -75,9 +75,9 @@ def _covers(node_list: str, host: str) -> bool:
 
 def lock_dir(configured: str | None) -> Path:
     """The folder of this host's GPU lock files (config ``gpu_lock_dir``): by default the user's own
-    ($XDG_RUNTIME_DIR/mlrepro/gpu-locks, else ~/.cache/mlrepro/runtime/gpu-locks: mlrepro.core.private_dir), made mode 0700
-    and checked to be the user's on every use; a configured folder shared by several users must be root's with the
-    sticky bit (as /run/lock)."""
+    ($XDG_RUNTIME_DIR/mlrepro/gpu-locks, else ~/.cache/mlrepro/runtime/gpu-locks: mlrepro.core.private_dir), made
+    mode 0700 and checked to be the user's on every use; a configured folder shared by several users must be root's
+    with the sticky bit (as /run/lock)."""
     if configured:
         folder = Path(configured)
         folder.mkdir(mode=0o700, parents=True, exist_ok=True)

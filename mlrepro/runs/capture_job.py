@@ -1,4 +1,4 @@
-"""The pipeline's capture job (rules/runs.smk ``capture``): ``python -m mlrepro.runs.capture_job``.
+"""The pipeline's capture job (rules/runs.smk ``capture``, through mlrepro/jobs.py).
 
 Sources one config file natively (mlrepro/runs/capture.py), checks every (system, benchmark) that reads it against
 its variables (mlrepro.runs.implementation.unit_problems: the messages planning gives once the record exists) and, on
@@ -9,12 +9,10 @@ and the next plan runs it again.
 
 from __future__ import annotations
 
-import argparse
-import json
-import sys
 from pathlib import Path
 from typing import Any
 
+from mlrepro.core.job import Job
 from mlrepro.runs.capture import CaptureError, Record, source_native, write
 from mlrepro.runs.implementation import captured, unit_problems
 from mlrepro.slurm.checks import PreflightError, check
@@ -47,24 +45,10 @@ def capture(config: Path, out: Path, checks: list[dict[str, Any]], preflight: di
     return record
 
 
-def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m mlrepro.runs.capture_job", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--config", type=Path, required=True, help="the config file to source")
-    p.add_argument("--out", type=Path, required=True, help="the record to write")
-    p.add_argument("--checks", default="[]",
-                   help="JSON: the (system, benchmark) units that read it, each checked against its variables")
-    p.add_argument("--preflight", default="",
-                   help="JSON, on a Slurm cluster: the partition, threads, engine and each unit's shape to check")
-    args = p.parse_args(argv)
-    try:
-        record = capture(args.config, args.out, json.loads(args.checks),
-                         json.loads(args.preflight) if args.preflight else None)
-    except CaptureError as e:
-        sys.exit(f"error: {e}")
-    print(f"{args.out}: {len(record.env)} variables of {args.config}" + (
+def job(job: Job) -> None:
+    """The capture rule's job: params config (the file to source), checks (the units that read it), preflight (on a
+    Slurm cluster: the partition, threads, engine and each unit's shape; else none); output: the record."""
+    p, out = job.params, job.output.first
+    record = capture(Path(p["config"]), out, p["checks"], p["preflight"])  # CaptureError: its one line
+    print(f"{out}: {len(record.env)} variables of {p['config']}" + (
         f", which sourced {', '.join(record.sourced)}" if record.sourced else ""))
-
-
-if __name__ == "__main__":
-    main()

@@ -1,27 +1,30 @@
 """One run of one benchmark, as one Snakemake job: any implementation's ``run_and_time.sh``, once.
 
-The launch spec (given by the run rule) names the implementation folder, its captured config,
-the dataset and the seed. The script runs through the configured engine with SEED, DATADIR,
-LOGDIR and the config's variables in its environment, on GPUs no other run holds. Its whole
-output is the run's log (``train.log``); its ``:::MLLOG`` lines, and only those, are
-``result.txt``; ``run.json`` is derived from ``result.txt``.
+The launch spec (the run rule's params; the same as the unit's launch file) names the implementation folder, its
+captured config and the dataset; the job gives the seed. The script runs through the configured engine with SEED,
+DATADIR, LOGDIR and the config's variables in its environment, on GPUs no other run holds. Its whole output is the
+run's log (``train.log``); its ``:::MLLOG`` lines, and only those, are ``result.txt``; ``run.json`` is derived from
+``result.txt``.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from mlrepro.core import atomic
 from mlrepro.core.errors import MlreproError
 from mlrepro.core.hashing import sha256_file
+from mlrepro.core.job import Job
 from mlrepro.core.mllog_reader import mllog_lines, run_summary
 from mlrepro.engines import Engine, Mount, engine_for, get_engine
 from mlrepro.runs import ledger, runsub
@@ -45,43 +48,44 @@ def _image_identity(record_path: Path, ref: str | None) -> dict[str, object]:
             "repo_digests": record.get("repo_digests", []), "file": record.get("file")}
 
 
-def launch_env(launch: dict[str, Any], data_dir: str, log_dir: str) -> dict[str, str]:
+def launch_env(launch: LaunchSpec, seed: int, data_dir: str, log_dir: str) -> dict[str, str]:
     """The run's environment: the captured config, then what the driver sets (it wins)."""
-    sub = launch["submission"]
+    sub = launch.submission
     return {
-        **launch["env"],
-        "SEED": str(launch["seed"]), "DATADIR": data_dir, "LOGDIR": log_dir, "NEXP": "1",
+        **launch.env,
+        "SEED": str(seed), "DATADIR": data_dir, "LOGDIR": log_dir, "NEXP": "1",
         "MLPERF_SUBMISSION_ORG": sub["org"], "MLPERF_SUBMISSION_PLATFORM": sub["platform"],
         "MLPERF_SUBMISSION_DIVISION": sub["division"], "MLPERF_SUBMISSION_STATUS": sub["status"],
-        "OMP_NUM_THREADS": str(launch["threads"]), "PYTHONHASHSEED": "0", "PYTHONUNBUFFERED": "1",
-        **({"MLREPRO_PARAMS": json.dumps(launch["params"], sort_keys=True), "MLREPRO_DEVICE": launch["device"]}
-           if launch["kind"] == "mini" else {}),
-        **({"MLREPRO_DROP_CACHES": "1"} if launch.get("drop_caches") else {}),
+        "OMP_NUM_THREADS": str(launch.threads), "PYTHONHASHSEED": "0", "PYTHONUNBUFFERED": "1",
+        **({"MLREPRO_PARAMS": json.dumps(launch.params, sort_keys=True), "MLREPRO_DEVICE": launch.device}
+           if launch.kind == "mini" else {}),
+        **({"MLREPRO_DROP_CACHES": "1"} if launch.drop_caches else {}),
     }
 
 
-def execute(engine: Engine, launch: dict[str, Any], image: str | None, run_dir: Path, log: Path,
+def execute(engine: Engine, launch: LaunchSpec, seed: int, image: str | None, run_dir: Path, log: Path,
             gpus: list[int], roots: Path | None = None) -> int:
     """Start run_and_time.sh once: natively in its folder, or in the image with data and logs mounted."""
-    data = Path(launch["data_dir"])
-    processes = int(launch.get("nodes", 1)) * int(launch.get("tasks_per_node", 1))
+    data = Path(launch.data_dir)
+    processes = launch.nodes * launch.tasks_per_node
+    workdir: str | None
     if engine.name == "native":
-        argv = ["bash", str(Path(launch["folder"]) / "run_and_time.sh")]
-        env, mounts, workdir = launch_env(launch, str(data), str(run_dir)), [], launch["folder"]
+        argv = ["bash", str(Path(launch.folder) / "run_and_time.sh")]
+        env, mounts, workdir = launch_env(launch, seed, str(data), str(run_dir)), [], launch.folder
         # ours may start from this invocation's warm parent (mlrepro/runs/warm.py); ranks of a multi-process run
         # start cold, each from its launcher
-        if launch["kind"] == "mini" and processes == 1:
+        if launch.kind == "mini" and processes == 1:
             from mlrepro.runs import warm
             env.update(warm.shim_env(os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])))
     else:
-        argv = ["bash", launch["script_in_container"]]
-        env = launch_env(launch, launch["data_mount"], launch["log_mount"])
-        mounts = [Mount(data, read_only=True, target=launch["data_mount"]),
-                  Mount(run_dir, read_only=False, target=launch["log_mount"])]
+        argv = ["bash", str(launch.script_in_container)]
+        env = launch_env(launch, seed, str(launch.data_mount), str(launch.log_mount))
+        mounts = [Mount(data, read_only=True, target=launch.data_mount),
+                  Mount(run_dir, read_only=False, target=launch.log_mount)]
         workdir = None
-        if launch.get("code"):  # code from the host (a reproduced package's staged copy): read-only, run in place
-            mounts.append(Mount(Path(launch["code"]), read_only=True))
-            workdir = launch["folder"]
+        if launch.code:  # code from the host (a reproduced package's staged copy): read-only, run in place
+            mounts.append(Mount(Path(launch.code), read_only=True))
+            workdir = launch.folder
     if processes > 1:  # one run, several processes: srun inside a Slurm allocation, torchrun elsewhere
         argv, env, image, mounts, engine = _multi_process(engine, launch, image, argv, env, mounts, workdir, run_dir,
                                                            log)
@@ -93,49 +97,49 @@ def execute(engine: Engine, launch: dict[str, Any], image: str | None, run_dir: 
         return engine.run(argv, image=image, mounts=mounts, gpus=gpus, env=env, log=log, workdir=workdir,
                           started=started)
     except Exception as e:  # the engine's own errors (API, missing image) as one clear message
-        raise RunFailed(f"{launch['benchmark']} run in {run_dir}: engine {engine.name} could not start "
+        raise RunFailed(f"{launch.benchmark} run in {run_dir}: engine {engine.name} could not start "
                         f"{argv[-1]} (image {image}): {type(e).__name__}: {e}") from e
 
 
-def execute_run_sub(launch: dict[str, Any], cont: str, run_dir: Path, log: Path, roots: Path | None) -> int:
+def execute_run_sub(launch: LaunchSpec, seed: int, cont: str, run_dir: Path, log: Path, roots: Path | None) -> int:
     """One experiment of the folder's own run.sub (NEXP=1), run by bash in its folder inside this run's Slurm
     allocation, as the folder's README launches it; its output (every step's) is the run's log."""
     if not launcher.in_allocation(os.environ):
-        raise RunFailed(f"{launch['benchmark']}: {launch['run_sub']} starts its steps with srun and needs a Slurm "
+        raise RunFailed(f"{launch.benchmark}: {launch.run_sub} starts its steps with srun and needs a Slurm "
                         "allocation; run it through `snakemake --profile profiles/slurm`")
     try:
         slurm = launcher.allocation_env(os.environ)
     except launcher.LaunchError as e:
-        raise RunFailed(f"{launch['benchmark']} run in {run_dir}: {e}") from e
-    env = {**os.environ, **slurm, **runsub.environment(launch, launch["seed"], str(run_dir), cont)}
+        raise RunFailed(f"{launch.benchmark} run in {run_dir}: {e}") from e
+    env = {**os.environ, **slurm, **runsub.environment(launch, seed, str(run_dir), cont)}
     with log.open("wb") as out:
-        proc = subprocess.Popen(["bash", launch["run_sub"]], cwd=launch["folder"], env=env, stdin=subprocess.DEVNULL,
+        proc = subprocess.Popen(["bash", str(launch.run_sub)], cwd=launch.folder, env=env, stdin=subprocess.DEVNULL,
                                 stdout=out, stderr=subprocess.STDOUT)
         if roots is not None:
             atomic.write_text(roots, f"{proc.pid}\n")
         return proc.wait()
 
 
-def _multi_process(engine: Engine, launch: dict[str, Any], image: str | None, argv: list[str], env: dict[str, str],
+def _multi_process(engine: Engine, launch: LaunchSpec, image: str | None, argv: list[str], env: dict[str, str],
                    mounts: list[Mount], workdir: str | None, run_dir: Path, log: Path
                    ) -> tuple[list[str], dict[str, str], str | None, list[Mount], Engine]:
     """The launcher's command for the run's ranks, run natively (srun or torchrun start the ranks, each in the
     container where there is one), after its set-up steps (cache clearing on every node, pyxis' image import)."""
     container = None
     if engine.name != "native":
-        container = launcher.Container(engine.name, str(image), containers.container_name(launch["benchmark"], run_dir),
-                                       mounts, bool(launch["gpus"]), workdir)
+        container = launcher.Container(engine.name, str(image), containers.container_name(launch.benchmark, run_dir),
+                                       mounts, bool(launch.gpus), workdir)
     try:
-        plan = launcher.command(argv, sys.executable, int(launch.get("nodes", 1)), int(launch.get("tasks_per_node", 1)),
-                                int(launch["threads"]), os.environ, container, bool(launch.get("drop_caches")))
+        plan = launcher.command(argv, sys.executable, launch.nodes, launch.tasks_per_node, launch.threads, os.environ,
+                                container, launch.drop_caches)
     except (launcher.LaunchError, ValueError) as e:
-        raise RunFailed(f"{launch['benchmark']} run in {run_dir}: {e}") from e
+        raise RunFailed(f"{launch.benchmark} run in {run_dir}: {e}") from e
     native = get_engine("native")
     env = {**env, **plan.env}
     for step in plan.setup:
         code = native.run(step, image=None, mounts=[], gpus=[], env=env, log=log, workdir=workdir)
         if code != 0:
-            raise RunFailed(f"{launch['benchmark']} run in {run_dir}: its set-up step `{' '.join(step)}` exited with "
+            raise RunFailed(f"{launch.benchmark} run in {run_dir}: its set-up step `{' '.join(step)}` exited with "
                             f"status {code}; its log is kept at {log}. Last lines:\n{_tail(log)}")
     return plan.argv, env, None, [], native
 
@@ -144,10 +148,10 @@ def _tail(log: Path, n: int = 15) -> str:
     return "".join(log.read_text(errors="replace").splitlines(keepends=True)[-n:])
 
 
-def collect(launch: dict[str, Any], run_dir: Path, log: Path, code: int) -> dict[str, Any]:
+def collect(launch: LaunchSpec, run_dir: Path, log: Path, code: int) -> dict[str, Any]:
     """result.txt from the log's :::MLLOG lines and the run's summary; RunFailed naming the log otherwise."""
-    script = launch.get("run_sub") or f"{launch['folder']}/run_and_time.sh"
-    what = f"{launch['benchmark']} run in {run_dir} ({script})"
+    script = launch.run_sub or f"{launch.folder}/run_and_time.sh"
+    what = f"{launch.benchmark} run in {run_dir} ({script})"
     if code != 0:
         # a run of several processes fails whole (srun --kill-on-bad-exit): srun names the tasks and nodes that failed
         failed = launcher.failed_tasks(log.read_text(errors="replace"))
@@ -170,44 +174,73 @@ def collect(launch: dict[str, Any], run_dir: Path, log: Path, code: int) -> dict
     return summary
 
 
+@dataclass(frozen=True)
+class Options:
+    """How the run's job runs it: not what the run computes (that is the launch spec's and the seed's)."""
+
+    image_record: Path | None = None  # container engines: the image's build record (it names engine and socket)
+    locked: bool = False  # run the locked image id; refuse a mismatch
+    gpu_locks: str | None = None  # this host's per-GPU lock folder (config gpu_lock_dir); None: the user's own
+    gpus: str = "auto"  # outside Slurm, the GPUs of this machine that runs share (config gpus); auto: NVML's
+    telemetry_hz: float = 0.0  # 0 disables the sampler
+    telemetry_backend: str = "nvml"  # nvml, or replay:TRACE.json (tests and demos)
+
+
+def drive(launch: LaunchSpec, seed: int, run_dir: Path, options: Options) -> None:
+    """One run of ``launch``'s benchmark with ``seed`` into ``run_dir``, on record in the run ledger."""
+    # a relative dataset folder (the generated one, under a relative outdir) is the working folder's, where runs start
+    launch = dataclasses.replace(launch, data_dir=str(Path(launch.data_dir).resolve()))
+    run_dir = run_dir.resolve()
+    with ledger.recorded(run_dir, benchmark=launch.benchmark, seed=seed):  # every launch, on record
+        _drive(options, launch, seed, run_dir)
+
+
+def job(job: Job) -> None:
+    """The run rule's job: params launch (the LaunchSpec as a JSON object), seed, run_dir, locked, gpu_locks, gpus, hz,
+    backend; input image (its build record; none natively). Served by this invocation's warm parent for the driver,
+    which imported its telemetry once (mlrepro/jobs.py)."""
+    p = job.params
+    try:  # typed: a misspelt or missing key is named before anything starts
+        launch = LaunchSpec.from_dict(p["launch"], f"the launch spec of rule {job.rule}")
+    except LaunchSpecError as e:
+        raise RunFailed(str(e)) from None
+    drive(launch, int(p["seed"]), Path(p["run_dir"]),
+          Options(job.input.get("image"), bool(p["locked"]), p["gpu_locks"], str(p["gpus"]), float(p["hz"]),
+                  p["backend"]))
+
+
 def main(argv: list[str] | None = None) -> None:
+    """``python -m mlrepro.runs.driver --launch FILE``: a run of a launch file (the pipeline's, or one written by
+    hand), outside Snakemake; rules/reproduce.smk's runs."""
     p = argparse.ArgumentParser(prog="python -m mlrepro.runs.driver", description=__doc__)
-    given = p.add_mutually_exclusive_group(required=True)
-    given.add_argument("--launch", type=Path, help="a launch file: a LaunchSpec (mlrepro/runs/launch_spec.py)")
-    given.add_argument("--launch-json", help="the LaunchSpec as JSON (the pipeline's run rule gives it so)")
+    p.add_argument("--launch", type=Path, required=True,
+                   help="a launch file: a LaunchSpec (mlrepro/runs/launch_spec.py)")
     p.add_argument("--seed", type=int, required=True)
     p.add_argument("--run-dir", type=Path, required=True)
-    p.add_argument("--engine", default="native", help="without an image record: native")
-    p.add_argument("--image-record", type=Path, default=None,
-                   help="the image's build record (container engines): it names the image, engine and socket")
-    p.add_argument("--locked", action="store_true", help="run the locked image id; refuse a mismatch")
-    p.add_argument("--gpu-locks", default=None,
-                   help="the folder of this host's per-GPU lock files (config gpu_lock_dir); default: the user's own")
-    p.add_argument("--gpus", default="auto",
-                   help="outside Slurm, the GPUs of this machine that runs share (config gpus); auto: what NVML sees")
-    p.add_argument("--telemetry-hz", type=float, default=0.0, help="0 disables the sampler")
-    p.add_argument("--telemetry-backend", default="nvml", help="nvml, or replay:TRACE.json (tests and demos)")
+    p.add_argument("--engine", default="native", choices=["native"], help="without an image record: native")
+    p.add_argument("--image-record", type=Path, default=None)
+    p.add_argument("--locked", action="store_true")
+    p.add_argument("--gpu-locks", default=None)
+    p.add_argument("--gpus", default="auto")
+    p.add_argument("--telemetry-hz", type=float, default=0.0)
+    p.add_argument("--telemetry-backend", default="nvml")
     args = p.parse_args(argv)
-
     try:  # typed: a misspelt or missing key is named before anything starts
-        spec = LaunchSpec.read(args.launch) if args.launch else LaunchSpec.from_json(args.launch_json, "--launch-json")
+        launch = LaunchSpec.read(args.launch)
     except (OSError, LaunchSpecError) as e:
-        sys.exit(f"error: launch file {args.launch or '(--launch-json)'}: {e}")
-    # a relative dataset folder (the generated one, under a relative outdir) is the working folder's, where runs start
-    launch = {**spec.to_dict(), "seed": args.seed, "data_dir": str(Path(spec.data_dir).resolve())}
-    run_dir: Path = args.run_dir.resolve()
-    with ledger.recorded(run_dir, benchmark=launch["benchmark"], seed=args.seed):  # every launch, on record
-        _drive(args, launch, run_dir)
+        sys.exit(f"error: launch file {args.launch}: {e}")
+    drive(launch, args.seed, args.run_dir, Options(args.image_record, args.locked, args.gpu_locks, args.gpus,
+                                                   args.telemetry_hz, args.telemetry_backend))
 
 
 @contextmanager
-def _gpus(args: argparse.Namespace, launch: dict[str, Any]) -> Iterator[list[int]]:
+def _gpus(options: Options, launch: LaunchSpec) -> Iterator[list[int]]:
     """The run's GPUs on this node, from the machine that runs it: in a Slurm allocation the job's own (no lock:
     Slurm keeps jobs apart); elsewhere this machine's, each held by its lock in this host's lock folder. Ours with
     device auto takes one where there is one."""
-    nodes = max(1, int(launch.get("nodes", 1)))
-    need = -(-int(launch["gpus"]) // nodes)  # per node
-    optional = launch["kind"] == "mini" and launch.get("device") == "auto"
+    nodes = max(1, launch.nodes)
+    need = -(-launch.gpus // nodes)  # per node
+    optional = launch.kind == "mini" and launch.device == "auto"
     try:
         if launcher.in_allocation(os.environ):
             here = allocated_gpus(os.environ)
@@ -217,37 +250,39 @@ def _gpus(args: argparse.Namespace, launch: dict[str, Any]) -> Iterator[list[int
                                "(its GRES); the run rule asks for gres=gpu:<DGXNGPU>: is the partition's GRES set?")
             yield here[:need]
             return
-        total = machine_gpus() if args.gpus == "auto" else int(args.gpus)
+        total = machine_gpus() if options.gpus == "auto" else int(options.gpus)
         need = min(need, total) if optional else need
         if need == 0:
             yield []
             return
-        with claim(lock_dir(args.gpu_locks), total, need) as gpus:
+        with claim(lock_dir(options.gpu_locks), total, need) as gpus:
             yield gpus
     except GpuError as e:
-        raise RunFailed(f"{launch['benchmark']}: {e}") from None
+        raise RunFailed(f"{launch.benchmark}: {e}") from None
 
 
-def _drive(args: argparse.Namespace, launch: dict[str, Any], run_dir: Path) -> None:
+def _drive(options: Options, launch: LaunchSpec, seed: int, run_dir: Path) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
     log = run_dir / LOG
     log.unlink(missing_ok=True)
     (run_dir / "result.txt").unlink(missing_ok=True)
     (run_dir / CHECKPOINT).unlink(missing_ok=True)  # a re-run that does not converge must not keep old weights
-    job = this_job(os.environ)
-    if job is not None:  # kept when the job is cancelled or times out: which Slurm job this attempt was
-        atomic.write_json(run_dir / SLURM_RECORD, job)
-    run_sub = bool(launch.get("run_sub"))
-    engine = get_engine("native") if run_sub else engine_for(args.engine, args.image_record)
+    slurm_job = this_job(os.environ)
+    if slurm_job is not None:  # kept when the job is cancelled or times out: which Slurm job this attempt was
+        atomic.write_json(run_dir / SLURM_RECORD, slurm_job)
+    run_sub = bool(launch.run_sub)
+    record_path = options.image_record
+    engine = get_engine("native") if run_sub else engine_for("native", record_path)
     image = None
-    if args.image_record:
+    if record_path:
         from mlrepro.containers.lock import image_ref  # the Docker SDK only where a container runs
 
-        image = image_ref(args.image_record, locked=args.locked)
+        image = image_ref(record_path, locked=options.locked)
     sampler = nodes = None
-    with _gpus(args, launch) as gpus:
+    hz, backend = options.telemetry_hz, options.telemetry_backend
+    with _gpus(options, launch) as gpus:
         roots = None
-        if args.telemetry_hz > 0:
+        if hz > 0:
             from mlrepro.telemetry import start_sampler
             from mlrepro.telemetry.host import ROOTS_ENV
 
@@ -255,39 +290,38 @@ def _drive(args: argparse.Namespace, launch: dict[str, Any], run_dir: Path) -> N
             roots.unlink(missing_ok=True)
             os.environ[ROOTS_ENV] = str(roots)  # the sampler inherits it
             from mlrepro.runs import warm
-            sampler = start_sampler(run_dir / "telemetry", hz=args.telemetry_hz, watch_pid=os.getpid(),
-                                    backend=args.telemetry_backend,
+            sampler = start_sampler(run_dir / "telemetry", hz=hz, watch_pid=os.getpid(), backend=backend,
                                     fork=warm.OWNER_ENV in os.environ)  # with the warm start, no new interpreter
             from mlrepro.telemetry.nodes import start_for_run  # a run over several nodes: a sampler on each other
 
-            nodes = start_for_run(run_dir / "telemetry", os.environ, int(launch.get("nodes", 1)), args.telemetry_hz,
-                                  args.telemetry_backend)
+            nodes = start_for_run(run_dir / "telemetry", os.environ, launch.nodes, hz, backend)
         try:
             if run_sub:
-                code = execute_run_sub(launch, launch.get("container") or str(image or ""), run_dir, log, roots)
+                code = execute_run_sub(launch, seed, launch.container or str(image or ""), run_dir, log, roots)
             else:
-                code = execute(engine, launch, image, run_dir, log, gpus, roots)
+                code = execute(engine, launch, seed, image, run_dir, log, gpus, roots)
         finally:
             for handle in (nodes, sampler):
                 if handle is not None:
                     handle.stop()
     summary = collect(launch, run_dir, log, code)
     record: dict[str, Any] = {
-        "benchmark": launch["benchmark"], **summary,
-        "seed": summary["seed"] if summary["seed"] is not None else launch["seed"],
+        "benchmark": launch.benchmark, **summary,
+        "seed": summary["seed"] if summary["seed"] is not None else seed,
         "result_sha256": sha256_file(run_dir / "result.txt"),
         # run.sub starts its containers itself (srun --container-*: pyxis)
         "engine": "pyxis (run.sub)" if run_sub else engine.name, "gpus": gpus,
-        "image": _image_identity(args.image_record, image) if args.image_record else None,
-        "implementation": {k: launch[k] for k in ("kind", "name", "folder", "config_file")},
-        "processes": int(launch.get("nodes", 1)) * int(launch.get("tasks_per_node", 1)),
-        "slurm": job,
+        "image": _image_identity(record_path, image) if record_path else None,
+        "implementation": {"kind": launch.kind, "name": launch.name, "folder": launch.folder,
+                           "config_file": launch.config_file},
+        "processes": launch.nodes * launch.tasks_per_node,
+        "slurm": slurm_job,
         "launcher": "run.sub" if run_sub else "mlrepro",
     }
     if run_sub:  # what the run.sub ran in; its steps' own task counts are in its log (and the launch preview)
-        alloc = launch.get("allocation") or {}
+        alloc = launch.allocation
         record["allocation"] = {"nodes": alloc.get("nodes"), "gpus_per_node": alloc.get("gpus_per_node"),
-                                "node_list": (job or {}).get("node_list")}
+                                "node_list": (slurm_job or {}).get("node_list")}
         # the allocation's first node as NVML and /sys see it: what its system description is made from
         from mlrepro.core import probe
 

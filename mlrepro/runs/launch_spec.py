@@ -16,6 +16,7 @@ from typing import Any
 
 from mlrepro.core import atomic
 from mlrepro.core.errors import MlreproError
+from mlrepro.core.job import Job
 
 
 class LaunchSpecError(MlreproError, ValueError):
@@ -88,3 +89,10 @@ class LaunchSpec:
     @classmethod
     def read(cls, path: Path) -> LaunchSpec:
         return cls.from_json(Path(path).read_text(encoding="utf-8"), str(path))
+
+
+def launch_file_job(job: Job) -> None:
+    """The launch rule's job (rules/runs.smk): its params' spec, checked, to its launch file."""
+    out = job.output.first
+    LaunchSpec.from_dict(job.params["spec"], f"the launch spec of {out}").write(out)
+    print(f"{out}: written")

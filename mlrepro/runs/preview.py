@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from mlrepro.core import atomic
+from mlrepro.core.job import Job
 from mlrepro.runs import runsub
 from mlrepro.runs.launch_spec import LaunchSpec
 from mlrepro.slurm import trace
@@ -43,7 +44,7 @@ def entry(system: str, launch: LaunchSpec, runs: int, seed: int, image_record: P
                              "config_file": launch.config_file, "runs": runs}
     if launch.run_sub:
         alloc = dict(launch.allocation)
-        env = {**runsub.environment(launch.to_dict(), seed, log_dir, cont_for(launch, image_record)),
+        env = {**runsub.environment(launch, seed, log_dir, cont_for(launch, image_record)),
                "DATESTAMP": DATESTAMP}
         traced = trace.trace(Path(launch.run_sub), env, int(alloc["nodes"]), int(alloc["gpus_per_node"]))
         found.update({"launcher": "run.sub", "run_sub": launch.run_sub, "allocation": alloc,
@@ -86,3 +87,16 @@ def table(entries: Iterable[dict[str, Any]]) -> str:
 
 def write(out: Path, entries: list[dict[str, Any]]) -> None:
     atomic.write_text(out, json.dumps(entries, indent=1) + "\n")
+
+
+def job(job: Job) -> None:
+    """The launch_preview rule's job (rules/preview.smk): params units (mlrepro.planning.plan.Plan.preview_units);
+    the entries to its output, the node-hours table to its log (shown on the terminal)."""
+    entries = []
+    for u in job.params["units"]:
+        launch = LaunchSpec.from_dict(u["launch"], f"the launch spec of {u['system']}/{u['launch'].get('benchmark')}")
+        record = Path(u["image_record"]) if u["image_record"] else None
+        entries.append(with_node_hours(entry(u["system"], launch, u["runs"], u["seed"], record, u["log_dir"]),
+                                       u["minutes"]))
+    write(job.output.first, entries)
+    print(table(entries))

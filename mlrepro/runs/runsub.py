@@ -14,9 +14,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
-from mlrepro.core.errors import MlreproError
+from mlrepro.runs.launch_spec import LaunchSpec
 
 RUN_SUB = "run.sub"
 # the files beside run.sub that declare container mounts (run.sub reads them: mounts.txt with envsubst, or sources)
@@ -33,10 +32,6 @@ SHELL_VARS = {"PWD", "HOME", "USER", "HOSTNAME", "RANDOM", "OLDPWD", "BASH_SOURC
 # What a run sets itself (environment()), and what Slurm sets in the allocation
 PROVIDED = ("CONT", "DATADIR", "LOGDIR", "DGXSYSTEM", "NEXP", "SEED", "MLPERF_SUBMISSION_ORG",
             "MLPERF_SUBMISSION_PLATFORM", "MLPERF_SUBMISSION_DIVISION", "MLPERF_SUBMISSION_STATUS")
-
-
-class RunSubError(MlreproError, ValueError):
-    """A folder's run.sub that cannot be launched as configured; the message names the variable and the file."""
 
 
 def sbatch_options(run_sub: Path) -> list[str]:
@@ -100,14 +95,14 @@ def dgx_system(config_file: Path, env: Mapping[str, str]) -> str:
     return env.get("DGXSYSTEM") or config_file.name.removeprefix("config_").removesuffix(".sh")
 
 
-def environment(launch: Mapping[str, Any], seed: int, log_dir: str, cont: str) -> dict[str, str]:
+def environment(launch: LaunchSpec, seed: int, log_dir: str, cont: str) -> dict[str, str]:
     """The variables run.sub runs with: the config file's, the config's (benchmarks.<bm>.env, then
     systems.<name>.env), then what the run sets (it wins): CONT, DATADIR, LOGDIR, NEXP=1, SEED, DGXSYSTEM and
     the submission's MLPERF_* fields."""
-    sub = launch["submission"]
+    sub = launch.submission
     return {
-        **launch["env"], **launch["runsub_env"],
-        "CONT": cont, "DATADIR": launch["data_dir"], "LOGDIR": log_dir, "NEXP": "1", "SEED": str(seed),
+        **launch.env, **launch.runsub_env,
+        "CONT": cont, "DATADIR": launch.data_dir, "LOGDIR": log_dir, "NEXP": "1", "SEED": str(seed),
         "MLPERF_SUBMISSION_ORG": sub["org"], "MLPERF_SUBMISSION_PLATFORM": sub["platform"],
         "MLPERF_SUBMISSION_DIVISION": sub["division"], "MLPERF_SUBMISSION_STATUS": sub["status"],
     }

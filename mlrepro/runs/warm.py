@@ -24,12 +24,13 @@ each job's own Snakemake parses the workflow on its node, so a parent never serv
 The child dies with the parent (PR_SET_PDEATHSIG) and with the shim; the shim then exits non-zero,
 so the run fails without a result and the next invocation redoes it.
 
-The run driver (``python -m mlrepro.runs.driver``, one per Snakemake job) is served the same way by a
-second parent of the same owner that has imported the driver and its telemetry (pyarrow, numpy):
-``hand_over`` sends the driver's arguments there and waits for its exit status. The driver is not
-the training process; it still starts ``run_and_time.sh`` as a new process for every run. The jobs
-that generate a dataset (``mlrepro.datasets.generated``) and that run LoadGen (``mlrepro.inference.run``) hand
-over to parents of their own in the same way: each imports torch once instead of once per job.
+The run driver (one per Snakemake job) is served the same way by a second parent of the same owner that
+has imported the driver and its telemetry (pyarrow, numpy): a rule's job (mlrepro/jobs.py) sends it the Job
+as JSON (``hand_over_job``: the child calls the entry function on it), ``python -m mlrepro.runs.driver`` its
+arguments (``hand_over``); each waits for the exit status. The driver is not the training process; it still
+starts ``run_and_time.sh`` as a new process for every run. The jobs that generate a dataset
+(``mlrepro.datasets.generated``) and that run LoadGen (``mlrepro.inference.run``) hand over to parents of their
+own in the same way: each imports torch once instead of once per job.
 
 This module imports only the standard library at module level: the shim and the driver load it.
 """
@@ -254,15 +255,16 @@ def _add_root(pid: int) -> None:
         atomic.write_text(Path(roots), f"{previous}{pid}\n")
 
 
-def _through_parent(folder: Path, module: str, args: list[str], env: dict[str, str]) -> str:
-    """Have the folder's parent run ``python -m module args`` with this process's stdio, working folder
-    and ``env``; exit with its status. Returns (the reason) only where it did not start there."""
+def _through_parent(folder: Path, module: str, work: dict[str, Any], env: dict[str, str]) -> int | str:
+    """Have the folder's parent do ``work`` with this process's stdio, working folder and ``env``: ``{"argv": ARGS}``
+    runs ``python -m module ARGS``; ``{"entry": "pkg.mod:function", "job": JOB}`` calls the function on the job
+    (its JSON: mlrepro/core/job.py). Returns the exit status, or (text) why it did not start there."""
     from mlrepro.core.private_dir import PrivateDirError
 
     try:
         private(folder)  # checked on every use: the socket, the lock and the log live there
         conn = _connect(folder, env, module)
-        request = json.dumps({"argv": args, "env": env, "cwd": os.getcwd()}).encode() + b"\n"
+        request = json.dumps({**work, "env": env, "cwd": os.getcwd()}).encode() + b"\n"
         socket.send_fds(conn, [request], [0, 1, 2])
         replies = _lines(conn)
         first = next(replies)
@@ -279,11 +281,12 @@ def _through_parent(folder: Path, module: str, args: list[str], env: dict[str, s
     _add_root(child)
     for message in replies:
         if "exit" in message:
-            sys.exit(message["exit"])
+            return int(message["exit"])
     with contextlib.suppress(OSError):  # what it started outlives it (a driver's script): end it too
         os.killpg(child, signal.SIGKILL)
-    sys.exit(f"mlrepro.runs.warm: the run's process {child} ended without an exit status (its warm parent "
-             f"or the process itself was killed); the run has no result")
+    print(f"mlrepro.runs.warm: the run's process {child} ended without an exit status (its warm parent "
+          f"or the process itself was killed); the run has no result", file=sys.stderr, flush=True)
+    return 1
 
 
 def _debug(reason: str) -> None:
@@ -301,7 +304,10 @@ def shim_main(python: str, module: str = MODULE) -> None:
     reason = "not a run of " + module
     run = args[1:] if args[:1] == ["-P"] else args  # the parent runs with -P's import path, always
     if run[:2] == ["-m", module] and OWNER_ENV in env:
-        reason = _through_parent(folder, module, run[2:], env)
+        served = _through_parent(folder, module, {"argv": run[2:]}, env)
+        if isinstance(served, int):
+            sys.exit(served)
+        reason = served
     _debug(reason)
     os.execve(python, [python, *args], env)
 
@@ -310,19 +316,35 @@ _serving: str | None = None  # in a parent's child: the module it runs
 
 
 def hand_over(module: str) -> None:
-    """Run this ``python -m module`` invocation in the owner's warm parent for ``module``; return
-    (and let the caller run it here) where none may serve: no owner on this host, or already served."""
+    """Run this ``python -m module`` invocation in the owner's warm parent for ``module`` and exit with its status;
+    return (and let the caller run it here) where none may serve: no owner on this host, or already served."""
+    status = _hand_over(module, {"argv": sys.argv[1:]})
+    if status is not None:
+        sys.exit(status)
+
+
+def hand_over_job(module: str, entry: str, job: str) -> int | None:
+    """Call ``entry`` ("pkg.mod:function") on ``job`` (its JSON, mlrepro/core/job.py) in the owner's warm parent for
+    ``module``, with this process's stdio; its exit status, or None where none may serve (the caller runs it)."""
+    return _hand_over(module, {"entry": entry, "job": job})
+
+
+def _hand_over(module: str, work: dict[str, Any]) -> int | None:
     owner = os.environ.get(OWNER_ENV)
     if _serving is not None or not owner or not alive(owner):
-        return
+        return None
     from mlrepro.core.private_dir import PrivateDirError
 
     try:
         folder = parent_dir(owner, module)
     except (PrivateDirError, OSError) as e:
         print(f"mlrepro.runs.warm: cold start: {e}", file=sys.stderr, flush=True)
-        return
-    _debug(_through_parent(folder, module, sys.argv[1:], dict(os.environ)))
+        return None
+    served = _through_parent(folder, module, work, dict(os.environ))
+    if isinstance(served, int):
+        return served
+    _debug(served)
+    return None
 
 
 # --- the parent -------------------------------------------------------------------------------------
@@ -354,13 +376,18 @@ def _child(conn: socket.socket, request: dict[str, Any], fds: list[int], parent:
     import runpy
     import traceback
 
-    sys.argv = ["-m", *request["argv"]]  # runpy puts the module's file in argv[0], as python -m does
     # sys.path is the parent's, started with -P: the working folder (an audited round, a package) is never on
     # it, as in `python -P -m`, which is how every entry point of the project is started
-    sys.modules.pop(module, None)  # as in a new interpreter, the module runs once, as __main__ only
     code: Any = 0
     try:
-        runpy.run_module(module, run_name="__main__", alter_sys=True)
+        if "job" in request:  # a job of the rules (mlrepro/jobs.py): the module is imported, its function called
+            from mlrepro.core.job import Job, call
+
+            code = call(request["entry"], Job.from_json(request["job"]))
+        else:
+            sys.argv = ["-m", *request["argv"]]  # runpy puts the module's file in argv[0], as python -m does
+            sys.modules.pop(module, None)  # as in a new interpreter, the module runs once, as __main__ only
+            runpy.run_module(module, run_name="__main__", alter_sys=True)
     except SystemExit as e:
         code = e.code
     except BaseException:
