@@ -9,6 +9,8 @@ rule launch_preview:
         # each (system, benchmark)'s launch file (rules/runs.smk): a changed launch (config, config file, allocation)
         # previews again
         PLAN.launch_files,
+        # what its params read (ancient: as the runs take them, rules/runs.smk)
+        captures=[ancient(str(f)) for f in PLAN.capture_files],
     output:
         PLAN.out.root / "launch_preview.json",
     params:

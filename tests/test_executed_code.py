@@ -13,28 +13,43 @@ from mlrepro import PROJECT_ROOT
 from mlrepro.core.workflows import implemented_benchmarks, workflow_dir
 from mlrepro.runs.executed_code import ENTRY, mini_run_files, project_files
 
-# Imports the training entry point and one benchmark's model as a run does, then lists the project files
-# the interpreter loaded.
+# Imports the training entry point once, then, in a forked child per benchmark (a fresh copy of the interpreter, as a
+# run's process is one: what the entry point imports is loaded in each), that benchmark's model as a run does; each
+# child prints a line: the benchmark and the project files the interpreter loaded. One import of torch, not one per
+# benchmark.
 _LOADED = """
-import json, sys, runpy
-from mlrepro.core.workflows import load_module
+import json, os, sys
 import mlrepro.train
-load_module(sys.argv[1])
-root = sys.argv[2]
-print(json.dumps(sorted({m.__file__ for m in list(sys.modules.values())
-                         if getattr(m, "__file__", None) and m.__file__.startswith(root)})))
+from mlrepro.core.workflows import load_module
+root = sys.argv[1]
+for benchmark in sys.argv[2:]:
+    sys.stdout.flush()
+    pid = os.fork()
+    if pid == 0:
+        load_module(benchmark)
+        print(json.dumps([benchmark, sorted({m.__file__ for m in list(sys.modules.values())
+                                             if getattr(m, "__file__", None) and m.__file__.startswith(root)})]))
+        sys.stdout.flush()
+        os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    assert status == 0, (benchmark, status)
 """
 
 
-@pytest.mark.parametrize("benchmark", implemented_benchmarks())
-def test_every_project_file_a_run_loads_is_in_its_digest(benchmark: str) -> None:
-    folder = workflow_dir(benchmark)
-    proc = subprocess.run([sys.executable, "-c", _LOADED, benchmark, str(PROJECT_ROOT / "mlrepro")],
+@pytest.fixture(scope="module")
+def loaded() -> dict[str, set[Path]]:
+    """benchmark -> the project files a run of it loads."""
+    proc = subprocess.run([sys.executable, "-c", _LOADED, str(PROJECT_ROOT / "mlrepro"), *implemented_benchmarks()],
                           capture_output=True, text=True, check=True, cwd=PROJECT_ROOT)
-    loaded = {Path(p) for p in json.loads(proc.stdout.splitlines()[-1])}
-    covered = set(mini_run_files(folder))
+    return {b: {Path(p) for p in files} for b, files in map(json.loads, proc.stdout.splitlines())}
+
+
+@pytest.mark.parametrize("benchmark", implemented_benchmarks())
+def test_every_project_file_a_run_loads_is_in_its_digest(benchmark: str, loaded: dict[str, set[Path]]) -> None:
+    covered = set(mini_run_files(workflow_dir(benchmark)))
     assert ENTRY in covered and PROJECT_ROOT / "mlrepro" / "training" / "loop.py" in covered
-    assert loaded - covered == set(), f"{benchmark}: loaded by a run but outside its digest"
+    assert loaded[benchmark] - covered == set(), f"{benchmark}: loaded by a run but outside its digest"
+    assert PROJECT_ROOT / "mlrepro" / "training" / "loop.py" in loaded[benchmark]
 
 
 def test_model_specific_code_stays_out_of_other_benchmarks() -> None:

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from mlrepro.runs import ledger, warm
+from mlrepro.runs.launch_spec import LaunchSpec
 from mlrepro.telemetry.host import ROOTS_ENV
 from tests.conftest import REPO, SNAKEMAKE, SYSTEM, dispatch, make_job, snakemake
 
@@ -146,8 +147,9 @@ def test_the_run_rules_job_goes_warm_as_a_job_and_equals_the_cold_one(workdir: P
     records = {}
     for mode, extra in (("job-cold", {}), ("job-warm", {warm.OWNER_ENV: owner})):
         run_dir = workdir / mode
+        launch = LaunchSpec.read(workdir / "results" / "runs" / SYSTEM / "resnet" / "launch.json")
         job = make_job("run", output={"result": run_dir / "result.txt", "summary": run_dir / "run.json"},
-                       params={"launch": workdir / "results" / "runs" / SYSTEM / "resnet" / "launch.json",
+                       params={"launch": launch.to_dict(),
                                "seed": 11, "run_dir": run_dir, "locked": False,
                                "gpu_locks": workdir / "results" / ".gpu_locks", "gpus": "auto", "hz": 20,
                                "backend": "nvml"},
