@@ -11,6 +11,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -64,12 +65,11 @@ JOB_ARGV = [sys.executable, "-P", "-m", "mlrepro.jobs"]  # a job (its JSON on st
 
 def _start(job: Job) -> subprocess.Popen[str]:
     """``job`` started in a process of its own (LoadGen reads its settings once per process), its output piped."""
-    proc = subprocess.Popen(JOB_ARGV, cwd=REPO, env=ENV, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
-    assert proc.stdin is not None
-    proc.stdin.write(job.to_json())
-    proc.stdin.close()
-    return proc
+    with tempfile.TemporaryFile("w+") as stdin:  # read by the child as a whole before it starts the job
+        stdin.write(job.to_json())
+        stdin.seek(0)
+        return subprocess.Popen(JOB_ARGV, cwd=REPO, env=ENV, stdin=stdin, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True)
 
 
 def _run(job: Job, timeout: float = 600) -> subprocess.CompletedProcess[str]:
