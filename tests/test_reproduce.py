@@ -312,7 +312,8 @@ def test_package_changed_by_its_own_code_is_an_error_of_the_report(tiny_package:
     doc = json.loads((tmp_path / "work" / "reproduction" / "reproduction.json").read_text())
     change = f"{victim.relative_to(org)}: changed"
     assert doc["package_changes"] == [change] and doc["verdict"] == "not comparable"
-    assert f"error: the package {org} changed while it was reproduced: {change}" in out.stderr
+    # the report's log, on the terminal (a shown job's: mlrepro/jobs.py SHOWN), then the run's error
+    assert f"error: the package {org} changed while it was reproduced: {change}" in out.stdout
     assert out.returncode != 0 and f"the package {org} changed while it was reproduced ({change})" in out.stderr
     assert "the package changed while it was reproduced" in (tmp_path / "work" / "reproduction" /
                                                              "reproduction.html").read_text()
