@@ -53,11 +53,19 @@ ENTRIES: dict[str, str] = {
     "audit_check": "mlrepro.audit.steps:check_job",
     "audit_summarize": "mlrepro.audit.steps:summarize_job",
     "inference_audit": "mlrepro.inference.audit:job",
+    **{f"reproduce_{step}": f"mlrepro.reproduce.steps:{step}_job"
+       for step in ("verify", "plan", "stage", "image", "data", "capture", "launch", "report")},
+    "reproduce_run": "mlrepro.runs.driver:file_job",
+    "reproduce_compliance": "mlrepro.gate.compliance:job",
 }
 # rule -> the module whose warm parent runs it (mlrepro/runs/warm.py: standard library only at import)
-WARM: dict[str, str] = {"data": warm.DATA, "inference_run": warm.INFERENCE, "run": warm.DRIVER}
-# Rules whose log is what the user asked for (an audit, verify_data): on success it goes to the terminal too.
-SHOWN = frozenset({"repair", "launch_preview", "verify_data", "audit_check", "audit_summarize", "inference_audit"})
+# (not reproduce_data: the generator it runs is the reproduced package's, never this one's)
+WARM: dict[str, str] = {"data": warm.DATA, "inference_run": warm.INFERENCE, "run": warm.DRIVER,
+                        "reproduce_run": warm.DRIVER}
+# Rules whose log is what the user asked for (an audit, verify_data, a reproduction's verdict): on success it goes to
+# the terminal too.
+SHOWN = frozenset({"repair", "launch_preview", "verify_data", "audit_check", "audit_summarize", "inference_audit",
+                   "reproduce_report"})
 SHOWN_BYTES = 16 << 10
 
 

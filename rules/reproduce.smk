@@ -20,7 +20,6 @@ from pathlib import Path
 import yaml
 from snakemake.exceptions import WorkflowError
 
-from mlrepro.core import atomic as _atomic
 from mlrepro.core import outdir_lock as _outdir_lock
 from mlrepro.core import smk as _smk
 from mlrepro.datasets.manifest import MANIFEST as _DATA_MANIFEST
@@ -31,8 +30,8 @@ from mlrepro.reproduce.errors import ReproduceError
 from mlrepro.runs import capture as _capture
 from mlrepro.slurm.resources import run_resources, shape_from_config_sh
 
-# Every step runs with the interpreter that runs Snakemake (a venv need not be activated): each rule's
-# params.python, rendered {params.python:q}.
+# Every step is a job through the project's one seam (rules/dispatch.py, mlrepro/jobs.py: the entry functions of
+# mlrepro/reproduce/steps.py, the run driver's and the compliance gate's), its arguments the rule's files and params.
 RO = Path(config.get("reproduce_out") or "reproduction")
 _DEFAULT_OUTDIR = yaml.safe_load((Path(workflow.basedir) / "config" / "config.yaml").read_text())["outdir"]
 if config["outdir"] != _DEFAULT_OUTDIR:
@@ -170,13 +169,12 @@ rule reproduce_verify:
         RO / "package_check.json",
     params:
         package=REPRO.package,
-        manifest=["--manifest-sha256", str(config["manifest_sha256"])] if config.get("manifest_sha256") else [],
-        python=_smk.python_command(),
+        # the manifest's hash as the package's report published it (none: not checked against one)
+        manifest_sha256=str(config["manifest_sha256"]) if config.get("manifest_sha256") else None,
     log:
         RO / "logs" / "verify.log",
-    shell:
-        "{params.python:q} -m mlrepro.reproduce verify --package {params.package:q} {params.manifest:q} --out {output:q} "
-        "2> {log:q} || (cat {log:q} >&2; exit 1)"
+    script:
+        "dispatch.py"
 
 
 rule reproduce_plan:
@@ -187,9 +185,8 @@ rule reproduce_plan:
         plan=_plan.to_json(REPRO),
     log:
         RO / "logs" / "plan.log",
-    run:
-        _atomic.write_json(output[0], params.plan)
-        _atomic.write_text(log[0], f"{output[0]}: {', '.join(params.plan['benchmarks'])}\n")
+    script:
+        "dispatch.py"
 
 
 rule reproduce_stage:
@@ -198,13 +195,10 @@ rule reproduce_stage:
         check=RO / "package_check.json",
     output:
         directory(RO / "implementation" / "{benchmark}"),
-    params:
-        python=_smk.python_command(),
     log:
         RO / "logs" / "stage_{benchmark}.log",
-    shell:
-        "{params.python:q} -m mlrepro.reproduce stage --plan {input.plan:q} --benchmark {wildcards.benchmark:q} "
-        "--out {output:q} 2> {log:q} || (cat {log:q} >&2; exit 1)"
+    script:
+        "dispatch.py"
 
 
 rule reproduce_image:
@@ -216,19 +210,17 @@ rule reproduce_image:
         RO / "containers" / "{benchmark}.json",
     params:
         engine=config["engine"],
-        socket=["--socket", config["engine_socket"]] if config.get("engine_socket") else [],
-        build_args=[f"--build-arg={k}={v}" for k, v in (config.get("build_args") or {}).items()],
+        socket=config.get("engine_socket") or None,
+        build_args=config.get("build_args") or {},
         tag_prefix=config["image_tag_prefix"],
-        python=_smk.python_command(),
     log:
-        RO / "logs" / "image_{benchmark}.log",
-    shell:
-        "{params.python:q} -m mlrepro.reproduce image --plan {input.plan:q} --benchmark {wildcards.benchmark:q} "
-        "--staged {input.stage:q} --engine {params.engine:q} {params.socket:q} {params.build_args:q} "
-        "--tag-prefix {params.tag_prefix:q} --out {output:q} --log {log:q} 2>> {log:q} || (tail -n 40 {log:q} >&2; exit 1)"
+        RO / "logs" / "image_{benchmark}.log",  # the build's output
+    script:
+        "dispatch.py"
 
 
 rule reproduce_data:
+    # the package's own data generator (its staged copy first on the path), in its image or natively
     input:
         stage=RO / "implementation" / "{benchmark}",
         image=_image,
@@ -236,19 +228,12 @@ rule reproduce_data:
         RO / "data" / "{benchmark}" / _DATA_MANIFEST,
     params:
         folder=lambda w: RO / "data" / w.benchmark,
-        spec=lambda w: json.dumps({"data": REPRO.benchmarks[w.benchmark].params["data"]}, sort_keys=True),
+        data=lambda w: {"data": REPRO.benchmarks[w.benchmark].params["data"]},
         seed=lambda w: REPRO.benchmarks[w.benchmark].data_seed,
-        python=_smk.python_command(),
     log:
         RO / "logs" / "data_{benchmark}.log",
-    shell:
-        # the package's own data generator (its staged copy first on the path), in its image or natively
-        ("{params.python:q} -m mlrepro.reproduce data --image-record {input.image:q} --staged {input.stage:q} "
-         "--benchmark {wildcards.benchmark:q} --out {params.folder:q} --params {params.spec:q} --seed {params.seed:q} "
-         "--log {log:q} 2>> {log:q} || (tail -n 40 {log:q} >&2; exit 1)") if _CONTAINED else (
-        "PYTHONPATH={input.stage:q} {params.python:q} -m mlrepro.datasets.generated "
-        "--benchmark {wildcards.benchmark:q} --out {params.folder:q} --params {params.spec:q} --seed {params.seed:q} "
-        "> {log:q} 2>&1")
+    script:
+        "dispatch.py"
 
 
 rule reproduce_capture:
@@ -259,14 +244,10 @@ rule reproduce_capture:
         image=_image,
     output:
         _capture_file("{benchmark}"),
-    params:
-        image=lambda w, input: ["--image-record", input.image[0]] if input.image else [],
-        python=_smk.python_command(),
     log:
         RO / "logs" / "capture_{benchmark}.log",
-    shell:
-        "{params.python:q} -m mlrepro.reproduce capture --plan {input.plan:q} --benchmark {wildcards.benchmark:q} "
-        "--staged {input.stage:q} {params.image:q} --out {output:q} 2> {log:q} || (cat {log:q} >&2; exit 1)"
+    script:
+        "dispatch.py"
 
 
 rule reproduce_launch:
@@ -281,16 +262,15 @@ rule reproduce_launch:
         data_dir=lambda w: _data_dir(w.benchmark),
         threads=config["threads_per_run"],
         device=config["device"],
-        python=_smk.python_command(),
     log:
         RO / "logs" / "launch_{benchmark}.log",
-    shell:
-        "{params.python:q} -m mlrepro.reproduce launch --plan {input.plan:q} --benchmark {wildcards.benchmark:q} "
-        "--staged {input.stage:q} --capture {input.capture:q} --data-dir {params.data_dir:q} "
-        "--threads {params.threads:q} --device {params.device:q} --out {output:q} 2> {log:q} || (cat {log:q} >&2; exit 1)"
+    script:
+        "dispatch.py"
 
 
 rule reproduce_run:
+    # the pipeline's run driver on the benchmark's launch file (its warm parent natively, as rules/runs.smk's run);
+    # the implementation is the package's staged copy
     input:
         unpack(_run_inputs),
     output:
@@ -299,14 +279,15 @@ rule reproduce_run:
     params:
         run_dir=lambda w: RO / "runs" / w.benchmark / w.run,
         seed=lambda w: REPRO.benchmarks[w.benchmark].seeds[int(w.run)],
-        # this host's GPU lock folder (mlrepro/runs/accelerators.py); left out: the user's own
-        locks=["--gpu-locks", config["gpu_lock_dir"]] if config.get("gpu_lock_dir") else [],
-        hz=config["telemetry"]["hz"] if config["telemetry"]["enabled"] else 0,
+        # natively none; else the image as its build record names it (input image: the engine and its socket,
+        # mlrepro.engines.engine_for), by its tag: a reproduction builds its own (no images lock)
+        locked=False,
+        # this host's GPU lock folder (mlrepro/runs/accelerators.py); none: the user's own
+        gpu_locks=config.get("gpu_lock_dir") or None,
         # the driver asks NVML where the run runs (auto), never the planning host
-        machine=str(config["gpus"]),
-        # the image's build record names the engine and its socket (mlrepro.engines.engine_for)
-        engine=lambda w, input: ["--image-record", input.image[0]] if input.image else ["--engine", "native"],
-        python=_smk.python_command(),
+        gpus=str(config["gpus"]),
+        hz=config["telemetry"]["hz"] if config["telemetry"]["enabled"] else 0,
+        backend="nvml",
     threads: config["threads_per_run"]
     resources:
         # from the capture record (an input): <TBD> in a dry run until the capture job has run
@@ -316,31 +297,28 @@ rule reproduce_run:
                         lambda b: shape_from_config_sh(_captured(b).env), key=lambda w: w.benchmark),
     log:
         RO / "logs" / "run_{benchmark}_{run}.log",
-    shell:
-        # the pipeline's run driver, as in rules/runs.smk; the implementation is the package's staged copy
-        "{params.python:q} -m mlrepro.runs.driver --launch {input.launch:q} --seed {params.seed:q} "
-        "--run-dir {params.run_dir:q} {params.engine:q} {params.locks:q} "
-        "--gpus {params.machine:q} "
-        "--telemetry-hz {params.hz:q} > {log:q} 2>&1"
+    script:
+        "dispatch.py"
 
 
 rule reproduce_compliance:
+    # the main pipeline's gate (rules/compliance.smk) with the installed mlperf-logging release
     input:
-        RO / "runs" / "{benchmark}" / "{run}" / "result.txt",
+        result=RO / "runs" / "{benchmark}" / "{run}" / "result.txt",
     output:
         RO / "compliance" / "{benchmark}" / "{run}.json",
     params:
         usage=config["usage"],
         ruleset=config["ruleset"],
-        python=_smk.python_command(),
+        release=None,
     log:
         RO / "logs" / "compliance_{benchmark}_{run}.log",
-    shell:
-        "{params.python:q} -m mlrepro.gate.compliance {input:q} --usage {params.usage:q} --ruleset {params.ruleset:q} "
-        "--out {output:q} 2> {log:q} || (cat {log:q} >&2; exit 1)"
+    script:
+        "dispatch.py"
 
 
 rule reproduce_report:
+    # its log (the verdict's line) goes to the terminal too (mlrepro/jobs.py: SHOWN)
     input:
         _reproduced(RO / "runs" / "{benchmark}" / "{run}" / "run.json"),
         _reproduced(RO / "compliance" / "{benchmark}" / "{run}.json"),
@@ -354,14 +332,9 @@ rule reproduce_report:
     params:
         ruleset=config["ruleset"],
         reproduced=RO,
-        # reproduce_tolerance: the time to train's, a fraction (default: MLCommons' 2.5% imaging, 5% others)
-        tolerance=["--tolerance", repr(float(config["reproduce_tolerance"]))]
-        if config.get("reproduce_tolerance") is not None else [],
-        python=_smk.python_command(),
+        # reproduce_tolerance: the time to train's, a fraction (none: MLCommons' 2.5% imaging, 5% others)
+        tolerance=float(config["reproduce_tolerance"]) if config.get("reproduce_tolerance") is not None else None,
     log:
         RO / "logs" / "report.log",
-    shell:
-        "{params.python:q} -m mlrepro.reproduce report --plan {input.plan:q} --package-check {input.check:q} "
-        "--ruleset {params.ruleset:q} --reproduced {params.reproduced:q} {params.tolerance:q} "
-        "--json {output.json:q} --html {output.html:q} "
-        "2> {log:q}; status=$?; cat {log:q} >&2; exit $status"
+    script:
+        "dispatch.py"

@@ -135,7 +135,7 @@ def plan_for(ruleset: str, folder: Path, benchmark: str, configs: list[Path], da
                                       "runs": 1, "env": README_ENV}}}
     full, benchmarks = mlconfig.load(raw, source="parity test", base_dir=folder)
     units_systems, units = mlsystems.load(full, benchmarks, folder, "parity test")
-    return captured(Plan(full, benchmarks, {}, units_systems, units, Path(__file__).resolve().parents[1], ["python3"]))
+    return captured(Plan(full, benchmarks, {}, units_systems, units, Path(__file__).resolve().parents[1]))
 
 
 def expected_tasks_per_node(benchmark: str, env: dict[str, str]) -> str:

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from mlrepro import jobs as jobs_table
 from mlrepro.core import outdir_lock
 from mlrepro.package.provenance import package_files
 from mlrepro.reproduce import locate
@@ -144,7 +145,7 @@ def test_nvidia_v11_package_plans_with_its_own_folder_and_dgxa100_config(nvidia_
     data.mkdir()
     config = ("--config", f"reproduce={org}", f"system={NVIDIA_SYSTEM}", "only=[resnet]", "runs=3",
               f"benchmarks={{resnet: {{data_dir: {data}}}}}")
-    out = snakemake(tmp_path, *config, "-n", "-p", "--resources", "gpus=8")
+    out = snakemake(tmp_path, *config, "-n", "--resources", "gpus=8")
     text = out.stdout + out.stderr
     seeds = [read_log(org / "results" / NVIDIA_SYSTEM / "resnet" / f"result_{i}.txt").seed
              for i in range(3)]
@@ -153,11 +154,12 @@ def test_nvidia_v11_package_plans_with_its_own_folder_and_dgxa100_config(nvidia_
     assert jobs["reproduce_stage"] == "1" and jobs["reproduce_run"] == "3" and jobs["reproduce_compliance"] == "3"
     assert jobs["reproduce_capture"] == "1"
     assert "reproduce_data" not in jobs  # the given dataset folder, not a generated one
-    assert text.count("-m mlrepro.runs.driver --launch") == 3
+    # each run is the run driver's job on the benchmark's launch file (mlrepro/jobs.py: its entry function)
+    assert jobs_table.ENTRIES["reproduce_run"] == "mlrepro.runs.driver:file_job"
+    run_jobs = [j for j in re.split(r"^(?=rule \w+:)", text, flags=re.M) if j.startswith("rule reproduce_run:")]
+    assert len(run_jobs) == 3 and all("reproduction/runs/resnet/launch.json" in j for j in run_jobs), run_jobs[:1]
     runs = re.findall(r"resources: .*gpus=.*", text)
     assert len(runs) == 3 and all("gpus=<TBD>" in r and "nodes=<TBD>" in r for r in runs), runs[:1]  # not captured
-    for seed in seeds:
-        assert f"--seed {seed} " in text
     assert not (tmp_path / "reproduction").exists()  # a dry run writes nothing
     # what the run driver will read: the staged copy of the package's folder, its config captured there (a job)
     snakemake(tmp_path, *config, "--", "reproduction/runs/resnet/launch.json")
@@ -166,6 +168,8 @@ def test_nvidia_v11_package_plans_with_its_own_folder_and_dgxa100_config(nvidia_
     assert (launch["kind"], launch["name"], launch["config_file"]) == ("folder", "mxnet", "config_DGXA100.sh")
     assert launch["env"]["DGXSYSTEM"] == "DGXA100" and launch["env"]["DGXNGPU"] == "8" and launch["gpus"] == 8
     assert launch["data_dir"] == str(data) and launch["submission"]["org"] == "NVIDIA"
+    # the runs' seeds (run i: the i-th), as the plan the steps read gives them: the logged ones
+    assert json.loads((tmp_path / "reproduction" / "plan.json").read_text())["benchmarks"]["resnet"]["seeds"] == seeds
     assert not (tmp_path / "reproduction" / "runs" / "resnet" / "0").exists()
     runs = re.findall(r"resources: .*gpus=8.*", snakemake(tmp_path, *config, "-n", "--resources", "gpus=8").stdout)
     assert len(runs) == 3 and all("nodes=1, tasks=8" in r and "runtime=" in r for r in runs), runs[:1]
@@ -312,7 +316,8 @@ def test_package_changed_by_its_own_code_is_an_error_of_the_report(tiny_package:
     doc = json.loads((tmp_path / "work" / "reproduction" / "reproduction.json").read_text())
     change = f"{victim.relative_to(org)}: changed"
     assert doc["package_changes"] == [change] and doc["verdict"] == "not comparable"
-    assert f"error: the package {org} changed while it was reproduced: {change}" in out.stderr
+    # the report's log, on the terminal (a shown job's: mlrepro/jobs.py SHOWN), then the run's error
+    assert f"error: the package {org} changed while it was reproduced: {change}" in out.stdout
     assert out.returncode != 0 and f"the package {org} changed while it was reproduced ({change})" in out.stderr
     assert "the package changed while it was reproduced" in (tmp_path / "work" / "reproduction" /
                                                              "reproduction.html").read_text()

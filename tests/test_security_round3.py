@@ -12,6 +12,7 @@ import errno
 import inspect
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -26,7 +27,6 @@ import pytest
 import yaml
 
 from mlrepro import config as mlconfig
-from mlrepro.core import smk
 from mlrepro.inference import audit as iaudit
 from mlrepro.runs import ledger, warm
 from tests.conftest import REPO, dispatch, make_job, write_mllog
@@ -201,11 +201,9 @@ def test_every_entry_point_ignores_modules_in_the_working_folder(canaries: tuple
     with contextlib.suppress(FileNotFoundError):  # no first audit to compare with: only its re-runs matter here
         _compare(Step("summarize", tmp_path / "round", tmp_path / "out", "1.1.0", max_file_mb=1.0,
                       compare_logging="installed"))
-    # the package checker, pip freeze, the CLIs' interpreter command
+    # the package checker, pip freeze
     assemble.check(tmp_path / "round", "training", "1.1.0")
     probe.pip_freeze()
-    subprocess.run([*smk.python_command(), "-m", "mlrepro.gate.compliance", "--help"], capture_output=True,
-                   check=False)
     # a rule's job, as Snakemake runs it in this working folder (rules/dispatch.py), with the working folder on the
     # path as Snakemake puts it there when it was started here as `python -m snakemake`
     result = write_mllog(tmp_path / "run" / "result.txt", "resnet", 1_700_000_000_000, 2.0)
@@ -213,19 +211,54 @@ def test_every_entry_point_ignores_modules_in_the_working_folder(canaries: tuple
                    params={"usage": "training", "ruleset": "2.0.0", "release": None}, log=tmp_path / "c.log")
     proc = dispatch(work, job, extra_path=[str(work)])
     assert proc.returncode == 0 and (tmp_path / "verdict.json").is_file(), proc.stderr
+    # a reproduction's native data job: the interpreter it starts runs the staged copy's generator (first on its
+    # path), not the one of the working folder's mlrepro/ (nor the installed one)
+    staged = tmp_path / "staged"
+    (staged / "mlrepro" / "datasets").mkdir(parents=True)
+    (staged / "mlrepro" / "__init__.py").write_text("")
+    (staged / "mlrepro" / "datasets" / "__init__.py").write_text("")
+    (staged / "mlrepro" / "datasets" / "generated.py").write_text(
+        "import sys\nfrom pathlib import Path\n"
+        "Path(sys.argv[sys.argv.index('--out') + 1]).mkdir(parents=True)\n"
+        "(Path(sys.argv[sys.argv.index('--out') + 1]) / 'staged.txt').write_text(' '.join(sys.argv[1:]))\n")
+    job = make_job("reproduce_data", input={"stage": staged, "image": []},
+                   output={"manifest": tmp_path / "data" / "resnet" / "MANIFEST.sha256"},
+                   params={"folder": tmp_path / "data" / "resnet", "data": {"data": {"n": 1}}, "seed": 7},
+                   wildcards={"benchmark": "resnet"}, log=tmp_path / "d.log")
+    proc = dispatch(work, job, extra_path=[str(work)])
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "data" / "resnet" / "staged.txt").read_text() == (
+        f'--benchmark resnet --out {tmp_path / "data" / "resnet"} --params {{"data": {{"n": 1}}}} --seed 7')
     # the telemetry sampler (NVML: it imports pynvml)
     handle = start_sampler(tmp_path / "telemetry", hz=10, backend="nvml", ready_timeout_s=60)
     handle.stop()
     assert _imported(mark) == []
 
 
-def test_rules_and_run_scripts_start_python_isolated() -> None:
-    assert "-P" in smk.python_command()
-    for rules in (REPO / "rules").glob("*.smk"):
+# What makes a rule a job besides script: (Snakemake's directives): none may run a command or Python of its own.
+_JOB_DIRECTIVES = re.compile(r"^\s+(shell|run|script|wrapper|notebook|cwl|template_engine):", re.MULTILINE)
+
+
+def test_every_rules_job_is_the_dispatcher_and_run_scripts_start_python_isolated() -> None:
+    """No rule starts an interpreter of its own (a shell command's `python -m`, which would put the working folder
+    first on the path without -P, or a run: block): each job is rules/dispatch.py, which takes the working folder
+    off its path (mlrepro/jobs.py: _isolate_path; above: the compliance job in a working folder of canaries); the
+    rules without one are targets (all, audit_all, ...)."""
+    targets = set()
+    for rules in [REPO / "Snakefile", *(REPO / "rules").glob("*.smk")]:
         text = rules.read_text()
-        for param in (line.strip() for line in text.splitlines() if line.strip().startswith("python=")):
-            assert param.startswith(("python=PLAN.python,", "python=_smk.python_command(),")), (rules, param)
+        for block in re.split(r"\n(?=\s*rule\b)", text):
+            if not (name := re.match(r"\s*rule\s*(\w*):", block)):
+                continue  # what comes before the first rule
+            directives = _JOB_DIRECTIVES.findall(block)
+            if not directives:
+                targets.add(name.group(1))
+            else:
+                assert directives == ["script"] and re.search(r'script:\s*\n\s*"dispatch.py"', block), (
+                    rules.name, block[:300])
+        assert not re.search(r"^\s+python=", text, re.MULTILINE), rules
         assert " python -m" not in text and '"python -m' not in text, rules
+    assert targets == {"all", "audit", "audit_all", "datasets", "inference_audit_all", "reproduce", "reproduce_all"}
     for script in (REPO / "workflows").glob("*/run_and_time.sh"):
         assert "exec python -P -m mlrepro.train " in script.read_text(), script
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +29,7 @@ def _plan(raw: dict[str, Any], base: Path) -> Plan:
     """The plan of ``raw`` (its outputs under ``base``), each config file captured as its job does it."""
     full, benchmarks = mlconfig.load({"outdir": str(base / "results"), **raw}, "test", base_dir=base)
     systems, units = mlsystems.load(full, benchmarks, base, "test")
-    return captured(Plan(full, benchmarks, {}, systems, units, REPO, [sys.executable]))
+    return captured(Plan(full, benchmarks, {}, systems, units, REPO))
 
 
 def _vendor(base: Path, second: str, nodes: int) -> dict[str, Any]:
@@ -113,7 +112,7 @@ def test_system_and_systems_together_and_a_config_file_of_other_nodes_are_refuse
     raw["systems"]["n4"]["nodes"] = 4
     full, benchmarks = mlconfig.load({"outdir": str(tmp_path / "results"), **raw}, "test", base_dir=tmp_path)
     systems, units = mlsystems.load(full, benchmarks, tmp_path, "test")
-    problems = Plan(full, benchmarks, {}, systems, units, REPO, [sys.executable]).capture_problems()
+    problems = Plan(full, benchmarks, {}, systems, units, REPO).capture_problems()
     assert problems and re.search(refusal, problems[0]), problems
 
 

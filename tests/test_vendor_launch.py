@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import stat
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -70,7 +69,7 @@ def _config(base: Path, env: dict[str, str] | None = None) -> dict[str, Any]:
 def _uncaptured(raw: dict[str, Any], base: Path) -> Plan:
     full, benchmarks = mlconfig.load(raw, "test", base_dir=base)
     systems, units = mlsystems.load(full, benchmarks, base, "test")
-    return Plan(full, benchmarks, {}, systems, units, REPO, [sys.executable])
+    return Plan(full, benchmarks, {}, systems, units, REPO)
 
 
 def _plan(raw: dict[str, Any], base: Path) -> Plan:

@@ -10,15 +10,6 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
-
-def python_command() -> list[str]:
-    """The interpreter running Snakemake, as the rules' shell commands start it (a venv need not be
-    activated): an argument list, quoted element by element where a rule renders it (``{x:q}``). ``-P``: the
-    working folder is not put first on sys.path, so that a folder there named like a package (an audited
-    organisation called ``mlrepro``) never shadows the installed one."""
-    return [sys.executable, "-P"]
-
-
 F = TypeVar("F", bound=Callable[..., Any])
 
 

@@ -49,7 +49,7 @@ def start(workflow: Any, config: dict[str, Any]) -> tuple[Plan, Preparation]:
         raise PlanningError(str(error)) from None
     except rounds.RoundError as error:
         raise PlanningError(f"invalid configuration: inference: {error}") from None
-    plan = Plan(full, benchmarks, choices, systems, units, Path(workflow.basedir), smk.python_command())
+    plan = Plan(full, benchmarks, choices, systems, units, Path(workflow.basedir))
     try:  # what the captured config files say against the config (a record not written yet: its job checks)
         problems = plan.capture_problems()
     except capture.CaptureError as error:

@@ -57,7 +57,6 @@ class Plan:
     systems: dict[str, System]  # in the config's order; one for the shorthand system:
     units: dict[Unit, Benchmark]  # each (system, benchmark), its implementation's config file the system's
     repo: Path  # the workflow's folder (the Snakefile's)
-    python: list[str]  # the interpreter command the rules' shell commands start (mlrepro.core.smk.python_command)
     out: Outputs = field(init=False)
     # each folder's content (once, for every key and digest of its units), each unit's launch digest, shape, record
     _folders: dict[Path, str] = field(init=False, default_factory=dict, compare=False, repr=False)
@@ -197,17 +196,6 @@ class Plan:
     @cached_property
     def engine_socket(self) -> str | None:
         return self.config.get("engine_socket") or None
-
-    def engine_options(self, image_records: list[Any]) -> list[str]:
-        """The options that point a stage at its engine: for container engines the image's build record,
-        which names the image, the engine and its socket (one source: the record the image was built for).
-        An argument list: the rules quote each element ({params.engine:q})."""
-        if not image_records:
-            return ["--engine", "native"]
-        options = ["--image-record", str(image_records[0])]
-        if self.config["images"] == "locked":
-            options.append("--locked")
-        return options
 
     @cached_property
     def logging_release(self) -> str | None:
@@ -434,8 +422,7 @@ class Plan:
 
     @cached_property
     def _stand_in(self) -> Plan:
-        return _StandIn(self.config, self.benchmarks, self.data_choices, self.systems, self.units, self.repo,
-                        self.python)
+        return _StandIn(self.config, self.benchmarks, self.data_choices, self.systems, self.units, self.repo)
 
     def basis(self, value: Callable[[Plan], Any]) -> str:
         """The sha256 of ``value(plan)`` (a text, or JSON's text of it) as it would be were every config file captured

@@ -49,13 +49,19 @@ def generate(record: Path, staged: Path, benchmark: str, out: Path, spec: str, s
     the staged copy (read-only) and the data folder (read-write: the dataset is swapped in beside its siblings)
     are mounted."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    argv = ["python", "-m", "mlrepro.datasets.generated", "--benchmark", benchmark, "--out", str(out),
-            "--params", spec, "--seed", str(seed)]
+    argv = ["python", *generator_args(benchmark, out, spec, seed)]
     code = _run(record, argv, [Mount(staged, read_only=True), Mount(out.parent, read_only=False)],
                 {"PYTHONPATH": str(staged), "PYTHONUNBUFFERED": "1"}, log, str(staged))
     if code != 0:
         raise ReproduceError(f"{benchmark}: the package's data generator exited with status {code} in its image; "
                              f"see {log}")
+
+
+def generator_args(benchmark: str, out: Path, spec: str, seed: int) -> list[str]:
+    """The interpreter's arguments that run the package's data generator (of the first ``mlrepro`` on its path: the
+    staged copy's), in its image or natively (mlrepro/reproduce/steps.py)."""
+    return ["-m", "mlrepro.datasets.generated", "--benchmark", benchmark, "--out", str(out), "--params", spec,
+            "--seed", str(seed)]
 
 
 def _run(record: Path, argv: list[str], mounts: list[Mount], env: dict[str, str], log: Path, workdir: str) -> int:

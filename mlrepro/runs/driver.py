@@ -199,19 +199,37 @@ def job(job: Job) -> None:
     """The run rule's job: params launch (the LaunchSpec as a JSON object), seed, run_dir, locked, gpu_locks, gpus, hz,
     backend; input image (its build record; none natively). Served by this invocation's warm parent for the driver,
     which imported its telemetry once (mlrepro/jobs.py)."""
-    p = job.params
     try:  # typed: a misspelt or missing key is named before anything starts
-        launch = LaunchSpec.from_dict(p["launch"], f"the launch spec of rule {job.rule}")
+        launch = LaunchSpec.from_dict(job.params["launch"], f"the launch spec of rule {job.rule}")
     except LaunchSpecError as e:
         raise RunFailed(str(e)) from None
-    drive(launch, int(p["seed"]), Path(p["run_dir"]),
-          Options(job.input.get("image"), bool(p["locked"]), p["gpu_locks"], str(p["gpus"]), float(p["hz"]),
-                  p["backend"]))
+    drive(launch, int(job.params["seed"]), Path(job.params["run_dir"]), _options(job))
+
+
+def file_job(job: Job) -> None:
+    """rules/reproduce.smk reproduce_run: a run of a launch file (input launch), with the run rule's params but the
+    spec (seed, run_dir, locked, gpu_locks, gpus, hz, backend) and its input image. Served by the driver's warm
+    parent as :func:`job` is."""
+    drive(read_launch(job.input["launch"]), int(job.params["seed"]), Path(job.params["run_dir"]), _options(job))
+
+
+def _options(job: Job) -> Options:
+    p = job.params
+    return Options(job.input.get("image"), bool(p["locked"]), p["gpu_locks"], str(p["gpus"]), float(p["hz"]),
+                   p["backend"])
+
+
+def read_launch(path: Path) -> LaunchSpec:
+    """The launch file at ``path``, typed: a misspelt or missing key is named before anything starts."""
+    try:
+        return LaunchSpec.read(path)
+    except (OSError, LaunchSpecError) as e:
+        raise RunFailed(f"launch file {path}: {e}") from None
 
 
 def main(argv: list[str] | None = None) -> None:
     """``python -m mlrepro.runs.driver --launch FILE``: a run of a launch file (the pipeline's, or one written by
-    hand), outside Snakemake; rules/reproduce.smk's runs."""
+    hand), outside Snakemake."""
     p = argparse.ArgumentParser(prog="python -m mlrepro.runs.driver", description=__doc__)
     p.add_argument("--launch", type=Path, required=True,
                    help="a launch file: a LaunchSpec (mlrepro/runs/launch_spec.py)")
@@ -225,12 +243,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--telemetry-hz", type=float, default=0.0)
     p.add_argument("--telemetry-backend", default="nvml")
     args = p.parse_args(argv)
-    try:  # typed: a misspelt or missing key is named before anything starts
-        launch = LaunchSpec.read(args.launch)
-    except (OSError, LaunchSpecError) as e:
-        sys.exit(f"error: launch file {args.launch}: {e}")
-    drive(launch, args.seed, args.run_dir, Options(args.image_record, args.locked, args.gpu_locks, args.gpus,
-                                                   args.telemetry_hz, args.telemetry_backend))
+    drive(read_launch(args.launch), args.seed, args.run_dir,
+          Options(args.image_record, args.locked, args.gpu_locks, args.gpus, args.telemetry_hz, args.telemetry_backend))
 
 
 @contextmanager
