@@ -45,7 +45,7 @@ rule launch:
         # the spec, a function of the input (not tracked: <TBD> until the record exists); what is tracked is known
         # before (PLAN.basis: the spec of a stand-in record; the record is the input, named by what it captured)
         spec=signature_once(lambda w, input: PLAN.launch_params(w.system, w.benchmark)),
-        basis=signature_once(lambda w: PLAN.basis(lambda plan: plan.launch_spec(w.system, w.benchmark).to_dict())),
+        basis=signature_once(lambda w: PLAN.basis(lambda plan: plan.launch_params(w.system, w.benchmark))),
     log:
         PLAN.out.log("launch_{system}_{benchmark}"),
     localrule: True
@@ -71,6 +71,7 @@ rule run:
         # not run-changing: where the run's folder is, whether its image is locked, which GPUs it may claim (outside
         # Slurm: this host's GPU lock folder, config gpu_lock_dir; none: the user's own)
         run_dir=str(PLAN.out.run_dir("{system}", "{benchmark}", "{run}")),
+        # (a function of the input, as the image record it checks: untracked, the image mode changes no result)
         locked=False if PLAN.native else signature_once(lambda w, input: PLAN.config["images"] == "locked"),
         gpu_locks=PLAN.config.get("gpu_lock_dir") or None,
         gpus=str(PLAN.config["gpus"]),

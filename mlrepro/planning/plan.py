@@ -64,7 +64,7 @@ class Plan:
     _shapes: dict[Unit, JobShape] = field(init=False, default_factory=dict, compare=False, repr=False)
     _shape_parts: dict[Unit, Any] = field(init=False, default_factory=dict, compare=False, repr=False)
     _captured: dict[Unit, Captured] = field(init=False, default_factory=dict, compare=False, repr=False)
-    _texts: dict[tuple[str, ...], Any] = field(init=False, default_factory=dict, compare=False, repr=False)
+    _launches: dict[Unit, dict[str, Any]] = field(init=False, default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "out", Outputs(Path(self.config["outdir"])))
@@ -435,10 +435,10 @@ class Plan:
 
     def launch_params(self, system: str, benchmark: str) -> dict[str, Any]:
         """:meth:`launch_spec` as a JSON object, made once per unit (each run job's params carry it)."""
-        key = ("launch", system, benchmark)
-        if key not in self._texts:
-            self._texts[key] = self.launch_spec(system, benchmark).to_dict()
-        return self._texts[key]
+        unit = (system, benchmark)
+        if unit not in self._launches:
+            self._launches[unit] = self.launch_spec(system, benchmark).to_dict()
+        return self._launches[unit]
 
     def preview_units(self) -> list[dict[str, Any]]:
         """What ``launch_preview``'s job traces, per (system, benchmark): its launch spec, runs, first seed, image

@@ -171,7 +171,7 @@ class Preparation:
             files = "; ".join(f"{p.file}: {p.problem}" for p in problems[:5])
             return Repair(f"dataset {folder} no longer matches its manifest ({files}): regenerate it in place",
                           regenerate={"benchmark": benchmark, "folder": str(folder), "receipt": str(receipt),
-                                      "params": self.plan.benchmarks[benchmark].data_params,
+                                      "params": self.plan.data_spec(benchmark),
                                       "seed": self.plan.config["data_seed"]})
         self._receipts.append((receipt, folder))
         return None
