@@ -239,3 +239,8 @@ def test_the_checks_calibrated_on_the_v1_1_round(tmp_path: Path) -> None:
     levels = {r["system_folder"]: r["consistency"] for r in audit["rows"]}
     assert len(levels) == 73 and sorted(levels.values()).count("pass") == 62
     assert all(levels[s] in ("pass", "note") for s in levels if s.startswith("dgxa100"))
+
+
+def test_a_huge_logged_value_is_quoted_shortened() -> None:
+    [(level, message)] = _said(platform="1xSUBMISSION_PLATFORM_PLACEHOLDER" + "x" * 1_000_000)
+    assert level == "note" and len(message) < 300 and message.endswith("characters) is the vendor code's placeholder")

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from mlrepro.audit import discover, power
-from mlrepro.audit.platform_names import Names, Platform, System, count, norm, parse, same_name, same_org
+from mlrepro.audit.platform_names import Names, Platform, System, count, norm, parse, same_name, same_org, shown
 from mlrepro.audit.runfile import FileCheck
 from mlrepro.audit.summary import CONSISTENCY_LEVELS as LEVELS
 from mlrepro.audit.summary import GROUPS, category
@@ -71,36 +71,36 @@ def submission(system: System, benchmark: str, desc: dict[str, Any], name: str, 
         out.append(Finding(severity, "submission", name, message))
 
     if "submission_benchmark" in logged and norm(logged["submission_benchmark"]) != norm(benchmark):
-        add("fail", f"submission_benchmark is {logged['submission_benchmark']!r}, the folder is {benchmark!r}")
+        add("fail", f"submission_benchmark is {shown(logged['submission_benchmark'])}, the folder is {benchmark!r}")
     division = desc.get("division")
     if "submission_division" in logged and division is not None \
             and norm(logged["submission_division"]) != norm(division):
-        add("fail", f"submission_division is {logged['submission_division']!r}, the system description's "
-                    f"{division!r}")
+        add("fail", f"submission_division is {shown(logged['submission_division'])}, the system description's "
+                    f"{shown(division)}")
     if "submission_org" in logged:
         org_said = logged["submission_org"]
         if parse(org_said).placeholder:
-            add("note", f"submission_org is the vendor code's placeholder {org_said!r}")
+            add("note", f"submission_org is the vendor code's placeholder {shown(org_said)}")
         elif not same_org(org_said, desc.get("submitter"), system.org):
-            add("note", f"submission_org is {org_said!r}, another organisation's name (the submitter is "
-                        f"{desc.get('submitter') or system.org!r}): the logging code of another organisation")
+            add("note", f"submission_org is {shown(org_said)}, another organisation's name (the submitter is "
+                        f"{shown(desc.get('submitter') or system.org)}): the logging code of another organisation")
     if "submission_status" in logged and desc.get("status") is not None \
             and _group(logged["submission_status"]) != _group(desc["status"]):
-        add("warning", f"submission_status is {logged['submission_status']!r}, the system description's status "
-                       f"{desc['status']!r}")
+        add("warning", f"submission_status is {shown(logged['submission_status'])}, the system description's status "
+                       f"{shown(desc['status'])}")
     if "submission_platform" in logged:
         for severity, message in platform(system, logged["submission_platform"], names):
             add(severity, message)
     for key, expected in (("number_of_nodes", system.nodes), ("accelerators_per_node", system.accelerators)):
         if key in logged and expected is not None and count(logged[key]) != expected:
-            add("warning", f"the log states {key} {logged[key]!r}, the system description {expected:g}")
+            add("warning", f"the log states {key} {shown(logged[key])}, the system description {expected:g}")
     return out
 
 
 def platform(system: System, said: Any, names: Names) -> list[tuple[str, str]]:
     """(level, message) of what a ``submission_platform`` says against the system it is filed under."""
     p = parse(said)
-    where = f"submission_platform {str(said)!r}"
+    where = f"submission_platform {shown(said)}"
     if p.placeholder:
         return [("note", f"{where} is the vendor code's placeholder")]
     out: list[tuple[str, str]] = []
@@ -136,7 +136,7 @@ def _accelerators(system: System, p: Platform, where: str) -> list[tuple[str, st
     described = parse(system.model).families
     if p.families and described and not p.families & described:
         out.append(("warning", f"{where} names the accelerator {', '.join(sorted(f.upper() for f in p.families))}, "
-                               f"the system description {system.model!r}"))
+                               f"the system description {shown(system.model)}"))
     return out
 
 

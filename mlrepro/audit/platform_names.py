@@ -30,6 +30,15 @@ PLACEHOLDER = re.compile(r"placeholder", re.IGNORECASE)
 _MIN_PART = 4  # a shorter string inside a name is no evidence that it is that name
 
 
+SHOWN = 100  # characters of a logged string that a finding quotes (a log may hold megabytes in one value)
+
+
+def shown(value: Any) -> str:
+    """A logged value as a finding quotes it: its repr, cut to SHOWN characters."""
+    text = repr(value if isinstance(value, str) else str(value))
+    return text if len(text) <= SHOWN else f"{text[:SHOWN]}... ({len(text)} characters)"
+
+
 def norm(text: Any) -> str:
     """``text`` without case, spaces and punctuation: how two spellings of one name compare."""
     return re.sub(r"[^0-9a-z]+", "", str(text).lower())
