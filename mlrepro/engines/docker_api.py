@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from mlrepro.core import probe
+from mlrepro.core import probe, untrusted_dir
 from mlrepro.engines import Mount, register
 
 # What a run's image holds, read inside it by mlrepro/core/probe.py's own source (standard library
@@ -68,7 +68,8 @@ class DockerApiEngine:
             raise ValueError(f"engine {self.name} needs an image")
         volumes = {str(m.path): {"bind": m.inside, "mode": "ro" if m.read_only else "rw"} for m in mounts}
         log.parent.mkdir(parents=True, exist_ok=True)
-        log.touch()  # the container appends to it (owned here: the container's user may not create it)
+        # the container appends to it (owned here: the container's user may not create it); no link followed
+        os.close(untrusted_dir.open_append(log.parent, log.name))
         to_log = [docker.types.Mount(target=LOG_DIR, source=str(log.parent.resolve()), type="bind", read_only=False)]
         argv = ["sh", "-c", f'exec "$@" >>{LOG_DIR}/{shlex.quote(log.name)} 2>&1', "sh", *argv]
         for m in mounts:

@@ -1,0 +1,148 @@
+"""Security round 4 (issue 43): a package's code writes nothing of the auditor's, reproduced times come from our clock,
+a config is data. Each hostile folder or file is built here; each test shows the attack failing."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from mlrepro.core import untrusted_dir
+from mlrepro.core.untrusted_dir import PlantedLink
+from mlrepro.runs import driver, ledger
+from mlrepro.runs.launch_spec import LaunchSpec
+from tests.conftest import write_mllog
+
+# --- High 1 and 6: a run folder is hostile; the pipeline follows no link there
+
+
+def _victims(tmp_path: Path) -> dict[str, Path]:
+    """Files of the auditor that a planted link points at: a shell start-up file and keys, each one unterminated line
+    (the torn-tail repair of the ledger would have cut it to 0 bytes)."""
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    victims = {"bashrc": home / ".bashrc", "keys": home / ".ssh" / "authorized_keys"}
+    victims["bashrc"].write_text("export PS1=victim")
+    victims["keys"].write_text("ssh-ed25519 AAAA victim@host")
+    return victims
+
+
+def _snapshot(files: dict[str, Path]) -> dict[str, tuple[bytes, int]]:
+    return {k: (p.read_bytes(), p.stat().st_mtime_ns) for k, p in files.items()}
+
+
+def _hostile_launch(tmp_path: Path, plant: str) -> LaunchSpec:
+    """A package's implementation folder whose run_and_time.sh logs a valid run and runs ``plant`` in its run folder
+    ($LOGDIR) first, as a package's code can (in a container, the run folder is mounted read-write at /results)."""
+    folder = tmp_path / "impl"
+    folder.mkdir()
+    write_mllog(folder / "log.txt", "resnet", int(time.time() * 1000), 0.01)
+    (folder / "run_and_time.sh").write_text(f'cd "$LOGDIR"\n{plant}\ncat "{folder}/log.txt"\n')
+    (tmp_path / "data").mkdir()
+    return LaunchSpec(benchmark="resnet", kind="vendor", name="hostile", folder=str(folder), config_file="config.sh",
+                      env={}, params={}, data_dir=str(tmp_path / "data"),
+                      submission={"org": "t", "platform": "p", "division": "open", "status": "research"})
+
+
+HOME = "$VICTIM_HOME"
+PLANTS = {
+    "ledger symlink": f"ln -sf {HOME}/.bashrc ledger.jsonl",
+    "ledger hard link": f"rm -f ledger.jsonl; ln {HOME}/.ssh/authorized_keys ledger.jsonl",
+    "result symlink": f"ln -s {HOME}/.bashrc result.txt",
+    "run.json symlink": f"ln -s {HOME}/.ssh/authorized_keys run.json",
+    "telemetry folder symlink": f"rm -rf telemetry; ln -s {HOME}/.ssh telemetry",
+    "log replaced by a symlink": f"rm -f train.log; ln -s {HOME}/.bashrc train.log",
+    "hard link to a victim elsewhere": f"ln {HOME}/.bashrc notes.txt",
+    "fifo": "mkfifo run.json.fifo",
+}
+
+
+@pytest.mark.parametrize("plant", sorted(PLANTS))
+def test_links_planted_by_a_run_stop_it_and_change_no_target(tmp_path: Path, plant: str,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    victims = _victims(tmp_path)
+    before = _snapshot(victims)
+    monkeypatch.setenv("VICTIM_HOME", str(tmp_path / "home"))
+    launch = _hostile_launch(tmp_path, PLANTS[plant])
+    run_dir = tmp_path / "runs" / "0"
+    with pytest.raises((driver.RunFailed, PlantedLink)) as failed:
+        driver.drive(launch, 1, run_dir, driver.Options(gpus="0", gpu_locks=str(tmp_path / "locks")))
+    message = str(failed.value)
+    assert str(run_dir) in message and ("symlink" in message or "hard link" in message or "special" in message)
+    assert _snapshot(victims) == before
+    assert not (run_dir / "run.json").is_file() or (run_dir / "run.json").is_symlink()
+
+
+def test_a_ledger_left_as_a_link_is_refused_before_anything_is_cut_or_written(tmp_path: Path) -> None:
+    victims = _victims(tmp_path)
+    before = _snapshot(victims)
+    for i, victim in enumerate(victims.values()):
+        run_dir = tmp_path / f"run{i}"
+        run_dir.mkdir()
+        link = run_dir / ledger.LEDGER
+        if i:
+            os.link(victim, link)
+        else:
+            link.symlink_to(victim)
+        with pytest.raises(PlantedLink, match=r"ledger\.jsonl: .*(symlink|2 hard links)"), \
+                ledger.recorded(run_dir, benchmark="resnet", seed=1):
+            pytest.fail("the run must not start")
+    assert _snapshot(victims) == before
+
+
+def test_every_writer_of_a_run_folder_follows_no_link(tmp_path: Path) -> None:
+    """The helper's writers, one by one, against a link at the name and a linked folder on the way."""
+    victim = tmp_path / "victim"
+    victim.write_text("keep")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "a").symlink_to(victim)
+    with pytest.raises(PlantedLink, match="symlink"):
+        untrusted_dir.open_append(run, "a")
+    with pytest.raises(PlantedLink, match="symlink"):
+        untrusted_dir.read_bytes(run, "a", 100)
+    untrusted_dir.write_text(run, "a", "new")  # renamed over the link: the link goes, its target stays
+    assert not (run / "a").is_symlink() and (run / "a").read_text() == "new" and victim.read_text() == "keep"
+    (run / "b").symlink_to(victim)
+    os.close(untrusted_dir.create(run, "b"))
+    assert not (run / "b").is_symlink() and victim.read_text() == "keep"
+    (run / "telemetry").symlink_to(outside, target_is_directory=True)
+    for write in (lambda: untrusted_dir.write_text(run, "telemetry/x", "y"),
+                  lambda: untrusted_dir.open_append(run, "telemetry/x")):
+        with pytest.raises(PlantedLink, match=r"telemetry: expected a folder, found a symlink"):
+            write()
+    assert list(outside.iterdir()) == []
+    os.mkfifo(run / "fifo")
+    with pytest.raises(PlantedLink, match="special file"):  # no hang
+        untrusted_dir.read_bytes(run, "fifo", 100)
+    (run / "other").write_text("x")
+    os.chown(run / "other", 12345, 12345)
+    with pytest.raises(PlantedLink, match="another user"):
+        untrusted_dir.open_append(run, "other")
+    assert sorted(Path(p.split(":")[0]).name for p in untrusted_dir.planted(run)) == ["fifo", "telemetry"]
+
+
+def test_an_engine_appends_to_no_linked_log(tmp_path: Path) -> None:
+    from mlrepro.engines import get_engine
+
+    victim = tmp_path / "victim"
+    victim.write_text("keep")
+    (tmp_path / "train.log").symlink_to(victim)
+    with pytest.raises(PlantedLink):
+        get_engine("native").run(["true"], image=None, mounts=[], gpus=[], env={}, log=tmp_path / "train.log")
+    assert victim.read_text() == "keep"
+
+
+def test_a_clean_run_still_records_its_result(tmp_path: Path) -> None:
+    launch = _hostile_launch(tmp_path, "mkdir -p own && echo fine > own/notes.txt")
+    run_dir = tmp_path / "runs" / "0"
+    driver.drive(launch, 1, run_dir, driver.Options(gpus="0", gpu_locks=str(tmp_path / "locks")))
+    record = json.loads((run_dir / "run.json").read_text())
+    assert record["status"] == "success" and (run_dir / "result.txt").read_text().count(":::MLLOG") == 18
+    assert [r["status"] for r in ledger.read(run_dir / ledger.LEDGER)] == ["success"]
+    assert oct((run_dir / "run.json").stat().st_mode & 0o777) == oct(0o644)
