@@ -5,16 +5,22 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import subprocess
+import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
+from mlrepro import config
 from mlrepro.core import untrusted_dir
 from mlrepro.core.untrusted_dir import PlantedLink
 from mlrepro.runs import driver, ledger
 from mlrepro.runs.launch_spec import LaunchSpec
-from tests.conftest import write_mllog
+from tests.conftest import REPO, write_mllog
 
 # --- High 1 and 6: a run folder is hostile; the pipeline follows no link there
 
@@ -146,3 +152,59 @@ def test_a_clean_run_still_records_its_result(tmp_path: Path) -> None:
     assert record["status"] == "success" and (run_dir / "result.txt").read_text().count(":::MLLOG") == 18
     assert [r["status"] for r in ledger.read(run_dir / ledger.LEDGER)] == ["success"]
     assert oct((run_dir / "run.json").stat().st_mode & 0o777) == oct(0o644)
+
+
+# --- High 4 and the lows on config values: a config is data
+
+
+def _config_with(change: dict[str, Any]) -> dict[str, Any]:
+    raw = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    return config.deep_merge(raw, change)
+
+
+HOSTILE_ENV = {
+    "BASH_ENV": "/home/someone_else/payload.sh", "ENV": "/tmp/x.sh", "LD_PRELOAD": "/tmp/x.so", "PATH": "/tmp/bin",
+    "PYTHONSTARTUP": "/tmp/x.py", "PS4": "$(id)", "SHELLOPTS": "xtrace", "BASHOPTS": "extdebug", "IFS": "/",
+    "CDPATH": "/tmp", "BASH_FUNC_srun%%": "() { id; }", "PERL5OPT": "-Mx", "NODE_OPTIONS": "--require=/tmp/x.js",
+    "RUBYOPT": "-r/tmp/x", "JAVA_TOOL_OPTIONS": "-javaagent:/tmp/x.jar", "GCONV_PATH": "/tmp", "HOME": "/tmp/h",
+    "A=B": "c", "": "x", "1X": "y",
+}
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE_ENV))
+@pytest.mark.parametrize("where", ["systems", "benchmarks"])
+def test_an_env_name_that_runs_code_is_refused_by_check_and_planning(tmp_path: Path, name: str, where: str) -> None:
+    block = {"env": {name: HOSTILE_ENV[name]}}
+    change = {"systems": {"dgx": block}} if where == "systems" else {"benchmarks": {"resnet": block}}
+    path = tmp_path / "their.yaml"
+    path.write_text(yaml.safe_dump(_config_with(change)))
+    key = f"{where}.{'dgx' if where == 'systems' else 'resnet'}.env.{name}"
+    with pytest.raises(config.ConfigError, match=re.escape(key) + ": (not a variable name|a variable that makes)"):
+        config.check_file(path)
+    with pytest.raises(config.ConfigError, match=re.escape(key)):
+        config.load(_config_with(change), "their.yaml")
+
+
+@pytest.mark.parametrize(("value", "why"), [("a\nb", "line break"), ("a\0b", "NUL"), ("x" * 5000, "5000 characters")])
+def test_an_env_value_must_be_one_bounded_line(tmp_path: Path, value: str, why: str) -> None:
+    with pytest.raises(config.ConfigError, match=rf"benchmarks\.resnet\.env\.EVALDIR: .*{why}"):
+        config.load(_config_with({"benchmarks": {"resnet": {"env": {"EVALDIR": value}}}}), "c.yaml")
+
+
+def test_ordinary_env_names_pass_and_check_prints_no_traceback(tmp_path: Path) -> None:
+    ok = {"EVALDIR": "/data/eval", "NCCL_SOCKET_IFNAME": "ib0", "OMPI_MCA_btl": "^openib", "MLPERF_CLUSTER_NAME": "c",
+          "CHECKPOINTDIR": "/ckpt", "UCX_TLS": "rc", "NUM_WORKERS": 4}
+    config.load(_config_with({"benchmarks": {"resnet": {"env": ok}}}), "c.yaml")
+    path = tmp_path / "their.yaml"
+    path.write_text(yaml.safe_dump({"systems": {"dgx": {"env": {"BASH_ENV": "/x.sh"}}}}))
+    proc = subprocess.run([sys.executable, "-P", "-m", "mlrepro.config", "check", str(path)], capture_output=True,
+                          text=True, cwd=REPO, check=False)
+    assert proc.returncode == 1 and proc.stderr.startswith("error: invalid configuration")
+    assert "systems.dgx.env.BASH_ENV" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_slurm_extra_is_anchored_at_the_very_end() -> None:
+    bad = {"slurm": {"data_steps": {"generate": {"slurm_extra": "--tmp=500G\n"}}}}
+    with pytest.raises(config.ConfigError, match=r"slurm\.data_steps\.generate\.slurm_extra"):
+        config.load(_config_with(bad), "c.yaml")
+    config.load(_config_with({"slurm": {"data_steps": {"generate": {"slurm_extra": "--tmp=500G"}}}}), "c.yaml")
