@@ -208,3 +208,110 @@ def test_slurm_extra_is_anchored_at_the_very_end() -> None:
     with pytest.raises(config.ConfigError, match=r"slurm\.data_steps\.generate\.slurm_extra"):
         config.load(_config_with(bad), "c.yaml")
     config.load(_config_with({"slurm": {"data_steps": {"generate": {"slurm_extra": "--tmp=500G"}}}}), "c.yaml")
+
+
+# --- High 2 and 3: reproduced times by our clock, on the accelerators the run really used
+
+GEN = """import json, sys, time
+template, mode, seconds = sys.argv[1], sys.argv[2], float(sys.argv[3])
+lines = [json.loads(line.split(" ", 1)[1]) for line in open(template)]
+base = next(e["time_ms"] for e in lines if e["key"] == "run_start")
+now = int(time.time() * 1000)
+if mode == "train":  # a real run: it trains for the seconds it logs
+    time.sleep(seconds)
+shift = {"copy": 0, "train": now - base, "forward": now - base, "backdate": now - base - int(seconds * 1000)}[mode]
+for e in lines:
+    e["time_ms"] += shift
+    print(":::MLLOG " + json.dumps(e))
+"""
+
+
+def _package_run(tmp_path: Path, mode: str, seconds: float, seed: int) -> LaunchSpec:
+    """An implementation whose run_and_time.sh logs a run of ``seconds`` as ``mode`` says: trains them (train), or
+    prints the submission's log (copy), or claims them at once with now as run_start (forward) or run_stop
+    (backdate)."""
+    folder = tmp_path / "impl"
+    folder.mkdir(exist_ok=True)
+    (folder / "gen.py").write_text(GEN)
+    write_mllog(folder / f"template{seed}.txt", "resnet", 1_700_000_000_000 + seed, seconds / 60, seed=seed)
+    (folder / "run_and_time.sh").write_text(f'exec python3 "{folder}/gen.py" "{folder}/template$SEED.txt" '
+                                            f'{mode} {seconds}\n')
+    (tmp_path / "data").mkdir(exist_ok=True)
+    return LaunchSpec(benchmark="resnet", kind="vendor", name="pkg", folder=str(folder), config_file="config.sh",
+                      env={}, params={}, data_dir=str(tmp_path / "data"), gpus=1,
+                      submission={"org": "t", "platform": "p", "division": "open", "status": "research"})
+
+
+def _trace(tmp_path: Path, name: str, memory: int) -> str:
+    trace = {"system": {"driver_version": "550"}, "devices": [
+        {"index": i, "uuid": f"GPU-{i}", "name": name, "samples": [{"t_ms": 0, "mem_total_bytes": memory}]}
+        for i in range(2)]}
+    path = tmp_path / f"trace-{name.replace(' ', '_')}.json"
+    path.write_text(json.dumps(trace))
+    return f"replay:{path}"
+
+
+def _reproduction(tmp_path: Path, mode: str, submitted_s: float, reproduced_s: float, gpu: str,
+                  runs: int = 3) -> dict[str, Any]:
+    """A package of ``runs`` submitted results on one H100 80GB per node, reproduced through the run driver (its
+    run.json as the reproduction writes it, with the replayed NVML of ``gpu``), then compared."""
+    from mlrepro.reproduce import compare
+    from mlrepro.reproduce.plan import BenchmarkPlan
+
+    org, rep = tmp_path / "org", tmp_path / "reproduction"
+    (org / "systems").mkdir(parents=True)
+    desc = {"division": "open", "accelerators_per_node": "1", "accelerator_model_name": "NVIDIA H100-SXM5-80GB",
+            "accelerator_memory_capacity": "80 GB"}
+    (org / "systems" / "sys.json").write_text(json.dumps(desc))
+    memory = (80 if "80GB" in gpu else 40) << 30
+    backend = _trace(tmp_path, gpu, memory)
+    files = []
+    for seed in range(runs):
+        files.append(str(write_mllog(org / "results" / "sys" / "resnet" / f"result_{seed}.txt", "resnet",
+                                     1_700_000_000_000 + seed, submitted_s / 60, seed=seed)))
+        launch = _package_run(tmp_path, mode, reproduced_s, seed)
+        driver.drive(launch, seed, rep / "runs" / "resnet" / str(seed),
+                     driver.Options(gpus="2", gpu_locks=str(tmp_path / "locks"), telemetry_backend=backend))
+        (rep / "compliance" / "resnet").mkdir(parents=True, exist_ok=True)
+        (rep / "compliance" / "resnet" / f"{seed}.json").write_text(json.dumps({"valid": True}))
+    plan = BenchmarkPlan(name="resnet", implementation="", result_files=files, seeds=list(range(runs)), params={},
+                         data_seed=0, submission={}, dataset_sha256=None)
+    return compare.compare_benchmark(plan, org, rep, desc, "4.1.0")
+
+
+@pytest.mark.parametrize("mode", ["copy", "forward", "backdate"])
+def test_times_a_package_logs_but_did_not_take_are_not_reproduced(tmp_path: Path, mode: str) -> None:
+    """A run of a fraction of a second that logs nine minutes (the submission's own log, or timed from now either
+    way): the log's window is not the launch's, so the package's log cannot be trusted."""
+    b = _reproduction(tmp_path, mode, 540.0, 540.0, "NVIDIA H100 80GB HBM3", runs=1)
+    assert b["verdict"] == "not reproduced", b
+    assert "the package's log cannot be trusted" in b["reasons"][0]
+    clock = b["runs"][0]["our_clock"]
+    assert clock["logged_seconds"] == pytest.approx(540) and clock["wall_seconds"] < 60
+    assert any("outside the launch" in p for p in clock["problems"])
+
+
+def test_the_time_decides_on_the_accelerators_the_run_recorded(tmp_path: Path) -> None:
+    """Reproduced runs 30% slower (and more) on the submission's class of GPU, as the run recorded it from (replayed)
+    NVML: the time decides and the result is not reproduced. On another class, the times are not comparable."""
+    b = _reproduction(tmp_path / "h100", "train", 0.4, 0.6, "NVIDIA H100 80GB HBM3")
+    recorded = json.loads((tmp_path / "h100" / "reproduction" / "runs" / "resnet" / "0" / "run.json").read_text())
+    assert recorded["accelerators"]["devices"][0]["name"] == "NVIDIA H100 80GB HBM3"
+    assert recorded["accelerators"]["count"] == 1 and recorded["wall"]["seconds"] >= 0.6
+    assert b["times"]["hardware_comparable"] and b["numeric"]["time_decides"]
+    assert b["verdict"] == "not reproduced" and any("longer than the submitted" in r for r in b["reasons"]), b
+    assert all(not r["our_clock"]["problems"] for r in b["runs"])
+    other = _reproduction(tmp_path / "a100", "train", 0.4, 0.6, "NVIDIA A100-SXM4-40GB")
+    assert not other["times"]["hardware_comparable"] and "a reproduced run on NVIDIA A100" in other["times"]["note"]
+
+
+def test_the_report_shows_our_clock_beside_the_logged_times(tmp_path: Path) -> None:
+    from mlrepro.reproduce import compare
+    from mlrepro.reproduce.report import write_report
+
+    b = _reproduction(tmp_path, "copy", 540.0, 540.0, "NVIDIA H100 80GB HBM3", runs=1)
+    doc = {"package": str(tmp_path / "org"), "system": "sys", "runs": 1, "notes": [], "verdict": b["verdict"],
+           "package_changes": [], "manifest_sha256": None, "method": compare.METHOD, "benchmarks": [b]}
+    write_report(doc, tmp_path / "r.json", tmp_path / "r.html")
+    html = (tmp_path / "r.html").read_text()
+    assert "Its code ran (s, our clock)" in html and "lie outside the launch" in html and "self-reported" in html

@@ -20,6 +20,7 @@ import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from mlrepro.core.errors import MlreproError
 
@@ -140,3 +141,32 @@ def claim(lock_folder: Path, total: int, count: int, timeout_s: float = 600.0) -
     finally:
         for _, fd in held:
             os.close(fd)
+
+
+def identify(backend: str, gpus: list[int]) -> dict[str, Any]:
+    """The accelerators a run used, as the GPU backend names them (NVML; a replayed trace in tests and demos, as the
+    run's telemetry reads it: ``telemetry_backend``): their count, names and memory, recorded in run.json so that a
+    reproduction's time is compared only on the same hardware class. None found: ``unknown`` says why."""
+    if not gpus:
+        return {"count": 0, "devices": []}
+    from mlrepro.telemetry.backend import BackendUnavailable
+    from mlrepro.telemetry.loop import RealClock
+    from mlrepro.telemetry.sampler import make_backend
+
+    try:
+        source = make_backend(backend, RealClock())
+        if source is None:
+            return {"count": len(gpus), "devices": [], "unknown": f"telemetry backend {backend}"}
+        source.open()
+        try:
+            by_index = {d.index: d for d in source.devices()}
+            devices = [{"index": i, "name": by_index[i].name, "uuid": by_index[i].uuid,
+                        "memory_bytes": source.read_slow(by_index[i].uuid).get("mem_total_bytes")}
+                       for i in gpus if i in by_index]
+        finally:
+            source.close()
+    except (BackendUnavailable, OSError, ValueError, KeyError) as e:
+        return {"count": len(gpus), "devices": [], "unknown": f"{type(e).__name__}: {e}"[:500]}
+    missing = [i for i in gpus if i not in by_index]
+    return {"count": len(gpus), "devices": devices,
+            **({"unknown": f"the backend does not see GPU {missing}"} if missing else {})}

@@ -16,6 +16,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -29,7 +30,7 @@ from mlrepro.core.job import Job
 from mlrepro.core.mllog_reader import mllog_lines, run_summary
 from mlrepro.engines import Engine, Mount, engine_for, get_engine
 from mlrepro.runs import ledger, runsub
-from mlrepro.runs.accelerators import GpuError, allocated_gpus, claim, lock_dir, machine_gpus
+from mlrepro.runs.accelerators import GpuError, allocated_gpus, claim, identify, lock_dir, machine_gpus
 from mlrepro.runs.launch_spec import LaunchSpec, LaunchSpecError
 from mlrepro.slurm import containers
 from mlrepro.slurm import launch as launcher
@@ -321,6 +322,7 @@ def _drive(options: Options, launch: LaunchSpec, seed: int, run_dir: Path) -> No
             from mlrepro.telemetry.nodes import start_for_run  # a run over several nodes: a sampler on each other
 
             nodes = start_for_run(run_dir / "telemetry", os.environ, launch.nodes, hz, backend)
+        wall_start, clock_start = time.time(), time.monotonic()  # the launch's window, by our clock
         try:
             if run_sub:
                 code = execute_run_sub(launch, seed, launch.container or str(image or ""), run_dir, log, roots)
@@ -330,6 +332,8 @@ def _drive(options: Options, launch: LaunchSpec, seed: int, run_dir: Path) -> No
             for handle in (nodes, sampler):
                 if handle is not None:
                     handle.stop()
+        wall = {"start_ms": int(wall_start * 1000), "stop_ms": int(time.time() * 1000),
+                "seconds": round(time.monotonic() - clock_start, 3)}
     if found := untrusted_dir.planted(run_dir):  # before the driver reads or writes anything of the run again
         raise RunFailed(f"{launch.benchmark} run in {run_dir}: its code left entries that mlrepro never makes in a "
                         f"run folder, which could make the pipeline read or write a file elsewhere: "
@@ -348,6 +352,8 @@ def _drive(options: Options, launch: LaunchSpec, seed: int, run_dir: Path) -> No
         "processes": launch.nodes * launch.tasks_per_node,
         "slurm": slurm_job,
         "launcher": "run.sub" if run_sub else "mlrepro",
+        # by the driver, not the run's code: when its code ran (its log's times must lie inside), and on what
+        "wall": wall, "accelerators": identify(options.telemetry_backend, gpus),
     }
     if run_sub:  # what the run.sub ran in; its steps' own task counts are in its log (and the launch preview)
         alloc = launch.allocation
