@@ -287,7 +287,8 @@ rule reproduce_run:
         # the driver asks NVML where the run runs (auto), never the planning host
         gpus=str(config["gpus"]),
         hz=config["telemetry"]["hz"] if config["telemetry"]["enabled"] else 0,
-        backend="nvml",
+        # the GPU backend that samples and names the run's accelerators (run.json): NVML, or a replayed trace in tests
+        backend=config["telemetry"].get("backend", "nvml"),
     threads: config["threads_per_run"]
     resources:
         # from the capture record (an input): <TBD> in a dry run until the capture job has run

@@ -315,3 +315,70 @@ def test_the_report_shows_our_clock_beside_the_logged_times(tmp_path: Path) -> N
     write_report(doc, tmp_path / "r.json", tmp_path / "r.html")
     html = (tmp_path / "r.html").read_text()
     assert "Its code ran (s, our clock)" in html and "lie outside the launch" in html and "self-reported" in html
+
+
+# --- High 5: records that later steps trust are this user's alone
+
+
+def _tampered(path: Path, how: str, text: str) -> None:
+    """A group member's (or the run's code's) change of a record in a group-writable output folder."""
+    if how == "replaced by another user":  # the folder is group-writable: remove and write anew, as uid 12345
+        path.unlink()
+        path.write_text(text)
+        os.chown(path, 12345, 12345)
+    elif how == "rewritten in place, group-writable":  # left 664 by an older writer under umask 002
+        path.chmod(0o664)
+        path.write_text(text)
+    elif how == "a symlink":
+        other = path.with_name("elsewhere.json")
+        other.write_text(text)
+        path.unlink()
+        path.symlink_to(other)
+    elif how == "a hard link":
+        other = path.with_name("elsewhere.json")
+        other.write_text(text)
+        other.chmod(0o644)
+        path.unlink()
+        os.link(other, path)
+
+
+TAMPERING = ["replaced by another user", "rewritten in place, group-writable", "a symlink", "a hard link"]
+
+
+@pytest.mark.parametrize("how", TAMPERING)
+def test_a_capture_record_someone_else_wrote_is_refused(tmp_path: Path, how: str) -> None:
+    from mlrepro.runs import capture
+
+    old = os.umask(0o002)  # the docs' advice for a team's shared folders
+    try:
+        out = tmp_path / "pipeline_info" / "captures" / "k.json"
+        capture.write(capture.Record("config_X.sh", str(tmp_path), {"DGXNGPU": "8"}), out)
+    finally:
+        os.umask(old)
+    assert out.stat().st_mode & 0o777 == 0o644 and capture.read(out).env == {"DGXNGPU": "8"}
+    hostile = json.loads(out.read_text())
+    hostile["env"]["BASH_ENV"] = "/home/attacker/payload.sh"
+    _tampered(out, how, json.dumps(hostile))
+    with pytest.raises(capture.CaptureError, match=r"k\.json: (written by uid 12345|writable by other users|"
+                                                   r"a symlink|a file with 2 hard links).*not used|k\.json: a symlink"):
+        capture.read(out)
+
+
+@pytest.mark.parametrize("how", TAMPERING)
+def test_a_launch_file_someone_else_wrote_is_refused(tmp_path: Path, how: str) -> None:
+    launch = _hostile_launch(tmp_path, "true")
+    path = tmp_path / "launch.json"
+    launch.write(path)
+    assert driver.read_launch(path) == launch
+    _tampered(path, how, launch.to_json().replace('"env": {}', '"env": {"BASH_ENV": "/x.sh"}'))
+    with pytest.raises(driver.RunFailed, match=r"launch\.json"):
+        driver.read_launch(path)
+
+
+def test_a_record_left_group_writable_by_an_older_version_is_written_anew(tmp_path: Path) -> None:
+    launch = _hostile_launch(tmp_path, "true")
+    path = tmp_path / "launch.json"
+    path.write_text(launch.to_json())
+    path.chmod(0o664)
+    launch.write(path)
+    assert path.stat().st_mode & 0o777 == 0o644 and driver.read_launch(path) == launch

@@ -224,3 +224,42 @@ def planted(root: Path) -> list[str]:
             if what:
                 found.append(f"{entry.path}: {what}")
     return found
+
+
+# --- records: files a step wrote that a later step trusts (capture records, launch files, image records). An output
+# folder may be group-writable (umask 002): a record is trusted only when it is this user's regular file, with one
+# link, writable by no one else; only this user (or root) can make such a file, so its content is the step's.
+
+
+def record_problem(st: os.stat_result) -> str | None:
+    """Why an entry (its lstat or fstat) is not a record this user wrote; None when it is."""
+    if not stat.S_ISREG(st.st_mode):
+        return f"not a regular file ({_kind(st)})"
+    if st.st_uid != os.geteuid():
+        return f"written by uid {st.st_uid}, not by you (uid {os.geteuid()})"
+    if st.st_nlink != 1:
+        return f"a file with {st.st_nlink} hard links"
+    if st.st_mode & 0o022:
+        return f"writable by other users (mode {stat.S_IMODE(st.st_mode):o})"
+    return None
+
+
+def read_record(path: Path, max_bytes: int) -> bytes:
+    """The bytes of a record this user wrote (see above); PlantedLink saying why it is not trusted otherwise, and
+    FileNotFoundError (with ``path`` as given) where there is none."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise FileNotFoundError(2, "No such file or directory", str(path)) from None
+    except OSError as e:
+        why = "a symlink" if os.path.islink(path) else f"cannot be opened ({e.strerror})"
+        raise PlantedLink(f"{path}: {why}; not trusted. Remove it, and the step that writes it runs again") from None
+    with os.fdopen(fd, "rb") as f:
+        if why := record_problem(os.fstat(fd)):
+            raise PlantedLink(f"{path}: {why}; a record a later step trusts must be yours alone, so it is not "
+                              "used. Remove it, and the step that writes it runs again (one you wrote yourself: "
+                              "chmod go-w it; an output folder shared with a group: see docs/security.md)")
+        data = f.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise PlantedLink(f"{path}: over {max_bytes} bytes; not a record of this pipeline. Remove it")
+    return data

@@ -46,7 +46,7 @@ class RunFailed(MlreproError, RuntimeError):
 
 
 def _image_identity(record_path: Path, ref: str | None) -> dict[str, object]:
-    record = json.loads(record_path.read_text())
+    record = json.loads(untrusted_dir.read_record(record_path, 1 << 20))
     return {"name": record["image"], "ref": ref, "tag": record.get("tag"), "id": record.get("id"),
             "repo_digests": record.get("repo_digests", []), "file": record.get("file")}
 
