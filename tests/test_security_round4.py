@@ -382,3 +382,55 @@ def test_a_record_left_group_writable_by_an_older_version_is_written_anew(tmp_pa
     path.chmod(0o664)
     launch.write(path)
     assert path.stat().st_mode & 0o777 == 0o644 and driver.read_launch(path) == launch
+
+
+# --- the lows: shared GPU lock folders, umask 002
+
+
+def test_a_fifo_in_a_shared_gpu_lock_folder_is_refused_at_once(tmp_path: Path) -> None:
+    from mlrepro.runs import accelerators
+
+    shared = tmp_path / "locks"
+    shared.mkdir()
+    # root's sticky folder, as /run/lock, where this runs as root (CI); else the user's own (the same open path)
+    shared.chmod(0o1777 if os.geteuid() == 0 else 0o700)
+    os.mkfifo(shared / "gpu0.lock")
+    folder = accelerators.lock_dir(str(shared))
+    started = time.monotonic()
+    with pytest.raises(accelerators.GpuError, match=r"gpu0\.lock: not a regular file"), \
+            accelerators.claim(folder, 2, 1, timeout_s=5):
+        pass
+    assert time.monotonic() - started < 5
+
+
+def test_a_gpu_lock_folder_in_a_world_writable_parent_without_sticky_bit_is_refused(tmp_path: Path) -> None:
+    from mlrepro.runs import accelerators
+
+    open_parent = tmp_path / "open"
+    open_parent.mkdir()
+    open_parent.chmod(0o777)
+    with pytest.raises(accelerators.GpuError, match=r"parent .*open is writable by every user without the sticky"):
+        accelerators.lock_dir(str(open_parent / "locks"))
+    open_parent.chmod(0o1777)
+    assert accelerators.lock_dir(str(open_parent / "locks")) == open_parent / "locks"
+
+
+def test_under_umask_002_a_group_writable_cache_is_refused_with_the_fix(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    from mlrepro.core import private_dir
+    from mlrepro.runs import accelerators
+
+    (tmp_path / ".cache").mkdir(mode=0o775)
+    (tmp_path / ".cache").chmod(0o775)  # as a desktop session under umask 002 left it
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    with pytest.raises(accelerators.GpuError, match=rf"umask 002 is group-writable; `chmod go-w {tmp_path}/\.cache`"):
+        accelerators.lock_dir(None)
+    (tmp_path / ".cache").chmod(0o755)
+    old = os.umask(0o002)
+    try:  # the folders mlrepro makes are private whatever the umask
+        made = accelerators.lock_dir(None)
+    finally:
+        os.umask(old)
+    assert made.stat().st_mode & 0o777 == 0o700 and private_dir.base().stat().st_mode & 0o777 == 0o700
