@@ -130,7 +130,10 @@ def test_every_writer_of_a_run_folder_follows_no_link(tmp_path: Path) -> None:
     os.chown(run / "other", 12345, 12345)
     with pytest.raises(PlantedLink, match="another user"):
         untrusted_dir.open_append(run, "other")
-    assert sorted(Path(p.split(":")[0]).name for p in untrusted_dir.planted(run)) == ["fifo", "telemetry"]
+    (run / "tool").write_text("")
+    (run / "tool").chmod(0o4755)
+    assert sorted(Path(p.split(":")[0]).name for p in untrusted_dir.planted(run)) == ["fifo", "telemetry", "tool"]
+    assert (run / "tool").stat().st_mode & 0o7777 == 0o755
 
 
 def test_an_engine_appends_to_no_linked_log(tmp_path: Path) -> None:
@@ -434,3 +437,51 @@ def test_under_umask_002_a_group_writable_cache_is_refused_with_the_fix(tmp_path
     finally:
         os.umask(old)
     assert made.stat().st_mode & 0o777 == 0o700 and private_dir.base().stat().st_mode & 0o777 == 0o700
+
+
+# --- Medium: a rootful engine gives a package's code no privilege
+
+
+def _tiny_image(client: Any, tmp_path: Path) -> str:
+    """An image of this machine's dash and its libc only (no registry here), enough for sh, touch and chmod."""
+    import shutil
+
+    ctx = tmp_path / "ctx"
+    for tool in ("dash", "touch", "chmod"):
+        src = Path(shutil.which(tool) or f"/bin/{tool}").resolve()
+        (ctx / "bin").mkdir(parents=True, exist_ok=True)
+        shutil.copy(src, ctx / "bin" / ("sh" if tool == "dash" else tool))
+        libs = subprocess.run(["ldd", str(src)], capture_output=True, text=True, check=True).stdout
+        for lib in re.findall(r"(/\S+\.so[.\d]*)", libs):
+            dst = ctx / lib.lstrip("/")
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(Path(lib).resolve(), dst)
+    (ctx / "Dockerfile").write_text("FROM scratch\nCOPY . /\n")
+    client.images.build(path=str(ctx), tag="localhost/mlrepro-sec4-tiny:1", network_mode="none", rm=True)
+    return "localhost/mlrepro-sec4-tiny:1"
+
+
+@pytest.mark.integration
+@pytest.mark.podman
+def test_a_container_runs_without_privileges_and_its_setuid_file_is_defused(tmp_path: Path) -> None:
+    from mlrepro.engines import Mount, get_engine
+    from tests.conftest import require
+
+    socket = os.environ.get("MLREPRO_PODMAN_SOCKET")
+    require(bool(socket), "MLREPRO_PODMAN_SOCKET is not set: start Podman's API with .ci/podman.sh")
+    engine = get_engine("podman", socket=socket)
+    image = _tiny_image(engine.client, tmp_path)  # type: ignore[attr-defined]
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    script = ('touch /results/tool && chmod 6755 /results/tool; '
+              'while read l; do case "$l" in *" /results "*) echo "$l";; esac; done < /proc/mounts; '
+              'while read l; do case "$l" in NoNewPrivs*|CapEff*) echo "$l";; esac; done < /proc/self/status')
+    code = engine.run(["sh", "-c", script], image=image, mounts=[Mount(run_dir, read_only=False, target="/results")],
+                      gpus=[], env={}, log=run_dir / "train.log")
+    log = (run_dir / "train.log").read_text()
+    assert code == 0, log
+    assert re.search(r" /results \S+ \S*nosuid,nodev", log) and re.search(r"CapEff:\s+0+\n", log), log
+    assert re.search(r"NoNewPrivs:\s+1", log), log
+    found = untrusted_dir.planted(run_dir)
+    assert found and "setuid or setgid file" in found[0] and "its bits removed" in found[0]
+    assert (run_dir / "tool").stat().st_mode & 0o6000 == 0

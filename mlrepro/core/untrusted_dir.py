@@ -197,9 +197,25 @@ def read_bytes(root: Path, rel: str | os.PathLike[str], max_bytes: int, *, ours:
     return data
 
 
+def _defuse(path: str) -> str:
+    """Remove the setuid and setgid bits of the regular file ``path`` (no link followed); what happened."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            st = os.fstat(fd)
+            if stat.S_ISREG(st.st_mode):
+                os.fchmod(fd, stat.S_IMODE(st.st_mode) & ~(stat.S_ISUID | stat.S_ISGID))
+        finally:
+            os.close(fd)
+    except OSError as e:
+        return f"its bits could not be removed: {e.strerror}; remove it"
+    return "its bits removed"
+
+
 def planted(root: Path) -> list[str]:
     """What ``root`` holds that the pipeline never makes there, as ``path: what`` lines, without following anything:
-    symlinks, files with more than one hard link, FIFOs, devices and sockets. (A container's user may own its files
+    symlinks, files with more than one hard link, FIFOs, devices and sockets, setuid and setgid files (a container's
+    root can leave one, root's on the host: their bits are removed here). (A container's user may own its files
     under another uid: ownership is checked where a file is opened in place, :func:`check_fd`.)"""
     found: list[str] = []
     stack = [root]
@@ -221,6 +237,8 @@ def planted(root: Path) -> list[str]:
                 what = _kind(st)
             elif st.st_nlink != 1:
                 what = f"a file with {st.st_nlink} hard links"
+            elif st.st_mode & (stat.S_ISUID | stat.S_ISGID):
+                what = f"a setuid or setgid file of uid {st.st_uid} ({_defuse(entry.path)})"
             if what:
                 found.append(f"{entry.path}: {what}")
     return found
