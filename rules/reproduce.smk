@@ -213,6 +213,8 @@ rule reproduce_image:
         socket=config.get("engine_socket") or None,
         build_args=config.get("build_args") or {},
         tag_prefix=config["image_tag_prefix"],
+        # the package's Dockerfile builds without network and pulls no base image unless the user allows it
+        network=bool(config["reproduce_build_network"]),
     log:
         RO / "logs" / "image_{benchmark}.log",  # the build's output
     script:

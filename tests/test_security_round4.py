@@ -485,3 +485,29 @@ def test_a_container_runs_without_privileges_and_its_setuid_file_is_defused(tmp_
     found = untrusted_dir.planted(run_dir)
     assert found and "setuid or setgid file" in found[0] and "its bits removed" in found[0]
     assert (run_dir / "tool").stat().st_mode & 0o6000 == 0
+
+
+@pytest.mark.integration
+@pytest.mark.podman
+def test_a_reproduced_package_image_builds_without_network_and_pulls_nothing(tmp_path: Path) -> None:
+    from mlrepro.containers import BaseImageMissing
+    from mlrepro.containers.build import build_image
+    from mlrepro.engines.client import connect
+    from tests.conftest import require
+
+    socket = os.environ.get("MLREPRO_PODMAN_SOCKET")
+    require(bool(socket), "MLREPRO_PODMAN_SOCKET is not set: start Podman's API with .ci/podman.sh")
+    client = connect("podman", socket)
+    base = _tiny_image(client, tmp_path)
+    folder = tmp_path / "impl"
+    folder.mkdir()
+    # the package's Dockerfile lists the network interfaces its build sees: none but lo
+    (folder / "Dockerfile").write_text(f"ARG FROM_IMAGE_NAME={base}\nFROM ${{FROM_IMAGE_NAME}}\n"
+                                       'RUN while read l; do echo "IF $l"; done < /proc/net/dev\n')
+    log = tmp_path / "build.log"
+    build_image(client, "reproduce-sec4", tag_prefix="localhost/mlrepro-test-", log=log, folder=folder, network=False)
+    interfaces = [line.split()[1] for line in log.read_text().splitlines() if re.match(r"IF \w+:", line)]
+    assert interfaces == ["lo:"], log.read_text()
+    with pytest.raises(BaseImageMissing, match=r"may not use the network .*reproduce_build_network"):
+        build_image(client, "reproduce-sec4", tag_prefix="localhost/mlrepro-test-", log=log, folder=folder,
+                    network=False, build_args={"FROM_IMAGE_NAME": "registry.example/not-here:1"})
