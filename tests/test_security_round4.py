@@ -511,3 +511,17 @@ def test_a_reproduced_package_image_builds_without_network_and_pulls_nothing(tmp
     with pytest.raises(BaseImageMissing, match=r"may not use the network .*reproduce_build_network"):
         build_image(client, "reproduce-sec4", tag_prefix="localhost/mlrepro-test-", log=log, folder=folder,
                     network=False, build_args={"FROM_IMAGE_NAME": "registry.example/not-here:1"})
+
+
+def test_a_job_log_left_as_a_link_is_replaced_not_written_through(tmp_path: Path) -> None:
+    """A step's log in an output folder someone else could write (or a package's code natively): made anew."""
+    from mlrepro import jobs
+
+    victim = tmp_path / "victim"
+    victim.write_text("keep")
+    for i, plant in enumerate((os.symlink, os.link)):
+        log = tmp_path / f"step{i}.log"
+        plant(victim, log)
+        with jobs._logged(str(log)):
+            os.write(1, b"the step's line\n")
+        assert victim.read_text() == "keep" and "the step's line" in log.read_text() and not log.is_symlink()
