@@ -170,6 +170,7 @@ HOSTILE_ENV = {
     "PYTHONSTARTUP": "/tmp/x.py", "PS4": "$(id)", "SHELLOPTS": "xtrace", "BASHOPTS": "extdebug", "IFS": "/",
     "CDPATH": "/tmp", "BASH_FUNC_srun%%": "() { id; }", "PERL5OPT": "-Mx", "NODE_OPTIONS": "--require=/tmp/x.js",
     "RUBYOPT": "-r/tmp/x", "JAVA_TOOL_OPTIONS": "-javaagent:/tmp/x.jar", "GCONV_PATH": "/tmp", "HOME": "/tmp/h",
+    "SLURM_TASK_PROLOG": "/tmp/x.sh", "APPTAINER_BIND": "/:/host", "ENROOT_MOUNT_HOME": "y", "bash_env": "/x.sh",
     "A=B": "c", "": "x", "1X": "y",
 }
 
