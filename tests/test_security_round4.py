@@ -526,3 +526,14 @@ def test_a_job_log_left_as_a_link_is_replaced_not_written_through(tmp_path: Path
         with jobs._logged(str(log)):
             os.write(1, b"the step's line\n")
         assert victim.read_text() == "keep" and "the step's line" in log.read_text() and not log.is_symlink()
+
+
+def test_a_run_without_nvml_records_its_gpus_as_unknown_and_the_time_does_not_decide(tmp_path: Path) -> None:
+    from mlrepro.reproduce import compare
+    from mlrepro.runs import accelerators
+
+    assert accelerators.identify("nvml", []) == {"count": 0, "devices": []}
+    unknown = accelerators.identify(_trace(tmp_path, "NVIDIA H100 80GB HBM3", 80 << 30), [5])
+    assert unknown["count"] == 1 and unknown["devices"] == [] and "does not see GPU [5]" in unknown["unknown"]
+    same, why = compare.hardware_class({"accelerators_per_node": "1", "accelerator_model_name": "H100"}, [unknown])
+    assert not same and "GPUs are unknown" in why

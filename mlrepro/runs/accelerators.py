@@ -189,7 +189,7 @@ def identify(backend: str, gpus: list[int]) -> dict[str, Any]:
                        for i in gpus if i in by_index]
         finally:
             source.close()
-    except (BackendUnavailable, OSError, ValueError, KeyError) as e:
+    except (BackendUnavailable, ImportError, OSError, RuntimeError, ValueError, KeyError) as e:
         return {"count": len(gpus), "devices": [], "unknown": f"{type(e).__name__}: {e}"[:500]}
     missing = [i for i in gpus if i not in by_index]
     return {"count": len(gpus), "devices": devices,
