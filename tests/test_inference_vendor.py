@@ -196,3 +196,130 @@ def test_system_by_id_and_unknown(nvidia: Path) -> None:
         Planner(Spec(code=folder, system_id="H999x8", benchmarks=(), scenarios=(), submitter="org"))
     with pytest.raises(ValueError, match=r"no config registered for KnownSystem\.T4x1"):
         nvconfig.Folder(folder).resolve("llama2-70b", "Offline", "T4x1")
+
+
+# --- the flow's jobs, run by Snakemake on a folder of NVIDIA's layout whose recipes only record what they are asked
+TOY_MAKEFILE = """\
+SHELL := /bin/bash
+PYTHON3_CMD ?= python3
+RUN_ARGS ?=
+BENCHMARKS ?= toy
+export LOG_DIR ?= build/logs/default
+.PHONY: prebuild build
+prebuild:
+\tdocker build -t toy .
+build:
+\tmkdir -p build && echo build >> build/order.txt
+download_model:
+\techo "download_model $(BENCHMARKS)" >> build/order.txt
+download_data:
+\techo "download_data $(BENCHMARKS)" >> build/order.txt
+preprocess_data:
+\techo "preprocess_data $(BENCHMARKS) $$MLPERF_SCRATCH_PATH" >> build/order.txt
+generate_engines:
+\t@$(PYTHON3_CMD) -m code.main $(RUN_ARGS) --action="generate_engines"
+run_harness:
+\t@mkdir -p $(LOG_DIR)
+\t@set -o pipefail && $(PYTHON3_CMD) -m code.main $(RUN_ARGS) --action="run_harness" 2>&1 | tee $(LOG_DIR)/stdout.txt
+run_audit_test01_once:
+\t@$(PYTHON3_CMD) -m code.main $(RUN_ARGS) --audit_test=TEST01 --action="run_audit_harness"
+run_audit_test01:
+\t@for i in 1 2; do $(MAKE) run_audit_test01_once && break; done
+run_audit_test04:
+\t@$(PYTHON3_CMD) -m code.main $(RUN_ARGS) --audit_test=TEST04 --action="run_audit_harness"
+stage_results:
+\techo "stage_results $(SUBMITTER)" >> build/order.txt
+stage_compliance:
+\techo stage_compliance >> build/order.txt
+truncate_results:
+\techo truncate_results >> build/order.txt
+export_submission:
+\t@echo "WARNING: This script cannot be executed from within the docker container."
+\tmkdir -p ../../build/submission && echo export_submission >> build/order.txt
+"""
+TOY_MAIN = """\
+import os, sys
+args = dict(a[2:].split("=", 1) for a in sys.argv[1:] if a.startswith("--") and "=" in a)
+with open("build/order.txt", "a") as f:
+    f.write(" ".join([args["action"].strip('"'), args["benchmarks"], args["scenarios"], args.get("test_mode", ""),
+                      args.get("audit_test", "")]).rstrip() + "\\n")
+if args["action"].strip('"') == "run_harness":
+    out = os.path.join(os.environ["LOG_DIR"], "Toy-CPUx2_TRT", args["benchmarks"], args["scenarios"])
+    os.makedirs(out, exist_ok=True)
+    mode = "AccuracyOnly" if args.get("test_mode") == "AccuracyOnly" else "PerformanceOnly"
+    with open(os.path.join(out, "mlperf_log_summary.txt"), "w") as f:
+        f.write("================================================\\nMLPerf Results Summary\\n"
+                "================================================\\nSUT name : toy\\nScenario : Offline\\n"
+                f"Mode     : {mode}\\nSamples per second: 250.5\\nResult is : VALID\\n")
+"""
+TOY_CONSTANTS = """\
+class Benchmark(AliasedNameEnum):
+    Toy: AliasedName = AliasedName("toy", ("toy-99",))
+class HarnessType(AliasedNameEnum):
+    Custom: AliasedName = AliasedName("custom")
+G_DEFAULT_HARNESS_TYPES = {Benchmark.Toy: HarnessType.Custom}
+"""
+TOY_CONFIG = """\
+from configs.toy import ToyBase
+@ConfigRegistry.register(HarnessType.Custom, AccuracyTarget.k_99, PowerSetting.MaxP)
+class ToyX2(ToyBase):
+    system = KnownSystem.Toy_CPUx2
+    offline_expected_qps = 100 * 2
+"""
+
+
+def toy_folder(root: Path) -> Path:
+    folder = root / "closed" / "Org"
+    files = {"Makefile": TOY_MAKEFILE, "code/__init__.py": "", "code/main.py": TOY_MAIN,
+             "code/common/constants.py": TOY_CONSTANTS,
+             "code/common/systems/system_list.py": 'add_systems("Toy_CPUx{}", "Toy-CPUx{}", None, None, [2], None)\n',
+             "configs/toy/__init__.py": "class ToyBase(BenchmarkConfiguration):\n    scenario = Scenario.Offline\n",
+             "configs/toy/Offline/__init__.py": TOY_CONFIG}
+    for name, text in files.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text(text)
+    return folder
+
+
+def test_toy_folder_plan(tmp_path: Path) -> None:
+    planner = Planner(Spec(code=toy_folder(tmp_path), system_id="Toy-CPUx2", benchmarks=("toy",),
+                           scenarios=("Offline",), submitter="Org"))
+    assert [u.mode for u in planner.units()] == ["performance", "accuracy", "TEST01", "TEST04"]
+    assert planner.accelerators() == 2
+    preview = entries(planner.spec)
+    assert {e["user_conf"] for e in preview["entries"]} == {"*.Offline.target_qps = 200\n"}
+
+
+@pytest.mark.integration
+def test_vendor_flow_runs_in_order(tmp_path: Path) -> None:
+    """Snakemake runs the folder's own targets natively in its working copy: image left out (native), build, data,
+    engines once, performance and accuracy, staging before the audits, the audits one after another, compliance
+    staging, truncation, export; the submitter's folder is not written; the report has throughput per accelerator."""
+    from tests.conftest import snakemake
+
+    folder = toy_folder(tmp_path / "src")
+    out = tmp_path / "out"
+    (tmp_path / "cfg.yaml").write_text(json.dumps({
+        "outdir": str(out), "engine": "native", "telemetry": {"enabled": False},
+        "inference": {"vendor": {"code": str(folder), "system_id": "Toy-CPUx2", "benchmarks": ["toy"],
+                                 "scenarios": ["Offline"]}}}))
+    snakemake(tmp_path, "vendor_export", "vendor_report", "inference_preview", "--configfile",
+              str(tmp_path / "cfg.yaml"))
+    assert not (folder / "build").exists()
+    work = out / "inference_vendor" / "work"
+    order = (work / "closed" / "mlrepro" / "build" / "order.txt").read_text().splitlines()
+    assert order[:5] == ["build", "download_model toy", "download_data toy",
+                         f"preprocess_data toy {out / 'inference_vendor' / 'scratch'}",
+                         "generate_engines toy Offline"]
+    runs = order[5:7]
+    assert sorted(runs) == ["run_harness toy Offline", "run_harness toy Offline AccuracyOnly"]
+    assert order[7:] == ["stage_results mlrepro", "run_audit_harness toy Offline  TEST01",
+                         "run_audit_harness toy Offline  TEST04", "stage_compliance", "truncate_results",
+                         "export_submission"]
+    assert (work / "build" / "submission").is_dir()
+    record = json.loads((out / "inference_vendor" / "jobs" / "run" / "toy" / "Offline" / "performance.json")
+                        .read_text())
+    assert record["result"]["value"] == 250.5 and record["result"]["per_accelerator"] == 250.5 / 2
+    assert "250.5,samples/s,True,2,125.25" in (out / "inference_vendor" / "report.csv").read_text()
+    preview = json.loads((out / "inference_preview.json").read_text())
+    assert [e["mode"] for e in preview["entries"]] == ["performance", "accuracy", "TEST01", "TEST04"]
