@@ -238,12 +238,13 @@ export_submission:
 \tmkdir -p ../../build/submission && echo export_submission >> build/order.txt
 """
 TOY_MAIN = """\
-import os, sys
+import os, sys, time
 args = dict(a[2:].split("=", 1) for a in sys.argv[1:] if a.startswith("--") and "=" in a)
 with open("build/order.txt", "a") as f:
     f.write(" ".join([args["action"].strip('"'), args["benchmarks"], args["scenarios"], args.get("test_mode", ""),
                       args.get("audit_test", "")]).rstrip() + "\\n")
 if args["action"].strip('"') == "run_harness":
+    time.sleep(1.5)  # long enough for the telemetry beside it to sample
     out = os.path.join(os.environ["LOG_DIR"], "Toy-CPUx2_TRT", args["benchmarks"], args["scenarios"])
     os.makedirs(out, exist_ok=True)
     mode = "AccuracyOnly" if args.get("test_mode") == "AccuracyOnly" else "PerformanceOnly"
@@ -297,10 +298,15 @@ def test_vendor_flow_runs_in_order(tmp_path: Path) -> None:
     staging, truncation, export; the submitter's folder is not written; the report has throughput per accelerator."""
     from tests.conftest import snakemake
 
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_telemetry_replay import GPU_A, gpu_trace
+
     folder = toy_folder(tmp_path / "src")
     out = tmp_path / "out"
+    (tmp_path / "trace.json").write_text(json.dumps({"devices": [gpu_trace(GPU_A, seconds=600)]}))
     (tmp_path / "cfg.yaml").write_text(json.dumps({
-        "outdir": str(out), "engine": "native", "telemetry": {"enabled": False},
+        "outdir": str(out), "engine": "native",
+        "telemetry": {"enabled": True, "hz": 20, "backend": f"replay:{tmp_path / 'trace.json'}"},
         "inference": {"vendor": {"code": str(folder), "system_id": "Toy-CPUx2", "benchmarks": ["toy"],
                                  "scenarios": ["Offline"]}}}))
     snakemake(tmp_path, "vendor_export", "vendor_report", "inference_preview", "--configfile",
@@ -320,6 +326,47 @@ def test_vendor_flow_runs_in_order(tmp_path: Path) -> None:
     record = json.loads((out / "inference_vendor" / "jobs" / "run" / "toy" / "Offline" / "performance.json")
                         .read_text())
     assert record["result"]["value"] == 250.5 and record["result"]["per_accelerator"] == 250.5 / 2
-    assert "250.5,samples/s,True,2,125.25" in (out / "inference_vendor" / "report.csv").read_text()
+    # the telemetry beside the run (a replayed GPU): its accelerator energy over the run's window
+    energy = record["result"]["accelerator_energy_j"]
+    assert isinstance(energy, float) and energy > 0, record["telemetry"]
+    assert f"250.5,samples/s,True,2,125.25,{energy}" in (out / "inference_vendor" / "report.csv").read_text()
     preview = json.loads((out / "inference_preview.json").read_text())
     assert [e["mode"] for e in preview["entries"]] == ["performance", "accuracy", "TEST01", "TEST04"]
+
+
+# --- hostile folders and configs: read as text, refused with the file named, never run
+def test_include_outside_the_folder_refused(tmp_path: Path) -> None:
+    folder = toy_folder(tmp_path)
+    (tmp_path / "evil.mk").write_text("run_harness:\n\ttouch PWNED\n")
+    (folder / "Makefile").write_text("include $(CURDIR)/../../evil.mk\n" + TOY_MAKEFILE)
+    with pytest.raises(ValueError, match=r"include '\.\./\.\./evil\.mk' lies outside the code folder"):
+        flow.Flow.read(folder)
+
+
+def test_linked_makefile_refused(tmp_path: Path) -> None:
+    folder = toy_folder(tmp_path)
+    (tmp_path / "elsewhere").write_text(TOY_MAKEFILE)
+    (folder / "Makefile").unlink()
+    (folder / "Makefile").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(ValueError, match="never through a link"):
+        flow.Flow.read(folder)
+
+
+def test_config_code_is_never_run(tmp_path: Path) -> None:
+    """A config whose value is a call is not evaluated: the preview names it and nothing ran."""
+    folder = toy_folder(tmp_path)
+    (folder / "configs/toy/Offline/__init__.py").write_text(TOY_CONFIG.replace(
+        "100 * 2", "__import__('os').system('touch " + str(tmp_path / "PWNED") + "')"))
+    with pytest.raises(ValueError, match=r"no number for offline_expected_qps .*__import__"):
+        entries(Spec(code=folder, system_id="Toy_CPUx2", benchmarks=("toy",), scenarios=("Offline",), submitter="o"))
+    assert not (tmp_path / "PWNED").exists()
+
+
+@pytest.mark.parametrize(("key", "value"), [("run_args", ["--x=1; touch PWNED"]), ("run_args", ["$(shell id)"]),
+                                            ("submitter", "a b"), ("system_id", "x/../y")])
+def test_shell_words_refused_by_the_schema(key: str, value: object) -> None:
+    from mlrepro import config
+
+    vendor = {"code": "c", "system_id": "s", "benchmarks": ["resnet50"], "scenarios": ["Offline"], key: value}
+    with pytest.raises(ValueError, match=f"inference.vendor.{key}"):
+        config.load({"inference": {"vendor": vendor}})
