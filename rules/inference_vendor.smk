@@ -53,7 +53,7 @@ if VENDOR:
     VWORK = VDIR / "work" / "closed" / VPLAN.spec.submitter
     VAUDITS = [u for u in VUNITS if u.mode not in vendor_steps.MODES]
     VCOMMON = dict(workdir=str(VWORK), scratch=str(VDIR / "scratch"), engine=PLAN.config["engine"],
-                   image=VENDOR.get("image"))
+                   image=VENDOR.get("image"), custom_definition=VENDOR.get("custom_definition"))
 
     def _vout(job):
         return VDIR / "jobs" / f"{job}.json"

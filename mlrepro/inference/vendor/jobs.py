@@ -51,12 +51,16 @@ def image_name(record: dict[str, Any] | None, given: str | None) -> str | None:
 
 
 def _run(engine: Engine, step: dict[str, Any], workdir: Path, scratch: Path, image: str | None, gpus: list[int],
-         log: Path) -> int:
+         log: Path, custom: Path | None) -> int:
     env = {"MLPERF_SCRATCH_PATH": str(scratch)}
+    if custom is not None:  # the code reads custom systems and configs from there (system_list.py, configuration.py)
+        env["MLPINF_CUSTOM_DEFINITION_PATH"] = str(custom)
     if step["where"] == "host" or engine.name == "native":
         return get_engine("native").run(step["argv"], image=None, mounts=[], gpus=gpus, env=env, log=log,
                                         workdir=str(workdir))
     mounts = [Mount(workdir, read_only=False, target=CONTAINER_ROOT), Mount(scratch, read_only=False)]
+    if custom is not None:
+        mounts.append(Mount(custom, read_only=True))
     return engine.run(step["argv"], image=image, mounts=mounts, gpus=gpus, env=env, log=log,
                       workdir=CONTAINER_ROOT)
 
@@ -75,6 +79,7 @@ def step_job(job: Job) -> None:
     record_path = job.input.get("image")
     image = image_name(json.loads(record_path.read_text()) if record_path else None, p.get("image"))
     engine = get_engine(p["engine"])
+    custom = Path(p["custom_definition"]).resolve() if p.get("custom_definition") else None
     gpus = list(range(int(p.get("gpus") or 0)))
     log = Path(job.log) if job.log else job.output.first.with_suffix(".log")
     done: list[dict[str, Any]] = []
@@ -88,7 +93,7 @@ def step_job(job: Job) -> None:
 
             sampler = start_sampler(tel_dir, hz=float(p["hz"]), backend=p.get("backend") or "nvml")
         start = time.time()
-        code = _run(engine, step, workdir, scratch, image, gpus, log)
+        code = _run(engine, step, workdir, scratch, image, gpus, log, custom)
         stop = time.time()
         if sampler is not None:
             sampler.stop()
