@@ -370,3 +370,13 @@ def test_shell_words_refused_by_the_schema(key: str, value: object) -> None:
     vendor = {"code": "c", "system_id": "s", "benchmarks": ["resnet50"], "scenarios": ["Offline"], key: value}
     with pytest.raises(ValueError, match=f"inference.vendor.{key}"):
         config.load({"inference": {"vendor": vendor}})
+
+
+def test_preview_without_a_vendor_says_what_to_set(tmp_path: Path) -> None:
+    from mlrepro.inference.vendor import preview
+    from tests.conftest import make_job
+
+    with pytest.raises(ValueError, match=r"inference\.vendor is not set"):
+        preview.job(make_job("inference_preview", output={"out": tmp_path / "p.json"}, params={"vendor": None,
+                                                                                                 "org": "o"}))
+    assert not (tmp_path / "p.json").exists()

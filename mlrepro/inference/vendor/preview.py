@@ -14,7 +14,7 @@ from typing import Any
 
 from mlrepro.core import atomic
 from mlrepro.core.job import Job
-from mlrepro.inference.vendor.nvconfig import user_conf
+from mlrepro.inference.vendor.nvconfig import ConfigError, user_conf
 from mlrepro.inference.vendor.steps import Planner, Spec, Unit
 
 
@@ -47,6 +47,9 @@ def table(preview: dict[str, Any]) -> str:
 
 def job(job: Job) -> None:
     """The inference_preview rule's job (rules/inference_vendor.smk): params vendor (inference.vendor) and org."""
+    if not job.params.get("vendor"):
+        raise ConfigError("inference.vendor is not set: the preview shows a vendor's code folder's flow; set "
+                          "inference.vendor.code, system_id, benchmarks and scenarios (docs/submitter.md)")
     preview = entries(Spec.from_config(job.params["vendor"], job.params["org"]))
     atomic.write_text(job.output.first, json.dumps(preview, indent=1, default=repr) + "\n")
     print(table(preview))
