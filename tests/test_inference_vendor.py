@@ -380,3 +380,11 @@ def test_preview_without_a_vendor_says_what_to_set(tmp_path: Path) -> None:
         preview.job(make_job("inference_preview", output={"out": tmp_path / "p.json"}, params={"vendor": None,
                                                                                                  "org": "o"}))
     assert not (tmp_path / "p.json").exists()
+
+
+def test_system_names_that_would_reach_a_shell_refused(tmp_path: Path) -> None:
+    folder = toy_folder(tmp_path)
+    (folder / "code/common/systems/system_list.py").write_text(
+        'add_systems("Toy;touch PWNED;x{}", "Toy-CPUx{}", None, None, [2], None)\n')
+    with pytest.raises(ValueError, match="characters outside"):
+        Planner(Spec(code=folder, system_id="Toy-CPUx2", benchmarks=("toy",), scenarios=("Offline",), submitter="o"))

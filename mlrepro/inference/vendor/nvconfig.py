@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ast
 import operator
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -47,6 +48,7 @@ CONF_KEY = {"single_stream_expected_latency_ns": "target_latency",
             "server_target_latency_ns": "target_latency"}
 SCALE = {"target_latency": 1 / 1000000.0, "target_latency_percentile": 1}
 SAMPLE_COUNT = "performance_sample_count_override"
+NAME = re.compile(r"[A-Za-z0-9_.-]+")
 OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
        ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod}
 
@@ -182,13 +184,16 @@ class Folder:
         return out
 
     def system(self, name: str) -> tuple[str, str]:
-        """(KnownSystem member, system ID) for a member name or a system ID."""
+        """(KnownSystem member, system ID) for a member name or a system ID; both become paths and make arguments,
+        so a folder's names outside [A-Za-z0-9_.-] are refused."""
         known = self.systems()
-        if name in known:
-            return name, known[name]
-        for member, sid in known.items():
-            if sid == name:
-                return member, sid
+        found = next(((m, sid) for m, sid in known.items() if name in (m, sid)), None)
+        if found is not None:
+            bad = [v for v in found if not NAME.fullmatch(v)]
+            if bad:
+                raise ConfigError(f"{self.folder}/code/common/systems: the system {bad[0]!r} has characters outside "
+                                  "[A-Za-z0-9_.-]; it would reach a path and a make argument")
+            return found
         raise ConfigError(f"inference.vendor.system_id: {name!r} is neither a KnownSystem nor a system ID of "
                           f"{self.folder} (code/common/systems/system_list.py); a system of your own is added with "
                           "NVIDIA's scripts/custom_systems/add_custom_system.py (code/common/systems/custom_list.py) "
