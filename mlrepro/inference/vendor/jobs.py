@@ -33,11 +33,10 @@ class StepFailed(MlreproError, RuntimeError):
 
 
 def work_job(job: Job) -> None:
-    """vendor_work: copy the code folder (links kept as links, its build/ left out) to params workdir."""
+    """vendor_work: copy the code folder (links kept as links, its build/ left out) to params workdir. Over an
+    earlier copy: its build/ (engines, logs, staging: hours of GPU work) is kept, the sources are copied again."""
     src, dst = Path(job.params["code"]).resolve(), Path(job.params["workdir"])
-    if dst.exists():
-        shutil.rmtree(dst)
-    shutil.copytree(src, dst, symlinks=True, ignore=shutil.ignore_patterns("build"))
+    shutil.copytree(src, dst, symlinks=True, ignore=shutil.ignore_patterns("build"), dirs_exist_ok=True)
     atomic.write_json(job.output.first, {"code": str(src), "workdir": str(dst)})
 
 
