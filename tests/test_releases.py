@@ -256,7 +256,7 @@ def test_a_dry_run_shows_the_install_job_and_offline_the_run_stops_there_naming_
     assert not cache.exists()
     for key, value in OFFLINE.items():
         monkeypatch.setenv(key, value)
-    proc = snakemake(work, *args, stamp, check=False)
+    proc = snakemake(work, stamp, *args, check=False)
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
     assert "could not install mlperf-logging 4.1.51 (which judges ruleset 6.0.0)" in proc.stderr
     assert "`python -m mlrepro.core.releases install 6.0.0`" in proc.stderr
