@@ -254,6 +254,11 @@ def test_a_dry_run_shows_the_install_job_and_offline_the_run_stops_there_naming_
     assert "judging_release" in dry and f"output: {stamp}" in dry
     assert dry.count(stamp) > 10  # every compliance job and the package wait for it
     assert not cache.exists()
+    # an audit of a 6.0 round waits for the same release (rules/audit.smk)
+    (tmp_path / "round" / "org" / "results").mkdir(parents=True)
+    audit = snakemake(work, "-n", "--config", f"audit={tmp_path / 'round'}", "ruleset=6.0.0",
+                      f"audit_out={tmp_path / 'audit'}").stdout
+    assert "rule judging_release" in audit and f"Input files updated by another job: {stamp}" in audit
     for key, value in OFFLINE.items():
         monkeypatch.setenv(key, value)
     proc = snakemake(work, stamp, *args, check=False)
