@@ -113,8 +113,10 @@ def stamp(pin: Pin) -> Path:
 
 
 def of_folder(path: Path) -> Pin | None:
-    """The pin whose cache folder ``path`` is (None: a folder the user gave)."""
-    return next((p for p in pins() if folder(p) == path), None)
+    """The pin whose cache folder ``path`` is (None: a folder the user gave); also where a job's environment names
+    another cache than planning's, by its name and its manifest."""
+    return next((p for p in pins() if folder(p) == path or (path.name == p.name and (path / MANIFEST).exists())),
+                None)
 
 
 @cache
