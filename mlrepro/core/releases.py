@@ -183,6 +183,8 @@ def problem(pin: Pin, where: Path) -> str | None:
         return unsafe
     try:
         recorded = json.loads((where / MANIFEST).read_text(encoding="utf-8"))["files"]
+        if not isinstance(recorded, dict):
+            raise TypeError("files: not a table")
         found = _walk(where)
     except (OSError, ValueError, KeyError, TypeError) as e:
         return f"no readable manifest ({MANIFEST}: {e})"
