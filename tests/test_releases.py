@@ -129,6 +129,20 @@ def test_planning_a_ruleset_whose_release_is_not_installed_waits_for_its_install
     assert _plan({"ruleset": "6.1.0", "benchmarks": {"flux1": {}}}, tmp_path).release_stamps == []
 
 
+def test_a_new_round_needs_its_row_only(cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # a ruleset that neither the venv's release nor any folder knows: planned from its row alone
+    raw = {"ruleset": "6.2.0", "benchmarks": {"flux1": {}}}
+    with pytest.raises(mlconfig.ConfigError, match=r"unknown ruleset '6\.2\.0'.*add its row to mlrepro/core/releases"):
+        mlconfig.load(raw)
+    row = releases.Pin("training", "6.2.0", "4.1.99", "mlperf_logging-4.1.99-py3-none-any.whl", "0" * 64, "1" * 64,
+                       (("flux1", 10), ("dlrmv4", 10)))
+    table = releases.pins()
+    monkeypatch.setattr(releases, "pins", lambda: (*table, row))
+    plan = _plan(raw, tmp_path)
+    assert plan.benchmarks["flux1"].required_runs == 10
+    assert plan.release_stamps == [str(cache / "mlperf-logging-4.1.99.ok")]
+
+
 def test_a_folder_the_user_gives_still_judges_without_an_install(tags: Path, cache: Path, tmp_path: Path) -> None:
     plan = _plan({**V60, "logging_release": str(tags)}, tmp_path)
     assert plan.logging_release == str(tags / TAG) and plan.release_stamps == []
