@@ -10,7 +10,7 @@ from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
 
-from mlrepro.core import releases, rulesets
+from mlrepro.core import release_table, rulesets
 from mlrepro.audit import discover
 from mlrepro.core import smk as _smk
 AUDIT_ROOT = Path(config["audit"]).resolve()
@@ -18,7 +18,7 @@ AUDIT_OUT = Path(config.get("audit_out") or "audit")
 AUDIT_USAGE = str(config.get("usage") or "training")
 AUDIT_RULESET = str(config.get("ruleset") or "2.0.0")
 
-if AUDIT_RULESET not in rulesets.known_rulesets(AUDIT_USAGE) and not releases.pinned(AUDIT_RULESET, AUDIT_USAGE):
+if AUDIT_RULESET not in rulesets.known_rulesets(AUDIT_USAGE) and not release_table.pinned(AUDIT_RULESET, AUDIT_USAGE):
     raise WorkflowError(f"ruleset={AUDIT_RULESET}: mlperf_logging knows {', '.join(rulesets.known_rulesets(AUDIT_USAGE))}")
 if not AUDIT_ROOT.is_dir():
     raise WorkflowError(f"audit={config['audit']}: not a folder")
@@ -47,9 +47,9 @@ AUDIT_REJECTED = [e.encode("utf-8", "backslashreplace").decode() for e in
 # Counts only, no names: Snakemake formats the message ({...}), and a name may hold braces.
 AUDIT_MESSAGE = f"{len(AUDIT_RESULT_FILES):,} result files, {len(AUDIT_REJECTED):,} entries the audit does not read"
 # The releases table's release for the ruleset, where audit_logging names none and the venv's is not it
-_table = None if config.get("audit_logging") else releases.judging_folder(AUDIT_RULESET, AUDIT_USAGE)
+_table = None if config.get("audit_logging") else release_table.judging_folder(AUDIT_RULESET, AUDIT_USAGE)
 AUDIT_TABLE_RELEASE = str(_table) if _table else None
-RELEASE = {"stamps": releases.stamps(_table), "ruleset": AUDIT_RULESET, "usage": AUDIT_USAGE,
+RELEASE = {"stamps": release_table.stamps(_table), "ruleset": AUDIT_RULESET, "usage": AUDIT_USAGE,
            "log": AUDIT_OUT / "logs" / "judging_release.log"}
 
 

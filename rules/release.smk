@@ -3,7 +3,7 @@
 # time a ruleset needs it; a job, never while the DAG is built. Its output is the stamp beside the release; the steps
 # it judges (the gate, the package checker, the audit) take the stamp as an input (ancient: a reinstalled release
 # of the same pinned tree re-judges nothing) and verify the release before each use. The includer sets RELEASE:
-# stamps (mlrepro.core.releases.stamps of the judging folder: one, or none), ruleset, usage and log.
+# stamps (mlrepro.core.release_table.stamps of the judging folder: one, or none), ruleset, usage and log.
 if RELEASE["stamps"]:
 
     rule judging_release:

@@ -25,7 +25,7 @@ from mlperf_logging import benchmark_meta
 
 from mlrepro import config as mlconfig
 from mlrepro import systems as mlsystems
-from mlrepro.core import releases, rulesets, versions
+from mlrepro.core import release_table, releases, rulesets, versions
 from mlrepro.core.job import call
 from mlrepro.gate import compliance
 from mlrepro.package import assemble
@@ -51,11 +51,11 @@ def _record_hash(data: bytes) -> str:
 
 
 @pytest.fixture(scope="module")
-def wheel(tags: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[releases.Pin, Path]:
+def wheel(tags: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[release_table.Pin, Path]:
     """A wheel of the tag's mlperf_logging/ in a folder of wheels, and its pin."""
     tree = tags / TAG
     wheels = tmp_path_factory.mktemp("wheels")
-    real = releases.pinned("6.0.0")
+    real = release_table.pinned("6.0.0")
     assert real is not None
     name = real.wheel
     info = "mlperf_logging-4.1.51.dist-info"
@@ -69,8 +69,9 @@ def wheel(tags: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[release
     with zipfile.ZipFile(wheels / name, "w") as zf:
         for path, data in files.items():
             zf.writestr(path, data)
-    pin = releases.Pin("training", "6.0.0", "4.1.51", name, hashlib.sha256((wheels / name).read_bytes()).hexdigest(),
-                       versions.describe(tree).digest, real.benchmarks)
+    sha256 = hashlib.sha256((wheels / name).read_bytes()).hexdigest()
+    pin = release_table.Pin("training", "6.0.0", "4.1.51", name, sha256, versions.describe(tree).digest,
+                            real.benchmarks)
     return pin, wheels
 
 
@@ -81,9 +82,9 @@ def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 @pytest.fixture
-def test_pin(wheel: tuple[releases.Pin, Path], cache: Path, monkeypatch: pytest.MonkeyPatch) -> releases.Pin:
+def test_pin(wheel: tuple[release_table.Pin, Path], cache: Path, monkeypatch: pytest.MonkeyPatch) -> release_table.Pin:
     """The table of one row: the test wheel's."""
-    monkeypatch.setattr(releases, "pins", lambda: (wheel[0],))
+    monkeypatch.setattr(release_table, "pins", lambda: (wheel[0],))
     return wheel[0]
 
 
@@ -95,18 +96,18 @@ def _tree_tables(folder: Path, ruleset: str) -> tuple[tuple[str, int], ...]:
 
 def test_the_table_pins_each_round_s_release_as_its_tag_and_its_benchmark_tables(tags: Path) -> None:
     for ruleset, tag in (("5.0.0", "5.0.0-rc3"), ("5.1.0", "5.1.0-rc4"), ("6.0.0", TAG)):
-        pin = releases.pinned(ruleset)
+        pin = release_table.pinned(ruleset)
         assert pin is not None and versions.ROUND_TAGS[ruleset] == tag
         assert (tags / tag / "VERSION").read_text().strip() == pin.version  # the tag's own release number
         assert pin.benchmarks == _tree_tables(tags / tag, ruleset)
         assert pin.wheel == f"mlperf_logging-{pin.version}-py3-none-any.whl" and len(pin.sha256) == 64
     # 6.1.0 has no tag: 4.1.68, the venv's own (requirements.txt), is the pinned wheel's tree file for file
-    pin = releases.pinned("6.1.0")
-    assert pin is not None and pin.version == "4.1.68" and releases.venv_has(pin)
+    pin = release_table.pinned("6.1.0")
+    assert pin is not None and pin.version == "4.1.68" and release_table.venv_has(pin)
     assert dict(pin.benchmarks) == {b: benchmark_meta.get_result_file_counts("training")[b]
                                     for b in benchmark_meta.get_allowed_benchmarks("training", "6.1.0")}
-    assert releases.judging_folder("6.1.0") is None and releases.judging_folder("4.1.0") is None
-    assert not releases.venv_has(releases.pinned("6.0.0"))
+    assert release_table.judging_folder("6.1.0") is None and release_table.judging_folder("4.1.0") is None
+    assert not release_table.venv_has(release_table.pinned("6.0.0"))
 
 
 def _plan(raw: dict, base: Path) -> Plan:
@@ -117,10 +118,11 @@ def _plan(raw: dict, base: Path) -> Plan:
 
 def test_planning_a_ruleset_whose_release_is_not_installed_waits_for_its_install_job(cache: Path,
                                                                                     tmp_path: Path) -> None:
-    pin = releases.pinned("6.0.0")
+    pin = release_table.pinned("6.0.0")
     plan = _plan(V60, tmp_path)
     assert plan.logging_release == str(cache / "mlperf-logging-4.1.51")
-    assert plan.release_stamps == [str(cache / "mlperf-logging-4.1.51.ok")] == releases.stamps(releases.folder(pin))
+    assert plan.release_stamps == [str(cache / "mlperf-logging-4.1.51.ok")]
+    assert plan.release_stamps == release_table.stamps(release_table.folder(pin))
     assert {b.name: b.required_runs for b in plan.benchmarks.values()} == {"flux1": 10, "dlrm_dcnv2": 10}
     assert not cache.parent.exists()  # planned from the table: nothing installed, nothing made
     with pytest.raises(mlconfig.ConfigError, match=r"ruleset .*has no benchmark 'resnet'"):
@@ -134,10 +136,10 @@ def test_a_new_round_needs_its_row_only(cache: Path, tmp_path: Path, monkeypatch
     raw = {"ruleset": "6.2.0", "benchmarks": {"flux1": {}}}
     with pytest.raises(mlconfig.ConfigError, match=r"unknown ruleset '6\.2\.0'.*add its row to mlrepro/core/releases"):
         mlconfig.load(raw)
-    row = releases.Pin("training", "6.2.0", "4.1.99", "mlperf_logging-4.1.99-py3-none-any.whl", "0" * 64, "1" * 64,
+    row = release_table.Pin("training", "6.2.0", "4.1.99", "mlperf_logging-4.1.99-py3-none-any.whl", "0" * 64, "1" * 64,
                        (("flux1", 10), ("dlrmv4", 10)))
-    table = releases.pins()
-    monkeypatch.setattr(releases, "pins", lambda: (*table, row))
+    table = release_table.pins()
+    monkeypatch.setattr(release_table, "pins", lambda: (*table, row))
     plan = _plan(raw, tmp_path)
     assert plan.benchmarks["flux1"].required_runs == 10
     assert plan.release_stamps == [str(cache / "mlperf-logging-4.1.99.ok")]
@@ -154,12 +156,12 @@ def _leftovers(cache: Path) -> list[str]:
 
 
 def test_an_install_is_private_verified_before_use_and_a_tampered_one_is_refused(
-        test_pin: releases.Pin, wheel: tuple[releases.Pin, Path], cache: Path, tmp_path: Path) -> None:
+        test_pin: release_table.Pin, wheel: tuple[release_table.Pin, Path], cache: Path, tmp_path: Path) -> None:
     where = releases.install(test_pin, wheel[1])
-    assert where == releases.folder(test_pin) and releases.verify(test_pin) == where
+    assert where == release_table.folder(test_pin) and releases.verify(test_pin) == where
     assert stat.S_IMODE(where.stat().st_mode) == 0o700 and stat.S_IMODE(cache.stat().st_mode) == 0o700
     assert versions.describe(where).label == "4.1.51" and _leftovers(cache) == []
-    manifest = json.loads((where / releases.MANIFEST).read_text())
+    manifest = json.loads((where / release_table.MANIFEST).read_text())
     assert "mlperf_logging/benchmark_meta.py" in manifest["files"] and manifest["tree"] == test_pin.tree
 
     checker = where / "mlperf_logging" / "compliance_checker" / "training_6.0.0" / "open_llama31_8b.yaml"
@@ -182,12 +184,12 @@ def test_an_install_is_private_verified_before_use_and_a_tampered_one_is_refused
     os.symlink("/etc/passwd", where / "mlperf_logging" / "link.py")
     assert "not a regular file" in str(releases.problem(test_pin, where))
     (where / "mlperf_logging" / "link.py").unlink()
-    (where / releases.MANIFEST).unlink()
+    (where / release_table.MANIFEST).unlink()
     assert "no readable manifest" in str(releases.problem(test_pin, where))
 
 
 def test_a_release_folder_open_to_others_is_refused_and_never_replaced(
-        test_pin: releases.Pin, wheel: tuple[releases.Pin, Path], cache: Path) -> None:
+        test_pin: release_table.Pin, wheel: tuple[release_table.Pin, Path], cache: Path) -> None:
     where = releases.install(test_pin, wheel[1])
     where.chmod(0o770)
     assert "open to other users" in str(releases.problem(test_pin, where))
@@ -200,8 +202,9 @@ def test_a_release_folder_open_to_others_is_refused_and_never_replaced(
         releases.install(test_pin, wheel[1])
 
 
-def test_two_installs_at_once_leave_one_verified_release(test_pin: releases.Pin, wheel: tuple[releases.Pin, Path],
-                                                         cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_two_installs_at_once_leave_one_verified_release(test_pin: release_table.Pin,
+                                                         wheel: tuple[release_table.Pin, Path], cache: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     # two pipelines starting together: both install, one rename wins, the other uses the winner's
     got: list[Path | BaseException] = []
     start = threading.Barrier(2)
@@ -218,21 +221,21 @@ def test_two_installs_at_once_leave_one_verified_release(test_pin: releases.Pin,
         t.start()
     for t in threads:
         t.join()
-    assert got == [releases.folder(test_pin)] * 2 and releases.problem(test_pin, got[0]) is None
+    assert got == [release_table.folder(test_pin)] * 2 and releases.problem(test_pin, got[0]) is None
     assert _leftovers(cache) == []
 
     # the loser for certain: another install finishes while this one's pip runs
-    releases._remove(releases.folder(test_pin))
+    releases._remove(release_table.folder(test_pin))
     pip = releases._pip
     winner: list[Path] = []
 
-    def pip_then_lose(pin: releases.Pin, target: Path, find_links: Path | None) -> None:
+    def pip_then_lose(pin: release_table.Pin, target: Path, find_links: Path | None) -> None:
         pip(pin, target, find_links)
         monkeypatch.setattr(releases, "_pip", pip)  # the other pipeline installs as it should
         winner.append(releases.install(pin, find_links))
 
     monkeypatch.setattr(releases, "_pip", pip_then_lose)
-    assert releases.install(test_pin, wheel[1]) == winner[0] == releases.folder(test_pin)
+    assert releases.install(test_pin, wheel[1]) == winner[0] == release_table.folder(test_pin)
     assert releases.problem(test_pin, winner[0]) is None and _leftovers(cache) == []
 
 
@@ -244,7 +247,7 @@ def test_offline_the_install_names_the_version_and_the_one_command(cache: Path, 
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("error: could not install mlperf-logging 4.1.51 (which judges ruleset 6.0.0) from PyPI")
     assert "With network: `python -m mlrepro.core.releases install 6.0.0`" in last and "--find-links WHEELS" in last
-    assert _leftovers(cache) == [] and not releases.folder(releases.pinned("6.0.0")).exists()
+    assert _leftovers(cache) == [] and not release_table.folder(release_table.pinned("6.0.0")).exists()
     # the pipeline's job: the same line, no traceback (mlrepro/jobs.py puts the log's end on Snakemake's stderr)
     for key, value in OFFLINE.items():
         monkeypatch.setenv(key, value)
@@ -284,7 +287,7 @@ def test_a_dry_run_shows_the_install_job_and_offline_the_run_stops_there_naming_
 @pytest.mark.integration
 def test_the_real_releases_install_from_pypi_and_verify(cache: Path) -> None:
     for ruleset in ("5.0.0", "6.0.0"):
-        pin = releases.pinned(ruleset)
+        pin = release_table.pinned(ruleset)
         where = releases.install(pin)
         assert releases.verify(pin) == where and versions.describe(where).label == pin.version
         tables = subprocess.run(

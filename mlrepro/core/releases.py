@@ -12,7 +12,8 @@ the folder before they use it: owner, mode, every file's hash, no file more, and
 Installing is race-safe: pip installs into a unique temporary folder beside the final one, which is renamed into
 place in one step; a second pipeline that loses the race verifies and uses the winner's. The venv's own
 mlperf-logging judges where it is exactly the pinned release (same version, same tree digest): the same files,
-installed with the project, so nothing is installed or isolated twice (``judging_folder``).
+installed with the project, so nothing is installed or isolated twice
+(:func:`mlrepro.core.release_table.judging_folder`).
 
 ``python -m mlrepro.core.releases install RULESET [--find-links DIR]`` installs by hand (``--find-links``: from a
 folder of wheels, offline); ``list`` prints the table and what is installed.
@@ -30,119 +31,14 @@ import stat
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass
-from functools import cache
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from mlrepro.core import atomic, private_dir, versions
+from mlrepro.core import release_table as table
 from mlrepro.core.errors import MlreproError
-
-TABLE = Path(__file__).with_name("releases.yaml")
-MANIFEST = ".mlrepro-release.json"
-DIST = "mlperf-logging"
-
-
-class ReleaseError(MlreproError, RuntimeError):
-    """A pinned release that is missing, cannot be installed, or fails its verification (says what to do)."""
-
-
-@dataclass(frozen=True)
-class Pin:
-    """One row of the table."""
-
-    usage: str
-    ruleset: str
-    version: str
-    wheel: str
-    sha256: str
-    tree: str  # versions.describe's digest of the release's mlperf_logging/
-    benchmarks: tuple[tuple[str, int], ...]  # its benchmark_meta's allowed benchmarks and result file counts
-
-    @property
-    def name(self) -> str:
-        return f"{DIST}-{self.version}"
-
-    def requirement(self) -> str:
-        """The requirements file pip installs it from: the exact version, its one allowed hash."""
-        return f"{DIST}=={self.version} --hash=sha256:{self.sha256}\n"
-
-    def command(self) -> str:
-        """The one command that installs it by hand."""
-        return f"python -m mlrepro.core.releases install {self.ruleset}"
-
-    def meta(self) -> dict[str, Any]:
-        """The release's two benchmark_meta tables, as far as the ruleset goes (mlrepro.core.rulesets reads them)."""
-        return {"_ALL_RESULT_FILE_COUNTS": {self.usage: dict(self.benchmarks)},
-                "_ALL_ALLOWED_BENCHMARKS": {self.usage: {self.ruleset: [b for b, _ in self.benchmarks]}}}
-
-
-@cache
-def pins() -> tuple[Pin, ...]:
-    table = yaml.safe_load(TABLE.read_text(encoding="utf-8"))
-    return tuple(Pin(usage, str(ruleset), str(row["version"]), row["wheel"], row["sha256"], row["tree"],
-                     tuple((str(b), int(n)) for b, n in row["benchmarks"].items()))
-                 for usage, rows in table.items() for ruleset, row in rows.items())
-
-
-def pinned(ruleset: str, usage: str = "training") -> Pin | None:
-    """The table's row for ``ruleset`` (None: not in the table)."""
-    return next((p for p in pins() if p.usage == usage and p.ruleset == ruleset), None)
-
-
-# --- where a release lives
-def cache_dir() -> Path:
-    """``$XDG_CACHE_HOME/mlrepro/releases`` (``~/.cache`` without it): computed, never made, while planning."""
-    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    if not root.is_absolute():
-        raise ReleaseError(f"XDG_CACHE_HOME={root}: not an absolute path; set it to a folder of yours")
-    return root / "mlrepro" / "releases"
-
-
-def folder(pin: Pin) -> Path:
-    return cache_dir() / pin.name
-
-
-def stamp(pin: Pin) -> Path:
-    """The install job's output (Snakemake's): beside the folder, so that a job rewriting it never touches the
-    release, and a deleted cache makes the job run again."""
-    return cache_dir() / f"{pin.name}.ok"
-
-
-def of_folder(path: Path) -> Pin | None:
-    """The pin whose cache folder ``path`` is (None: a folder the user gave); also where a job's environment names
-    another cache than planning's, by its name and its manifest."""
-    return next((p for p in pins() if folder(p) == path or (path.name == p.name and (path / MANIFEST).exists())),
-                None)
-
-
-@cache
-def venv_has(pin: Pin) -> bool:
-    """Whether the venv's own mlperf-logging is exactly ``pin``: its version, and its tree's digest."""
-    try:
-        if metadata.version(DIST) != pin.version:
-            return False
-    except metadata.PackageNotFoundError:
-        return False
-    import mlperf_logging  # the installed one: the project imports it anyway
-
-    return versions.describe(Path(mlperf_logging.__file__).resolve().parent.parent).digest == pin.tree
-
-
-def judging_folder(ruleset: str, usage: str = "training") -> Path | None:
-    """The cache folder of the release that judges ``ruleset``; None where the table has no row for it or the
-    venv's own mlperf-logging is that release."""
-    pin = pinned(ruleset, usage)
-    return None if pin is None or venv_has(pin) else folder(pin)
-
-
-def stamps(release: Path | None) -> list[str]:
-    """What a step judged by ``release`` waits for: the install job's stamp of a cached release (else none)."""
-    pin = of_folder(release) if release is not None else None
-    return [str(stamp(pin))] if pin else []
+from mlrepro.core.release_table import MANIFEST, Pin, ReleaseError
 
 
 # --- verification
@@ -200,7 +96,7 @@ def problem(pin: Pin, where: Path) -> str | None:
 
 def verify(pin: Pin) -> Path:
     """The installed release's folder, verified (ReleaseError, saying what to do, where it is missing or fails)."""
-    where = folder(pin)
+    where = table.folder(pin)
     if not os.path.lexists(where):
         raise ReleaseError(f"mlperf-logging {pin.version}, which judges ruleset {pin.ruleset}, is not installed "
                            f"({where}); install it with `{pin.command()}`")
@@ -213,7 +109,7 @@ def verify(pin: Pin) -> Path:
 def checked(release: Path | None) -> Path | None:
     """``release`` where it may judge: a cached release verified now, before its use; a folder the user gave
     (logging_release, audit_logging) as it is."""
-    pin = of_folder(release) if release is not None else None
+    pin = table.of_folder(release) if release is not None else None
     if pin is not None:
         verify(pin)
     return release
@@ -223,7 +119,7 @@ def checked(release: Path | None) -> Path | None:
 def _prepare_cache() -> Path:
     """The cache folder, made where missing; this user's, not writable by others (a folder Snakemake made for the
     stamp, with the umask's mode, is made 0700)."""
-    cache = cache_dir()
+    cache = table.cache_dir()
     cache.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     with contextlib.suppress(FileExistsError):
         cache.mkdir(mode=0o700)
@@ -253,7 +149,7 @@ def _pip(pin: Pin, target: Path, find_links: Path | None) -> None:
         raise ReleaseError(
             f"could not install mlperf-logging {pin.version} (which judges ruleset {pin.ruleset}) from "
             f"{find_links or 'PyPI'}: {(errors or ['pip failed'])[-1]}. With network: `{pin.command()}`; without: "
-            f"on a machine with network `pip download --no-deps {DIST}=={pin.version} -d WHEELS`, copy WHEELS "
+            f"on a machine with network `pip download --no-deps {table.DIST}=={pin.version} -d WHEELS`, copy WHEELS "
             f"here, then `{pin.command()} --find-links WHEELS`")
 
 
@@ -281,7 +177,7 @@ def install(pin: Pin, find_links: Path | None = None) -> Path:
     """Install ``pin`` into its cache folder unless a verified one is there; the folder. A folder of this user's
     that fails its verification is replaced; one of another user's, or open to others, is refused."""
     cache = _prepare_cache()
-    where = folder(pin)
+    where = table.folder(pin)
     if os.path.lexists(where):
         why = problem(pin, where)
         if why is None:
@@ -314,9 +210,9 @@ def install(pin: Pin, find_links: Path | None = None) -> Path:
 
 def job(job: Any) -> None:
     """rules/release.smk: params ruleset and usage; output the stamp (written once the release verifies)."""
-    pin = pinned(job.params["ruleset"], job.params["usage"])
+    pin = table.pinned(job.params["ruleset"], job.params["usage"])
     if pin is None:
-        raise ReleaseError(f"ruleset {job.params['ruleset']} has no row in {TABLE}")
+        raise ReleaseError(f"ruleset {job.params['ruleset']} has no row in {table.TABLE}")
     where = install(pin)
     atomic.write_json(job.output.first, {"ruleset": pin.ruleset, "version": pin.version, "folder": str(where),
                                          "tree": pin.tree})
@@ -337,16 +233,16 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     try:
         if args.command == "list":
-            for pin in pins():
-                state = ("the venv's own" if venv_has(pin) else
-                         "not installed" if not os.path.lexists(folder(pin)) else
-                         problem(pin, folder(pin)) or "installed, verified")
-                print(f"{pin.usage} {pin.ruleset}: {DIST} {pin.version} ({folder(pin)}: {state})")
+            for pin in table.pins():
+                state = ("the venv's own" if table.venv_has(pin) else
+                         "not installed" if not os.path.lexists(table.folder(pin)) else
+                         problem(pin, table.folder(pin)) or "installed, verified")
+                print(f"{pin.usage} {pin.ruleset}: {table.DIST} {pin.version} ({table.folder(pin)}: {state})")
             return
-        pin = pinned(args.ruleset, args.usage)
+        pin = table.pinned(args.ruleset, args.usage)
         if pin is None:
-            sys.exit(f"error: {args.usage} ruleset {args.ruleset} has no row in {TABLE} (it has: "
-                     f"{', '.join(p.ruleset for p in pins() if p.usage == args.usage)})")
+            sys.exit(f"error: {args.usage} ruleset {args.ruleset} has no row in {table.TABLE} (it has: "
+                     f"{', '.join(p.ruleset for p in table.pins() if p.usage == args.usage)})")
         print(f"mlperf-logging {pin.version} in {install(pin, args.find_links)} judges ruleset {pin.ruleset}")
     except MlreproError as e:
         sys.exit(f"error: {e}")

@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from mlrepro.core import releases
+from mlrepro.core import release_table
 from mlrepro.core.errors import MlreproError
 
 RULES = Path(__file__).with_name("rulesets.yaml")
@@ -85,8 +85,8 @@ def _package(release: Path | None) -> Path:
 @cache
 def _meta(release: Path | None) -> dict[str, Any]:
     """The two tables of ``benchmark_meta.py`` (result file counts, allowed benchmarks), as literals; for a release
-    of the table (mlrepro/core/releases.py), as the table records them: known before it is installed."""
-    if release is not None and (pin := releases.of_folder(release)):
+    of the table (mlrepro/core/release_table.py), as the table records them: known before it is installed."""
+    if release is not None and (pin := release_table.of_folder(release)):
         return pin.meta()
     path = _package(release) / "benchmark_meta.py"
     try:
@@ -105,7 +105,7 @@ def _meta(release: Path | None) -> dict[str, Any]:
 @cache
 def known_rulesets(usage: str = "training", release: Path | None = None) -> tuple[str, ...]:
     """The rulesets the release has compliance rules for (``release`` None: the installed one)."""
-    if release is not None and (pin := releases.of_folder(release)):
+    if release is not None and (pin := release_table.of_folder(release)):
         return (pin.ruleset,) if pin.usage == usage else ()
     folder = _package(release) / "compliance_checker"
     names = (p.name.split("_", 1)[1] for p in folder.glob(f"{usage}_*") if p.is_dir())
@@ -133,7 +133,7 @@ def release_folder(configured: str | None, ruleset: str, usage: str = "training"
     folder of them named by tag, from which the ruleset's round tag is chosen; else the table's release for the
     ruleset, in the user's cache, installed by a job: mlrepro/core/releases.py); None: the installed one."""
     if not configured:
-        return releases.judging_folder(ruleset, usage)
+        return release_table.judging_folder(ruleset, usage)
     from mlrepro.core.versions import resolve
 
     return resolve(Path(configured), ruleset)

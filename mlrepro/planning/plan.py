@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 
 from mlrepro.config import Benchmark, config_hash, run_seed, submittable
 from mlrepro.containers.context import base_images, context_digest, context_files, folder_files
-from mlrepro.core import releases, rulesets
+from mlrepro.core import release_table, rulesets
 from mlrepro.core.outputs import Outputs
 from mlrepro.core.workflows import workflow_dir
 from mlrepro.datasets import recipe as data_recipe
@@ -209,7 +209,7 @@ class Plan:
     def release_stamps(self) -> list[str]:
         """What the steps judged by that release wait for: its install job's stamp where it is the table's release
         in the user's cache (rules/release.smk), else nothing."""
-        return releases.stamps(Path(self.logging_release) if self.logging_release else None)
+        return release_table.stamps(Path(self.logging_release) if self.logging_release else None)
 
     @cached_property
     def telemetry_hz(self) -> float:
