@@ -94,9 +94,10 @@ def problem(pin: Pin, where: Path) -> str | None:
     return None
 
 
-def verify(pin: Pin) -> Path:
-    """The installed release's folder, verified (ReleaseError, saying what to do, where it is missing or fails)."""
-    where = table.folder(pin)
+def verify(pin: Pin, where: Path | None = None) -> Path:
+    """The installed release's folder (``where``, default its cache folder), verified (ReleaseError, saying what to
+    do, where it is missing or fails)."""
+    where = where if where is not None else table.folder(pin)
     if not os.path.lexists(where):
         raise ReleaseError(f"mlperf-logging {pin.version}, which judges ruleset {pin.ruleset}, is not installed "
                            f"({where}); install it with `{pin.command()}`")
@@ -110,8 +111,8 @@ def checked(release: Path | None) -> Path | None:
     """``release`` where it may judge: a cached release verified now, before its use; a folder the user gave
     (logging_release, audit_logging) as it is."""
     pin = table.of_folder(release) if release is not None else None
-    if pin is not None:
-        verify(pin)
+    if pin is not None and release is not None:
+        verify(pin, release)
     return release
 
 
