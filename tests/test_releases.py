@@ -13,6 +13,7 @@ import base64
 import hashlib
 import json
 import os
+import shutil
 import stat
 import subprocess
 import sys
@@ -178,6 +179,14 @@ def test_an_install_is_private_verified_before_use_and_a_tampered_one_is_refused
 
     releases.install(test_pin, wheel[1])  # a folder of this user's that fails is replaced
     assert releases.problem(test_pin, where) is None and "relaxed" not in checker.read_text()
+    # a job whose environment names another cache: the folder it is given is the one verified
+    elsewhere = tmp_path / "other" / where.name
+    shutil.copytree(where, elsewhere, symlinks=True)
+    (elsewhere.parent).chmod(0o700)
+    assert releases.checked(elsewhere) == elsewhere
+    (elsewhere / "mlperf_logging" / "benchmark_meta.py").write_text("_ALL_RESULT_FILE_COUNTS = {}\n")
+    with pytest.raises(releases.ReleaseError, match=r"differ .*benchmark_meta\.py"):
+        releases.checked(elsewhere)
     (where / "mlperf_logging" / "sitecustomize.py").write_text("import os\n")
     assert "sitecustomize.py" in str(releases.problem(test_pin, where))
     (where / "mlperf_logging" / "sitecustomize.py").unlink()
