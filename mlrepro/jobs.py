@@ -42,6 +42,7 @@ ENTRIES: dict[str, str] = {
     "launch": "mlrepro.runs.launch_spec:launch_file_job",
     "launch_preview": "mlrepro.runs.preview:job",
     "run": "mlrepro.runs.driver:job",
+    "judging_release": "mlrepro.core.releases:job",
     "compliance": "mlrepro.gate.compliance:job",
     "package": "mlrepro.package.assemble:job",
     "score": "mlrepro.score:job",

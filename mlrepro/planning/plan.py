@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 
 from mlrepro.config import Benchmark, config_hash, run_seed, submittable
 from mlrepro.containers.context import base_images, context_digest, context_files, folder_files
-from mlrepro.core import rulesets
+from mlrepro.core import release_table, rulesets
 from mlrepro.core.outputs import Outputs
 from mlrepro.core.workflows import workflow_dir
 from mlrepro.datasets import recipe as data_recipe
@@ -201,8 +201,15 @@ class Plan:
     def logging_release(self) -> str | None:
         """The folder of the mlperf-logging release that judges the ruleset (logging_release); None: the installed
         one."""
-        folder = rulesets.release_folder(self.config.get("logging_release"), self.config["ruleset"])
+        folder = rulesets.release_folder(self.config.get("logging_release"), self.config["ruleset"],
+                                         self.config["usage"])
         return str(folder) if folder else None
+
+    @cached_property
+    def release_stamps(self) -> list[str]:
+        """What the steps judged by that release wait for: its install job's stamp where it is the table's release
+        in the user's cache (rules/release.smk), else nothing."""
+        return release_table.stamps(Path(self.logging_release) if self.logging_release else None)
 
     @cached_property
     def telemetry_hz(self) -> float:
