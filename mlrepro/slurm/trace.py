@@ -340,10 +340,10 @@ def trace(run_sub: Path, env: dict[str, str], node: Node, timeout_s: float = 120
         stderr = _shown(err.read_bytes().decode(errors="replace"), views)
         stdout = _shown(out.read_bytes().decode(errors="replace"), views)
     commands, statements = parse(text)
-    # run.sub's own error (an unbound variable) is on stderr; a step's, piped through tee, on stdout
+    # run.sub's own error (an unbound variable) is on stderr, or on stdout where its subshell's is piped (|& tee)
     tail = "\n".join(line for line in (stderr + stdout).splitlines() if "__mlrepro" not in line)
     return Trace([c.argv for c in commands if c.kind == "step"], commands, statements, code,
-                 "\n".join(tail.splitlines()[-20:]), errors(stderr))
+                 "\n".join(tail.splitlines()[-20:]), errors(stderr + "\n" + stdout))
 
 
 def _shown(text: str, views: dict[str, str]) -> str:
