@@ -131,14 +131,17 @@ def _empty(dest: str, at: str, traced: trace.Trace, folder: Path) -> Demand:
 
 def mount_table(traced: trace.Trace, folder: Path, benchmark: str, fills: dict[str, str]) -> list[dict[str, Any]]:
     """Every container mount of the path taken (each destination once, in their order): its source, the variable
-    that feeds it (the statement of the path that names it) and what fills it (mlrepro/runs/vendor_data.py)."""
+    that feeds it (the statement of the path that names it), whether the source exists on this (the login) node and
+    what fills it (mlrepro/runs/vendor_data.py)."""
     table: dict[str, dict[str, Any]] = {}
     for argv, at in traced.steps_at():
         for source, dest in trace.mounts(argv):
             if dest in table:
                 continue
             feeding = _empty(dest, at, traced, folder).variable
+            # the login node sees the shared file system the nodes mount from (docs/vendor-launch.md)
             table[dest] = {"destination": dest, "source": source, "variable": feeding,
+                           "exists_here": bool(source) and Path(source).exists(),
                            "fill": vendor_data.fill(benchmark, [dest], fills)}
     return list(table.values())
 

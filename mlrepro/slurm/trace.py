@@ -83,12 +83,20 @@ command_not_found_handle() {
 trap '{ __mlrepro_dbg "$LINENO"; } 2>/dev/null' DEBUG
 """
 
+# How the stand-ins and shims record a command: a tag, where run.sub ran it, its argument list.
+_REC = r"""rec() {
+  tag=$1; shift
+  { printf '%s\037%s\037' "$tag" "${MLREPRO_TRACE_AT:-}"; for a in "$@"; do printf '%s\037' "$a"; done
+    printf '\036'; } >> "$MLREPRO_TRACE_FILE"
+}"""
+
 # The stand-ins: one POSIX sh script (sh reads no BASH_ENV) answering by the name it is called by.
 _STANDIN = r"""#!/bin/sh
 me=${0##*/}
-{ printf 'S\037%s\037%s\037' "${MLREPRO_TRACE_AT:-}" "$me"; printf '%s\037' "$@"; printf '\036'; } \
-  >> "$MLREPRO_TRACE_FILE"
+{REC}
+rec S "$me" "$@"
 PATH=/usr/local/bin:/usr/bin:/bin  # its own helpers are the host's, not the recording shims
+trap '' PIPE  # a reader that stops early (| head -n1) ends no answer with a status a pipefail would see
 n=$MLREPRO_TRACE_NODES g=$MLREPRO_TRACE_GPUS model=$MLREPRO_TRACE_GPU_MODEL arch=$MLREPRO_TRACE_ARCH
 hosts() { i=1; while [ "$i" -le "$n" ]; do echo "node$i"; i=$((i + 1)); done; }
 gpus() { i=0; while [ "$i" -lt "$g" ]; do "$@" "$i"; i=$((i + 1)); done; }
@@ -168,23 +176,22 @@ exit 0
 
 # A host tool, through a shim that records it; GUARDED ones run only on paths inside the private folder.
 _SHIM = r"""#!/bin/sh
-{ printf 'L\037%s\037%s\037' "${MLREPRO_TRACE_AT:-}" "${0##*/}"; printf '%s\037' "$@"; printf '\036'; } \
-  >> "$MLREPRO_TRACE_FILE"
+{REC}
+rec L "${0##*/}" "$@"
 exec {real} "$@"
 """
 _GUARD = r"""#!/bin/sh
+{REC}
 for a in "$@"; do
   case $a in -*) continue ;; esac
   p=$({realpath} -m -- "$a")
   case $p in "$MLREPRO_TRACE_ROOT"|"$MLREPRO_TRACE_ROOT"/*|/dev/null|/dev/stdout|/dev/stderr) ;;
-    *) { printf 'O\037%s\037%s\037' "${MLREPRO_TRACE_AT:-}" "${0##*/}"; printf '%s\037' "$@"; printf '\036'; } \
-         >> "$MLREPRO_TRACE_FILE"
+    *) rec O "${0##*/}" "$@"
        [ "${0##*/}" = tee ] && exec {cat}
        exit 0 ;;
   esac
 done
-{ printf 'L\037%s\037%s\037' "${MLREPRO_TRACE_AT:-}" "${0##*/}"; printf '%s\037' "$@"; printf '\036'; } \
-  >> "$MLREPRO_TRACE_FILE"
+rec L "${0##*/}" "$@"
 exec {real} "$@"
 """
 
@@ -274,14 +281,14 @@ def _write(path: Path, text: str) -> None:
 
 def _tools(bin_dir: Path, shim_dir: Path) -> None:
     for name in (*RECORDED, *QUERIES):
-        _write(bin_dir / name, _STANDIN)
+        _write(bin_dir / name, _STANDIN.replace("{REC}", _REC))
     realpath, cat = shutil.which("realpath", path=HOST_PATH), shutil.which("cat", path=HOST_PATH)
     for name in (*LOCAL, *GUARDED):
         real = shutil.which(name, path=HOST_PATH)
         if real is None:
             continue  # not on this host: an unknown command (FIRST_NODE)
         text = (_GUARD if name in GUARDED and realpath and cat else _SHIM)
-        _write(shim_dir / name, text.replace("{real}", shlex.quote(real)).replace(
+        _write(shim_dir / name, text.replace("{REC}", _REC).replace("{real}", shlex.quote(real)).replace(
             "{realpath}", shlex.quote(realpath or "")).replace("{cat}", shlex.quote(cat or "")))
 
 
