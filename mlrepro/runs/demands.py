@@ -105,6 +105,9 @@ def _unique(demands: list[Demand]) -> list[Demand]:
     return list(seen.values())
 
 
+_VAR_MOUNT = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?:\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?")
+
+
 def _mount_pattern(dest: str) -> re.Pattern[str]:
     # `${VAR}:/dest`, `$VAR:/dest` (then `:ro`, `,`, a quote, a space or the end)
     return re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?:" + re.escape(dest) + r"(?=$|[:,\"'\s}])", re.MULTILINE)
@@ -118,6 +121,13 @@ def _empty(dest: str, at: str, traced: trace.Trace, folder: Path) -> Demand:
     for file, line, text in reversed(traced.statements):
         if m := pattern.search(text):
             return Demand(m.group(1), file, line, "empty", mounts=[dest])
+    # `${SRC}:${DEST_VAR}` where the path gave DEST_VAR its value (`: "${CONTAINER_GRAPH_DIR:=/graph}"`)
+    named_dest = {name for _, _, text in traced.statements
+                  for name in re.findall(r"\$\{([A-Za-z_][A-Za-z0-9_]*):?=" + re.escape(dest) + r"\}", text)}
+    for file, line, text in reversed(traced.statements):
+        for source, target in _VAR_MOUNT.findall(text):
+            if target in named_dest:
+                return Demand(source, file, line, "empty", mounts=[dest])
     named = {w for _, _, text in traced.statements for w in re.findall(r"[\w.-]+", text)}
     for path in sorted(folder.iterdir()):
         if path.name in named and path.is_file() and not path.is_symlink() and path.stat().st_size < 1 << 20:
