@@ -136,14 +136,15 @@ NODES=$(sinfo -h | wc -l); squeue -h -j "${SLURM_JOB_ID}" > /dev/null
 site_health_check --gpus "${GPUS}"
 sudo /usr/bin/true
 _cont_mounts="${DATADIR}:/data"
-srun --ntasks=1 echo "${MODEL_NAME}|${HCAS}|${NUMA}|${ARCH}|${MASTER_ADDR}|${FIRST}|${NODES}"
+ON_NODE=$(srun -N1 -n1 nvidia-smi --query-gpu=index --format=csv,noheader | wc -l)
+srun --ntasks=1 echo "${MODEL_NAME}|${HCAS}|${NUMA}|${ARCH}|${MASTER_ADDR}|${FIRST}|${NODES}|${ON_NODE}"
 """ + TRAIN
     where = folder(tmp_path, run_sub)
     node = trace.Node.of(2, 8, "DGXB200_2x8", platform="linux/arm64")
     found = find(where, node=node)
     assert found.demands == [] and "training" in trace.summarize(found.trace), found.trace.stderr_tail
     echo = next(s for s in found.trace.steps if s[:3] == ["srun", "--ntasks=1", "echo"])
-    assert echo[3] == "NVIDIA B200|8|2|aarch64|10.0.0.1|node1|1"
+    assert echo[3] == "NVIDIA B200|8|2|aarch64|10.0.0.1|node1|1|8"
     (unknown,) = [c for c in found.trace.commands if c.kind == "unknown"]
     assert unknown.argv == ["site_health_check", "--gpus", "8"]
     assert unknown.at == f"{where / 'run.sub'}:{line_of(run_sub, 'site_health_check')}"
@@ -213,5 +214,5 @@ def test_the_preview_lists_every_command_and_kills_a_hung_run_sub(tmp_path: Path
     run_sub = HEAD + "python3 -c 'import time; time.sleep(60)'\n"
     started = time.monotonic()
     traced = trace.trace(folder(tmp_path, run_sub) / "run.sub", ENV, NODE, timeout_s=2)
-    assert time.monotonic() - started < 30 and traced.exit_code == -int(signal.SIGKILL)
+    assert time.monotonic() - started < 30 and traced.timed_out and traced.exit_code == -int(signal.SIGKILL)
     assert json.dumps([c.argv for c in traced.commands]).count("time.sleep(60)") == 1

@@ -71,7 +71,7 @@ def find(run_sub: Path, env: dict[str, str], node: trace.Node, timeout_s: float 
     traced = trace.trace(run_sub, given, node, timeout_s)
     for _ in range(ROUNDS):
         new = [e for e in traced.errors if e.name not in demands]
-        if not new:
+        if not new or traced.timed_out:  # a run.sub that hangs is the preview's error, not run again
             break
         for e in new:
             demands[e.name] = Demand(e.name, e.file, e.line, "unset" if e.message == "unbound variable" else "stops",

@@ -76,6 +76,9 @@ def entry(system: str, launch: LaunchSpec, runs: int, seed: int, image_record: P
                               "sets:\n" + "\n".join(demands.problems(finding.demands, benchmark=launch.benchmark,
                                                                        system=system, config_name=launch.config_file,
                                                                        fills=fills or {})))
+        elif traced.timed_out:
+            found["error"] = (f"{launch.run_sub} did not end within the preview's time (a command waited on what it "
+                              f"never got); it was stopped. Its last lines:\n{traced.stderr_tail}")
         elif "training" not in found["summary"]:  # it stopped before its training step: a run would stop there too
             found["error"] = (f"{launch.run_sub} exited with status {traced.exit_code} before its training step "
                               f"(the srun of run_and_time.sh) when traced. Its last lines:\n{traced.stderr_tail}")

@@ -58,6 +58,7 @@ HOST_PATH = "/usr/local/bin:/usr/bin:/bin"
 JOB_ID = "999999"  # a number, as Slurm's are (run.sub files do arithmetic on it)
 SEP, UNIT = "\x1e", "\x1f"  # between records, between a record's fields
 FIRST_NODE = "would run on the first node"
+TIMED_OUT = -int(signal.SIGKILL)  # the exit code of a run.sub the tracer stopped
 # names a tracer's environment never takes from a config: they would run code or remove the sandbox
 RESERVED = re.compile(r"^(BASH_ENV|ENV|PATH|SHELLOPTS|BASHOPTS|PS4|IFS|CDPATH|GLOBIGNORE|LD_\w*|MLREPRO_TRACE\w*)$")
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -119,6 +120,16 @@ query() {  # nvidia-smi --query-gpu=a,b --format=csv[,noheader][,nounits]
   done
 }
 case "$me" in
+  srun)  # a node tool started on a node (srun -N1 nvidia-smi -L) answers as that node would, once
+    tool=
+    while [ $# -gt 0 ]; do
+      case "${1##*/}" in
+        nvidia-smi|ibstat|ibstatus|ibv_devinfo|numactl|lscpu|nproc|hostname|uname) tool=${1##*/}; shift; break ;;
+        -*|[0-9]*) shift ;;
+        *) break ;;
+      esac
+    done
+    [ -n "$tool" ] && exec "${0%/*}/$tool" "$@" ;;
   scontrol)
     case "$1 $2" in
       "show hostnames"|"show hostname") hosts ;;
@@ -252,6 +263,10 @@ class Trace:
     stderr_tail: str = ""
     errors: list[Error] = field(default_factory=list)
 
+    @property
+    def timed_out(self) -> bool:
+        return self.exit_code == TIMED_OUT
+
     def steps_at(self) -> list[tuple[list[str], str]]:
         return [(c.argv, c.at) for c in self.commands if c.kind == "step"]
 
@@ -338,7 +353,7 @@ def trace(run_sub: Path, env: dict[str, str], node: Node, timeout_s: float = 120
             try:
                 code = proc.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
-                code = -int(signal.SIGKILL)
+                code = TIMED_OUT
             finally:
                 _kill_all(proc.pid, f"MLREPRO_TRACE_FILE={record}".encode())
                 proc.wait()
