@@ -54,10 +54,11 @@ NOTES = {"gpt3/implementations/b200_n8_preview_nemo": {"HANG_MONITOR_TIMEOUT": "
 FAST = {("1.1.0", "bert/implementations/pytorch"), ("4.1.0", "gpt3/implementations/eos_n32_ngc24.09_nemo"),
         ("4.1.0", "llama2_70b_lora/implementations/eos_n8_ngc24.09_nemo")}
 # The test's own stand-in: each argument ("=" before it) base64-encoded on its own line, a blank line after each
-# command.
+# command, written at once.
 STANDIN = r"""#!/bin/bash
-{ printf '=%s' "${0##*/}" | base64 -w0; echo; for a in "$@"; do printf '=%s' "$a" | base64 -w0; echo; done; echo; } \
-  >> "$PARITY_RECORD"
+record="$(printf '=%s' "${0##*/}" | base64 -w0)"$'\n'
+for a in "$@"; do record+="$(printf '=%s' "$a" | base64 -w0)"$'\n'; done
+printf '%s\n' "$record" >> "$PARITY_RECORD"  # one write: the commands of a pipeline record at the same time
 if [ "${0##*/}" = scontrol ] && [ "$1" = show ] && [ "$2" = hostnames ]; then
   for i in $(seq 1 "$PARITY_NODES"); do echo "node$i"; done
 elif [ "${0##*/}" = scontrol ] && [ "$1" = show ] && [ "$2" = job ]; then

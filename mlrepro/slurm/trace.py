@@ -77,18 +77,19 @@ __mlrepro_dbg() {
   builtin printf 'X\037%s\037%s\036' "$MLREPRO_TRACE_AT" "$BASH_COMMAND" >> "$MLREPRO_TRACE_FILE"
 }
 command_not_found_handle() {
-  { builtin printf 'U\037%s:%s\037' "${BASH_SOURCE[1]}" "${BASH_LINENO[0]}"
-    builtin printf '%s\037' "$@"; builtin printf '\036'; } >> "$MLREPRO_TRACE_FILE" 2>/dev/null
+  { local r; builtin printf -v r '%s\037' "U" "${BASH_SOURCE[1]}:${BASH_LINENO[0]}" "$@"
+    builtin printf '%s\036' "$r" >> "$MLREPRO_TRACE_FILE"; } 2>/dev/null
   return 0
 }
 trap '{ __mlrepro_dbg "$LINENO"; } 2>/dev/null' DEBUG
 """
 
-# How the stand-ins and shims record a command: a tag, where run.sub ran it, its argument list.
+# How the stand-ins and shims record a command: a tag, where run.sub ran it, its argument list (one write: the
+# commands of a pipeline record at the same time).
 _REC = r"""rec() {
-  tag=$1; shift
-  { printf '%s\037%s\037' "$tag" "${MLREPRO_TRACE_AT:-}"; for a in "$@"; do printf '%s\037' "$a"; done
-    printf '\036'; } >> "$MLREPRO_TRACE_FILE"
+  r=$(printf '%s\037%s\037' "$1" "${MLREPRO_TRACE_AT:-}"); shift
+  for a in "$@"; do r=$r$(printf '%s\037' "$a"); done
+  printf '%s\036' "$r" >> "$MLREPRO_TRACE_FILE"
 }"""
 
 # The stand-ins: one POSIX sh script (sh reads no BASH_ENV) answering by the name it is called by.
