@@ -216,3 +216,21 @@ def test_the_preview_lists_every_command_and_kills_a_hung_run_sub(tmp_path: Path
     traced = trace.trace(folder(tmp_path, run_sub) / "run.sub", ENV, NODE, timeout_s=2)
     assert time.monotonic() - started < 30 and traced.timed_out and traced.exit_code == -int(signal.SIGKILL)
     assert json.dumps([c.argv for c in traced.commands]).count("time.sleep(60)") == 1
+
+
+def test_each_recipe_fill_is_a_folder_its_recipe_makes_and_the_rest_is_by_hand() -> None:
+    from mlrepro.datasets import recipe, vendor_fills
+    from mlrepro.runs import vendor_data
+
+    for benchmark, fills in vendor_fills.RECIPE_FILLS.items():
+        made = recipe.load(benchmark)
+        sources, text = {s.file for s in made.sources}, made.path.read_text()
+        for dest, sub in fills.items():  # a source of the recipe, or a subfolder its own layout comment names
+            assert sub == "." or sub in sources or f"{sub}/" in text, f"{benchmark}: {dest} from {sub}"
+    assert vendor_fills.recipe_fills("gnn") == {}  # no recipe
+    assert vendor_fills.recipe_fills("flux1") == {"/dataset": "."}  # its mount
+    lora = vendor_fills.recipe_fills("llama2_70b_lora")
+    assert "model/ of its prepared folder" in vendor_data.fill("llama2_70b_lora", ["/ckpt"], lora)
+    assert "no data recipe of gnn" in vendor_data.fill("gnn", ["/graph"], {})
+    # RetinaNet (v4.1 ssd) mounts what the v1.1 SSD recipe does not make: by hand
+    assert "by hand" in vendor_data.fill("ssd", ["/datasets/open-images-v6"], vendor_fills.recipe_fills("ssd"))

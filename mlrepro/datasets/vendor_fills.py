@@ -14,7 +14,13 @@ RECIPE_FILLS: dict[str, dict[str, str]] = {
              "/workspace/evaldata": "hdf5/eval_varlength", "/workspace/phase1": "phase1"},
     "rnnt": {"/datasets": ".", "/metadata": "metadata", "/sentencepieces": "sentencepieces"},
     "maskrcnn": {"/data": ".", "/pkl_coco": "pkl_coco"},
+    # manual sources without a prepare step: each is its own subfolder, named as the recipe's source
     "llama2_70b_lora": {"/data": "gov_report", "/ckpt": "model"},
+    "llama31_8b": {"/preproc_data": "llama3_1_8b_preprocessed_c4_dataset",
+                   "/workspace/llm/tokenizer": "llama3_1_8b_tokenizer"},
+    "llama31_405b": {"/preproc_data": "c4_mixtral_8x22b_preprocessed", "/load_checkpoints": "llama31_405b_checkpoint"},
+    "gpt_oss_20b": {"/preproc_data": "c4_gpt_oss_preprocessed"},
+    "deepseekv3_671b": {"/preproc_data": "c4_deepseekv3_preprocessed"},
 }
 
 
