@@ -234,3 +234,16 @@ def test_each_recipe_fill_is_a_folder_its_recipe_makes_and_the_rest_is_by_hand()
     assert "no data recipe of gnn" in vendor_data.fill("gnn", ["/graph"], {})
     # RetinaNet (v4.1 ssd) mounts what the v1.1 SSD recipe does not make: by hand
     assert "by hand" in vendor_data.fill("ssd", ["/datasets/open-images-v6"], vendor_fills.recipe_fills("ssd"))
+
+
+def test_a_cluster_tool_called_by_its_path_is_never_run(tmp_path: Path) -> None:
+    run_sub = HEAD + """echo start
+/usr/bin/sudo -n touch /tmp/mlrepro-test-sudo-ran
+/usr/bin/srun --ntasks=1 true
+"""
+    where = folder(tmp_path, run_sub)
+    traced = find(where).trace
+    (blocked,) = [c for c in traced.commands if c.kind == "blocked"]
+    assert blocked.at == f"{where / 'run.sub'}:{line_of(run_sub, '/usr/bin/sudo')}"
+    assert blocked.argv == ["/usr/bin/sudo -n touch /tmp/mlrepro-test-sudo-ran"] and traced.exit_code == 97
+    assert not Path("/tmp/mlrepro-test-sudo-ran").exists() and traced.steps == []

@@ -76,6 +76,10 @@ def entry(system: str, launch: LaunchSpec, runs: int, seed: int, image_record: P
                               "sets:\n" + "\n".join(demands.problems(finding.demands, benchmark=launch.benchmark,
                                                                        system=system, config_name=launch.config_file,
                                                                        fills=fills or {})))
+        elif blocked := [c for c in traced.commands if c.kind == "blocked"]:
+            found["error"] = (f"{blocked[0].at} runs `{blocked[0].argv[0][:200]}`: a cluster tool by its path, which "
+                              "the preview never runs (the host's own); call it by its name, as the stand-ins answer "
+                              "it, or read what the run would do there yourself")
         elif traced.timed_out:
             found["error"] = (f"{launch.run_sub} did not end within the preview's time (a command waited on what it "
                               f"never got); it was stopped. Its last lines:\n{traced.stderr_tail}")

@@ -18,7 +18,8 @@ nothing of the host's cluster tools runs at all:
 - host tools that compute values (``mkdir``, ``tee``, ``date``, ``sed``, ``jq``...) run, through shims that record
   them; those that change files do so only inside the private folder (elsewhere they are recorded as outside);
 - a command it calls that is neither (a site tool) is recorded with its file and line, "would run on the first
-  node", and answers nothing with status 0 (bash's ``command_not_found_handle``);
+  node", and answers nothing with status 0 (bash's ``command_not_found_handle``); a cluster tool it calls by its
+  path (``/usr/bin/srun``) is not run: run.sub stops there, and the preview names the line;
 - every simple command it executes is recorded with its file and line (the DEBUG trap): the path it took;
 - at the end every process it started is killed: its own session's process group, then any process still
   carrying the sandbox's marker in its environment.
@@ -75,6 +76,11 @@ __mlrepro_dbg() {
   [[ $PATH == "$MLREPRO_TRACE_PATH" ]] || PATH=$MLREPRO_TRACE_PATH
   export MLREPRO_TRACE_AT="${BASH_SOURCE[1]}:$1"
   builtin printf 'X\037%s\037%s\036' "$MLREPRO_TRACE_AT" "$BASH_COMMAND" >> "$MLREPRO_TRACE_FILE"
+  local w=${BASH_COMMAND%%[[:space:]]*}
+  if [[ $w == */* && " $MLREPRO_TRACE_BLOCK " == *" ${w##*/} "* ]]; then  # a cluster tool by its path: not run
+    builtin printf 'B\037%s\037%s\037\036' "$MLREPRO_TRACE_AT" "$BASH_COMMAND" >> "$MLREPRO_TRACE_FILE"
+    builtin exit 97
+  fi
 }
 command_not_found_handle() {
   { local r; builtin printf -v r '%s\037' "U" "${BASH_SOURCE[1]}:${BASH_LINENO[0]}" "$@"
@@ -242,7 +248,9 @@ class Node:
 class Command:
     argv: list[str]
     at: str  # file:line of run.sub (or a file it sourced) that ran it
-    kind: str  # step, query, local, outside (a change outside the sandbox: not made), unknown (FIRST_NODE)
+    # step, query, local, outside (a change outside the sandbox: not made), unknown (FIRST_NODE), blocked (a cluster
+    # tool called by its path, /usr/bin/srun: not run, and run.sub stopped there)
+    kind: str
 
 
 @dataclass(frozen=True)
@@ -340,6 +348,7 @@ def trace(run_sub: Path, env: dict[str, str], node: Node, timeout_s: float = 120
             **allocation_env(node.nodes, node.gpus_per_node, str(work)), **clean_env(env),
             "LOGDIR": str(logdir), "PATH": path, "BASH_ENV": str(setup),
             "MLREPRO_TRACE_FILE": str(record), "MLREPRO_TRACE_SETUP": str(setup), "MLREPRO_TRACE_PATH": path,
+            "MLREPRO_TRACE_BLOCK": " ".join((*RECORDED, "scontrol", "scancel")),
             "MLREPRO_TRACE_ROOT": str(root), "MLREPRO_TRACE_RUN_SUB": str(work / run_sub.name),
             "MLREPRO_TRACE_JOB": JOB_ID, "MLREPRO_TRACE_NODES": str(node.nodes),
             "MLREPRO_TRACE_GPUS": str(node.gpus_per_node), "MLREPRO_TRACE_GPU_MODEL": node.gpu_model,
@@ -392,7 +401,7 @@ def _kill_all(pid: int, marker: bytes) -> None:
             continue
 
 
-_KINDS = {"S": None, "L": "local", "O": "outside", "U": "unknown"}
+_KINDS = {"S": None, "L": "local", "O": "outside", "U": "unknown", "B": "blocked"}
 
 
 def parse(text: str) -> tuple[list[Command], list[tuple[str, int, str]]]:
