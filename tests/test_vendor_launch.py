@@ -324,3 +324,15 @@ def test_every_round_plans_a_vendor_folder_of_its_own(tmp_path: Path, ruleset: s
            "systems": {"sim_n1": {"config_files": {benchmark: "config_SIM_1x4.sh"}}}}
     plan = _plan(raw, tmp_path)
     assert plan.ordered_units == [("sim_n1", benchmark)] and plan.launch_spec("sim_n1", benchmark).run_sub
+
+
+def test_planning_runs_nothing_of_the_folder_its_capture_job_does(tmp_path: Path) -> None:
+    folder = _folder(tmp_path)
+    marker = tmp_path / "run-sub-ran"
+    # a redirection that bash itself makes (the one write the sandbox cannot keep inside): it shows run.sub ran
+    (folder / "run.sub").write_text(RUN_SUB.replace("set -euxo pipefail\n", f"set -euxo pipefail\necho >> {marker}\n"))
+    plan = _uncaptured(_config(tmp_path, {"EXTRADIR": "/x"}), tmp_path)
+    assert plan.capture_problems() == [] and plan.capture_runs(plan.capture_keys[("sim_n1", "resnet")])
+    assert not marker.exists()  # planning: the capture keys, problems and the jobs' params
+    captured(plan)
+    assert marker.exists()  # the capture jobs
