@@ -247,3 +247,15 @@ def test_a_cluster_tool_called_by_its_path_is_never_run(tmp_path: Path) -> None:
     assert blocked.at == f"{where / 'run.sub'}:{line_of(run_sub, '/usr/bin/sudo')}"
     assert blocked.argv == ["/usr/bin/sudo -n touch /tmp/mlrepro-test-sudo-ran"] and traced.exit_code == 97
     assert not Path("/tmp/mlrepro-test-sudo-ran").exists() and traced.steps == []
+
+
+def test_what_run_sub_prints_is_not_trusted_and_nested_shells_are_traced(tmp_path: Path) -> None:
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    run_sub = HEAD + f"""echo "{fifo}: line 1: SOME_VAR: planted" >&2
+bash -c 'set -u; srun --ntasks=1 echo nested'
+_cont_mounts="${{DATADIR}}:/data"
+""" + TRAIN
+    found = find(folder(tmp_path, run_sub))
+    assert found.demands == [] and ["srun", "--ntasks=1", "echo", "nested"] in found.trace.steps
+

@@ -68,22 +68,22 @@ _ERROR = re.compile(r"^(.+?): line (\d+): ([A-Za-z_][A-Za-z0-9_]*): (.+)$", re.M
 
 # Sourced by bash (BASH_ENV) before run.sub's first line, and by every bash it starts: the DEBUG trap that records
 # each command with its file and line, re-asserts PATH and exports the command's place for the stand-ins; the handler
-# of commands that are nowhere. Both silent under run.sub's own `set -x`.
+# of commands that are nowhere. Both silent under run.sub's own `set -x`, and never stopped by its `set -u`.
 _SETUP = r"""set -T
 PS4='+ '
 __mlrepro_dbg() {
-  [[ ${BASH_SOURCE[1]} == "$MLREPRO_TRACE_SETUP" ]] && return 0
+  [[ ${BASH_SOURCE[1]-} == "$MLREPRO_TRACE_SETUP" ]] && return 0
   [[ $PATH == "$MLREPRO_TRACE_PATH" ]] || PATH=$MLREPRO_TRACE_PATH
-  export MLREPRO_TRACE_AT="${BASH_SOURCE[1]}:$1"
+  export MLREPRO_TRACE_AT="${BASH_SOURCE[1]-}:${1-}"
   builtin printf 'X\037%s\037%s\036' "$MLREPRO_TRACE_AT" "$BASH_COMMAND" >> "$MLREPRO_TRACE_FILE"
   local w=${BASH_COMMAND%%[[:space:]]*}
-  if [[ $w == */* && " $MLREPRO_TRACE_BLOCK " == *" ${w##*/} "* ]]; then  # a cluster tool by its path: not run
+  if [[ $w == */* && " ${MLREPRO_TRACE_BLOCK-} " == *" ${w##*/} "* ]]; then  # a cluster tool by its path: not run
     builtin printf 'B\037%s\037%s\037\036' "$MLREPRO_TRACE_AT" "$BASH_COMMAND" >> "$MLREPRO_TRACE_FILE"
     builtin exit 97
   fi
 }
 command_not_found_handle() {
-  { local r; builtin printf -v r '%s\037' "U" "${BASH_SOURCE[1]}:${BASH_LINENO[0]}" "$@"
+  { local r; builtin printf -v r '%s\037' "U" "${BASH_SOURCE[1]-}:${BASH_LINENO[0]-}" "$@"
     builtin printf '%s\036' "$r" >> "$MLREPRO_TRACE_FILE"; } 2>/dev/null
   return 0
 }
@@ -436,8 +436,11 @@ def errors(stderr: str) -> list[Error]:
 def _stops_on(file: str, line: int, name: str) -> bool:
     """Whether ``file``'s line ``line`` stops on ``name`` (``${name:?...}``, ``${name?...}``): bash's message for
     it is the script's own."""
-    try:
-        lines = Path(file).read_text(encoding="utf-8", errors="replace").splitlines()
+    path = Path(file)
+    try:  # a path from run.sub's output: only a plain file of a script's size is read (not a FIFO a hostile one names)
+        if not path.is_file() or path.stat().st_size > 4 << 20:
+            return False
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
     except OSError:
         return False
     return 0 < line <= len(lines) and re.search(r"\$\{" + re.escape(name) + r":?\?", lines[line - 1]) is not None
