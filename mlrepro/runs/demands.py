@@ -89,8 +89,7 @@ def find(run_sub: Path, env: dict[str, str], node: trace.Node, timeout_s: float 
                 found.append(_empty(dest, at, traced, run_sub.parent))
         opts, _ = trace.split(argv)
         if opts.get("--container-image") == "":
-            file, _, line = at.rpartition(":")
-            found.append(Demand(_image_variable(traced), file, int(line or 0), "empty", mounts=[]))
+            found.append(Demand(_image_variable(traced), *_place(at), "empty", mounts=[]))
     return Finding(_unique(found), traced)
 
 
@@ -135,8 +134,13 @@ def _empty(dest: str, at: str, traced: trace.Trace, folder: Path) -> Demand:
             for i, text in enumerate(lines, 1):
                 if m := pattern.search(text):
                     return Demand(m.group(1), str(path), i, "empty", mounts=[dest])
+    return Demand(None, *_place(at), "empty", mounts=[dest])
+
+
+def _place(at: str) -> tuple[str, int]:
+    """(file, line) of a command's ``file:line``."""
     file, _, line = at.rpartition(":")
-    return Demand(None, file, int(line) if line.isdigit() else 0, "empty", mounts=[dest])
+    return file, int(line) if line.isdigit() else 0
 
 
 def mount_table(traced: trace.Trace, folder: Path, benchmark: str, fills: dict[str, str]) -> list[dict[str, Any]]:
