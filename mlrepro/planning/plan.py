@@ -328,7 +328,7 @@ class Plan:
                 continue
             runs.append({"system": system, "benchmark": benchmark, "run_sub": str(impl.run_sub),
                          "config_file": str(impl.config_file), "given": run_sub_env(self.systems[system], b),
-                         "cont": impl.container or f"<image built from {impl.folder}/Dockerfile>",
+                         "cont": impl.container or runsub.unbuilt_image(impl.folder),
                          "data_dir": str(b.data_dir), "log_dir": str(self.out.run_dir(system, benchmark, 0).resolve()),
                          "seed": self.run_seed(benchmark, 0), "submission": self.submission(system),
                          "node": self.trace_node(system), "fills": recipe_fills(benchmark)})

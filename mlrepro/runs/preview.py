@@ -36,7 +36,7 @@ def cont_for(launch: LaunchSpec, image_record: Path | None) -> str:
     if image_record is not None and image_record.is_file():
         record = json.loads(image_record.read_text(encoding="utf-8"))
         return str(record.get("file") or record["tag"])
-    return f"<image built from {launch.folder}/Dockerfile>"
+    return runsub.unbuilt_image(launch.folder)
 
 
 def entry(system: str, launch: LaunchSpec, runs: int, seed: int, image_record: Path | None,

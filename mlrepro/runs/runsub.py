@@ -53,6 +53,12 @@ def dgx_system(config_file: Path, env: Mapping[str, str]) -> str:
     return env.get("DGXSYSTEM") or config_file.name.removeprefix("config_").removesuffix(".sh")
 
 
+def unbuilt_image(folder: str | Path) -> str:
+    """CONT where the image is still to be built from the folder's Dockerfile (the preview, the capture): one word,
+    as run.sub files use CONT unquoted (`basename ${CONT}`)."""
+    return f"<image-built-from:{folder}/Dockerfile>"
+
+
 def environment(launch: LaunchSpec, seed: int, log_dir: str, cont: str) -> dict[str, str]:
     """The variables run.sub runs with (:func:`run_env` of the launch spec)."""
     return run_env(launch.env, launch.runsub_env, cont, launch.data_dir, log_dir, seed, launch.submission)
