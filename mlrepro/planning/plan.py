@@ -329,7 +329,9 @@ class Plan:
         if unit not in self._captured:
             impl = self.units[unit].implementation
             record = capture.read(self.capture_file(system, benchmark))
-            self._captured[unit] = captured(record.env, impl.config_file, impl.folder, impl.kind)
+            # run.sub runs with the config's env over the config file's (runsub.environment): so is its shape
+            given = run_sub_env(self.systems[system], self.units[unit]) if impl.run_sub else {}
+            self._captured[unit] = captured({**record.env, **given}, impl.config_file, impl.folder, impl.kind)
         return self._captured[unit]
 
     # --- runs

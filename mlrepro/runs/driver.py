@@ -107,10 +107,16 @@ def execute_run_sub(launch: LaunchSpec, seed: int, cont: str, run_dir: Path, log
     if not launcher.in_allocation(os.environ):
         raise RunFailed(f"{launch.benchmark}: {launch.run_sub} starts its steps with srun and needs a Slurm "
                         "allocation; run it through `snakemake --profile profiles/slurm`")
-    try:
-        slurm = launcher.allocation_env(os.environ)
+    folder = Path(launch.folder)
+    try:  # the environment sbatch gives run.sub, submitted from its folder as its README submits it
+        slurm = launcher.batch_env(os.environ, folder)
+        found = launcher.script_folder(os.environ, folder)
     except launcher.LaunchError as e:
         raise RunFailed(f"{launch.benchmark} run in {run_dir}: {e}") from e
+    if found != folder.resolve() and "scontrol show job" in Path(launch.run_sub).read_text(errors="replace"):
+        raise RunFailed(f"{launch.benchmark}: {launch.run_sub} finds its folder through `scontrol show job` "
+                        f"(Command=), which names {found} for this job, not {folder}: the Slurm executor plugin "
+                        "submitted a script file; run its jobs with --wrap (the plugin's default)")
     env = {**os.environ, **slurm, **runsub.environment(launch, seed, str(run_dir), cont)}
     with log.open("wb") as out:
         proc = subprocess.Popen(["bash", str(launch.run_sub)], cwd=launch.folder, env=env, stdin=subprocess.DEVNULL,

@@ -113,7 +113,8 @@ def unit_problems(env: dict[str, str], *, system: str, benchmark: str, config_fi
     planning (a record that exists) and the capture job (the record it has just made) ask."""
     config, where = Path(config_file), Path(folder)
     try:
-        shape = captured(env, config, where, kind)
+        # run.sub runs with the config's env over the config file's (runsub.environment): so is its shape
+        shape = captured({**env, **given} if run_sub_of(where, kind) else env, config, where, kind)
         shape_from_config_sh(shape.env)
     except ImplementationError as e:
         return [f"  {chosen_by}: {e}"]
