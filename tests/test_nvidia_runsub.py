@@ -119,7 +119,8 @@ def run_pipeline(plugin: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, 
 
 def check_run(out: Path, system: str, benchmark: str, nodes: int, gpu_nodes: list[str], state: Path, cont: str,
               root: Path, folder: Path, mounts: dict[str, Path]) -> str:
-    """What ran for one run, from Slurm's and the stand-in's records and the ranks' own; its log."""
+    """What ran for one run, from Slurm's and the stand-in's records and the ranks' own (``cont``: the CONT run.sub
+    was given); its log."""
     run_dir = out / "runs" / system / benchmark / "0"
     run = json.loads((run_dir / "run.json").read_text())
     job_id = run["slurm"]["job_id"]
@@ -191,7 +192,7 @@ V41 = "NVIDIA/benchmarks/ssd/implementations"
 def test_nvidia_v41_runsub_on_a_simulated_gpu_cluster(gpu_nodes: list[str], plugin: Path, tmp_path: Path,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """Two v4.1 RetinaNet folders (slurm2pytorch, RUNSUB_DIR from `scontrol show job`): one node, and the 8-node
-    folder on a system of 2."""
+    folder on a system of 2; their registry image imported once per system into a .sqsh, CONT for its runs."""
     systems = {"n1": (f"{V41}/eos_ngc24.09_pytorch", "config_DGXH100_001x08x032.sh", 1),
                "n2": (f"{V41}/eos_n8_ngc24.09_pytorch", "config_DGXH100_008x08x004.sh", 2)}
     published = unpack(DATA / "mlperf_training_nvidia_implementations_v4.1.tar.xz", [f for f, _, _ in
@@ -216,9 +217,19 @@ def test_nvidia_v41_runsub_on_a_simulated_gpu_cluster(gpu_nodes: list[str], plug
         "benchmarks": {"ssd": {"runs": 1, "image": cont, "data_dir": str(data),
                                "env": {"BACKBONE_DIR": str(backbone)}}},
     })
+    imports = [json.loads(line) for f in sorted((tmp_path / "pyxis").glob("*/imports.jsonl"))
+               for line in f.read_text().splitlines()]
+    assert len(imports) == len(systems), imports  # the registry image imported once per system, by a job
     for name, (folder, _, nodes) in systems.items():
-        log = check_run(out, name, "ssd", nodes, gpu_nodes, tmp_path / "pyxis", cont, root, tmp_path / folder,
-                             {**mounts, "/results": out / "runs" / name / "ssd" / "0"})
+        # the system's import: `enroot import` of the reference into its .sqsh, recorded by hash; that file is CONT
+        sqsh = out / "sqsh" / name / "nvcr.io+nvidia+mlperf+mlperf-training+retinanet-24.09-standin.sqsh"
+        record = json.loads(Path(f"{sqsh}.json").read_text())
+        assert record["sha256"] == hashlib.sha256(sqsh.read_bytes()).hexdigest() and record["ref"] == cont, record
+        ran = [i for i in imports if Path(i["argv"][i["argv"].index("--output") + 1]).parent == sqsh.parent]
+        assert len(ran) == 1 and ran[0]["argv"][-1] == "docker://nvcr.io#nvidia/mlperf/mlperf-training:" \
+            "retinanet-24.09-standin" and ran[0]["job"], imports
+        log = check_run(out, name, "ssd", nodes, gpu_nodes, tmp_path / "pyxis", str(sqsh), root, tmp_path / folder,
+                        {**mounts, "/results": out / "runs" / name / "ssd" / "0"})
         # run.sub found its own folder through Slurm (scontrol show job's Command=), as on a real cluster
         assert runsub_dir(log, tmp_path / folder) == (tmp_path / folder).resolve()
         ranks = rank_records(out / "runs" / name / "ssd" / "0")

@@ -190,6 +190,7 @@ class Options:
     gpus: str = "auto"  # outside Slurm, the GPUs of this machine that runs share (config gpus); auto: NVML's
     telemetry_hz: float = 0.0  # 0 disables the sampler
     telemetry_backend: str = "nvml"  # nvml, or replay:TRACE.json (tests and demos)
+    sqsh_record: Path | None = None  # a registry image's import record (its .sqsh is the run's CONT)
 
 
 def drive(launch: LaunchSpec, seed: int, run_dir: Path, options: Options) -> None:
@@ -222,7 +223,7 @@ def file_job(job: Job) -> None:
 def _options(job: Job) -> Options:
     p = job.params
     return Options(job.input.get("image"), bool(p["locked"]), p["gpu_locks"], str(p["gpus"]), float(p["hz"]),
-                   p["backend"])
+                   p["backend"], job.input.get("sqsh"))
 
 
 def read_launch(path: Path) -> LaunchSpec:
@@ -291,6 +292,13 @@ def _drive(options: Options, launch: LaunchSpec, seed: int, run_dir: Path) -> No
     if slurm_job is not None:  # kept when the job is cancelled or times out: which Slurm job this attempt was
         atomic.write_json(run_dir / SLURM_RECORD, slurm_job)
     run_sub = bool(launch.run_sub)
+    if options.sqsh_record:  # the system's import of its registry image: the file it recorded, or no run
+        from mlrepro.containers import sqsh
+
+        try:
+            sqsh.verify(Path(str(launch.container)), Path(options.sqsh_record))
+        except sqsh.SqshError as e:
+            raise RunFailed(f"{launch.benchmark} run in {run_dir}: {e}") from None
     record_path = options.image_record
     engine = get_engine("native") if run_sub else engine_for("native", record_path)
     image = None

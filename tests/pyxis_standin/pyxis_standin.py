@@ -28,9 +28,10 @@ root the environment is the task's own and the default workdir its current folde
 made in the container, never in a host folder: where it would be, that folder is shadowed in the container (a
 tmpfs holding its entries, bound); one inside another mount is refused, naming it.
 
-``tests/pyxis_standin/bin`` also holds a node's ``enroot`` (``list``, ``remove``: the named containers this
-stand-in made on the node) and ``sudo`` (the tests run as root: the command as it is), which NVIDIA's run.sub
-files call outside any container and CI's machine lacks.
+``tests/pyxis_standin/bin`` also holds a node's ``enroot`` (``import``: a ``.sqsh`` that names the image's
+root; ``list``, ``remove``: the named containers this stand-in made on the node) and ``sudo`` (the tests run as
+root: the command as it is), which NVIDIA's run.sub files (and the pipeline's image import) call outside any
+container and CI's machine lacks.
 
 Each container task appends one JSON line to ``$MLREPRO_PYXIS_STANDIN_STATE/<host>/steps.jsonl`` (host, job,
 step, rank, container name, image, mounts, workdir, flags, command, whether the container was made here), which
@@ -239,6 +240,8 @@ def image_root(image: str) -> Path | None:
     """The container root of IMAGE: a folder, or the one $MLREPRO_PYXIS_STANDIN_IMAGES names for it; else none."""
     if os.path.isdir(image):
         return Path(image).resolve()
+    if image.endswith(".sqsh") and os.path.isfile(image):  # made by this stand-in's enroot import
+        return Path(json.loads(Path(image).read_text())["root"])
     table = os.environ.get(IMAGES_ENV)
     if table:
         named = json.loads(Path(table).read_text()).get(image)
@@ -347,13 +350,43 @@ def main_task(spec_json: str, command: list[str]) -> None:
         fail(f"{command[0]}: {e.strerror}")
 
 
+def enroot_import(args: list[str]) -> None:
+    """``enroot import [--arch A] --output FILE docker://[REGISTRY#]IMAGE[:TAG]``: FILE, a stand-in squashfs naming
+    the image's root ($MLREPRO_PYXIS_STANDIN_IMAGES's for the reference) and what was asked, recorded per node."""
+    opts: dict[str, str] = {}
+    rest = list(args)
+    while rest and rest[0].startswith("-"):
+        name = rest.pop(0)
+        if name not in ("--arch", "-a", "--output", "-o") or not rest:
+            fail(f"enroot import: option {name} is not supported by the test stand-in")
+        opts[name.lstrip("-")[0]] = rest.pop(0)
+    if len(rest) != 1 or not rest[0].startswith("docker://") or "o" not in opts:
+        fail("enroot import: usage: enroot import [--arch ARCH] --output FILE docker://[REGISTRY#]IMAGE[:TAG]")
+    uri = rest[0]
+    ref = uri.removeprefix("docker://").replace("#", "/", 1)
+    root = image_root(ref)
+    if root is None:
+        fail(f"enroot import {uri}: no such image (the test's {IMAGES_ENV} names none for {ref})")
+    out = Path(opts["o"])
+    if out.exists():
+        fail(f"enroot import: {out} already exists")
+    out.write_text(json.dumps({"standin_sqsh": True, "uri": uri, "arch": opts.get("a"), "root": str(root)}))
+    node = private_folder(Path(os.environ[STATE_ENV])) / socket.gethostname()
+    node.mkdir(mode=0o700, exist_ok=True)
+    with (node / "imports.jsonl").open("a") as f:
+        f.write(json.dumps({"host": socket.gethostname(), "job": os.environ.get("SLURM_JOB_ID"), "argv": args}) + "\n")
+
+
 def main_enroot(args: list[str]) -> None:
-    """enroot's ``list`` and ``remove [-f] NAME...`` of this node's named containers (run.sub's cleanup_pyxis)."""
+    """enroot's ``import`` (:func:`enroot_import`), ``list`` and ``remove [-f] NAME...`` of this node's named
+    containers (run.sub's cleanup_pyxis)."""
     if STATE_ENV not in os.environ:
         fail(f"{STATE_ENV} is not set")
     folder = private_folder(Path(os.environ[STATE_ENV])) / socket.gethostname() / "containers"
     names = sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
-    if args[:1] == ["list"]:
+    if args[:1] == ["import"]:
+        enroot_import(args[1:])
+    elif args[:1] == ["list"]:
         print("\n".join(names), end="\n" if names else "")
     elif args[:1] == ["remove"]:
         for name in (a for a in args[1:] if not a.startswith("-")):
