@@ -102,8 +102,8 @@ def test_a_job_starts_through_the_chooser_on_the_real_slurm(plugin: Path, tmp_pa
     proc = subprocess.run(
         [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"), "--directory", str(tmp_path),
          "--configfile", str(tmp_path / "config.yaml"), "--profile", str(REPO / "profiles" / "slurm-multiarch"),
-         *POLL, "results/pipeline_info/environment.json"], cwd=REPO, env=env, capture_output=True, text=True,
-        timeout=600, check=False)
+         *POLL, "--slurm-keep-successful-logs", "results/pipeline_info/environment.json"], cwd=REPO, env=env,
+        capture_output=True, text=True, timeout=600, check=False)
     assert proc.returncode == 0, proc.stderr[-6000:]
     logs = "".join(p.read_text() for p in (tmp_path / ".snakemake" / "slurm_logs").rglob("*.log"))
     assert f"({os.uname().machine}) runs {venvs / os.uname().machine / 'bin' / 'python'}" in logs, logs[-3000:]
