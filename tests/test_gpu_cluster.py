@@ -41,7 +41,7 @@ FOLDER = REPO / "tests" / "fixtures" / "vendor_gpu"
 STANDIN = REPO / "tests" / "pyxis_standin" / "bin"
 GPUS = 4  # per node: .ci/slurm.sh's MLREPRO_SLURM_GPUS default, the fixture's DGXNGPU
 SYSTEMS = {"sim1": ("config_SIMGPU_1x4.sh", 1), "sim2": ("config_SIMGPU_2x4.sh", 2)}
-CONT = "nvcr.io/nvidia/pytorch:24.09-py3"  # never pulled: the stand-in has no image
+CONT = "nvcr.io/nvidia/pytorch:24.09-py3"  # imported once per system by the stand-in's enroot, which has no image
 # the fixture's dataset: mlrepro's generated ResNet data with the fixture's NUMCLASSES (config_SIMGPU_common.sh)
 DATA = {"classes": 2, "image_size": 8, "train_samples": 256, "eval_samples": 64, "noise": 0.1}
 
@@ -160,11 +160,13 @@ def test_vendor_folder_on_a_simulated_gpu_cluster(gpu_nodes: list[str], plugin: 
                        for r in mine), (where, mine)
             assert all(r["cwd"] == str(FOLDER) for r in mine), mine
 
-        # The stand-in's record: the container made once on each node from CONT, then used by name with mounts.txt's
+        # The stand-in's record: the container made once on each node from CONT (the system's .sqsh of the registry
+        # image), then used by name with mounts.txt's
         # mounts (the run's own folder at /results), by the cache_clear step and every rank.
         records = standin_steps(state, job_id)
         made = [r for r in records if r["made"]]
-        assert sorted(r["host"] for r in made) == hosts and {r["image"] for r in made} == {CONT}, (where, made)
+        sqsh = out / "sqsh" / system / "nvcr.io+nvidia+pytorch+24.09-py3.sqsh"  # CONT: the system's import of it
+        assert sorted(r["host"] for r in made) == hosts and {r["image"] for r in made} == {str(sqsh)}, (where, made)
         ranks_steps = [r for r in records if r["command"] == ["./run_and_time.sh"]]
         assert len(ranks_steps) == nodes * GPUS, (where, records)
         assert all(r["mounts"] == [[str(data), "/data", False], [str(extra), "/extra", False],

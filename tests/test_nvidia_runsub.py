@@ -225,7 +225,7 @@ def test_nvidia_v41_runsub_on_a_simulated_gpu_cluster(gpu_nodes: list[str], plug
         sqsh = out / "sqsh" / name / "nvcr.io+nvidia+mlperf+mlperf-training+retinanet-24.09-standin.sqsh"
         record = json.loads(Path(f"{sqsh}.json").read_text())
         assert record["sha256"] == hashlib.sha256(sqsh.read_bytes()).hexdigest() and record["ref"] == cont, record
-        ran = [i for i in imports if Path(i["argv"][i["argv"].index("--output") + 1]).parent == sqsh.parent]
+        ran = [i for i in imports if (tmp_path / i["argv"][i["argv"].index("--output") + 1]).parent == sqsh.parent]
         assert len(ran) == 1 and ran[0]["argv"][-1] == "docker://nvcr.io#nvidia/mlperf/mlperf-training:" \
             "retinanet-24.09-standin" and ran[0]["job"], imports
         log = check_run(out, name, "ssd", nodes, gpu_nodes, tmp_path / "pyxis", str(sqsh), root, tmp_path / folder,
@@ -258,8 +258,9 @@ def test_nvidia_v11_runsub_on_a_simulated_gpu_cluster(gpu_nodes: list[str], plug
                            "env": {"DGXNGPU": str(GPUS), "DGXNNODES": "2"}}},
         "benchmarks": {"resnet": {"runs": 1, "image": cont, "data_dir": str(data)}},
     })
-    check_run(out, "n2", "resnet", 2, gpu_nodes, tmp_path / "pyxis", cont, root, tmp_path / folder,
-                       {**mounts, "/results": out / "runs" / "n2" / "resnet" / "0"})
+    sqsh = out / "sqsh" / "n2" / "nvcr.io+nvidia+mlperf+mlperf-training+resnet-21.09-standin.sqsh"  # CONT
+    check_run(out, "n2", "resnet", 2, gpu_nodes, tmp_path / "pyxis", str(sqsh), root, tmp_path / folder,
+              {**mounts, "/results": out / "runs" / "n2" / "resnet" / "0"})
     ranks = rank_records(out / "runs" / "n2" / "resnet" / "0")
     assert all(r["cwd"] == "/workspace/image_classification" for r in ranks), ranks  # the image's WORKDIR
     assert not unchanged(tmp_path, published)

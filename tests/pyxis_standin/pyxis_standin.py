@@ -241,7 +241,8 @@ def image_root(image: str) -> Path | None:
     if os.path.isdir(image):
         return Path(image).resolve()
     if image.endswith(".sqsh") and os.path.isfile(image):  # made by this stand-in's enroot import
-        return Path(json.loads(Path(image).read_text())["root"])
+        root = json.loads(Path(image).read_text())["root"]
+        return Path(root) if root else None
     table = os.environ.get(IMAGES_ENV)
     if table:
         named = json.loads(Path(table).read_text()).get(image)
@@ -364,13 +365,12 @@ def enroot_import(args: list[str]) -> None:
         fail("enroot import: usage: enroot import [--arch ARCH] --output FILE docker://[REGISTRY#]IMAGE[:TAG]")
     uri = rest[0]
     ref = uri.removeprefix("docker://").replace("#", "/", 1)
-    root = image_root(ref)
-    if root is None:
-        fail(f"enroot import {uri}: no such image (the test's {IMAGES_ENV} names none for {ref})")
+    root = image_root(ref)  # None: an image without a root of its own (the host's folders only)
     out = Path(opts["o"])
     if out.exists():
         fail(f"enroot import: {out} already exists")
-    out.write_text(json.dumps({"standin_sqsh": True, "uri": uri, "arch": opts.get("a"), "root": str(root)}))
+    out.write_text(json.dumps({"standin_sqsh": True, "uri": uri, "arch": opts.get("a"),
+                               "root": str(root) if root else None}))
     node = private_folder(Path(os.environ[STATE_ENV])) / socket.gethostname()
     node.mkdir(mode=0o700, exist_ok=True)
     with (node / "imports.jsonl").open("a") as f:
