@@ -1,6 +1,6 @@
 """run.sub as sbatch runs it (issue 42, item 3): the batch script's Slurm variables, rebuilt from the controller for
 the executor's job, and the folder run.sub finds through `scontrol show job` (Command=). On the real Slurm:
-tests/test_nvidia_runsub.py."""
+tests/test_gpu_cluster.py."""
 
 from __future__ import annotations
 

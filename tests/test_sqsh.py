@@ -1,6 +1,6 @@
 """A registry image imported once per system into a .sqsh (issue 42, item 5): the planning, the import job's
 command, the record and its verification (a replaced or half-written file is refused), and the CONT runs are given.
-The import itself on the simulated GPU cluster: tests/test_nvidia_runsub.py."""
+The import itself on the simulated GPU cluster: tests/test_gpu_cluster.py."""
 
 from __future__ import annotations
 
