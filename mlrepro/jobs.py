@@ -32,6 +32,7 @@ ENTRIES: dict[str, str] = {
     "container_image": "mlrepro.containers.jobs:image_job",
     "lock_images": "mlrepro.containers.jobs:lock_job",
     "image_bundle": "mlrepro.containers.jobs:bundle_job",
+    "sqsh_import": "mlrepro.containers.sqsh:job",
     "environment": "mlrepro.environment.record:job",
     "data": "mlrepro.datasets.generated:job",
     **{f"data_{step}": "mlrepro.datasets.steps:job" for step in ("download", "verify", "extract", "prepare")},

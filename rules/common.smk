@@ -38,9 +38,12 @@ onstart:
     if smk.executor() == smk.SLURM_EXECUTOR:
         from mlrepro.slurm.checks import PreflightError, preflight
 
+        from mlrepro.slurm.node_env import NodeEnvError
+
         try:
             preflight(PLAN.config, PLAN.run_shapes)
-        except PreflightError as error:
+            PLAN.node_environments  # each system's nodes: a venv of their architecture (mlrepro/slurm/node_env.py)
+        except (PreflightError, NodeEnvError) as error:
             sys.exit(f"error: {error}")
 
 

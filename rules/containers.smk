@@ -54,3 +54,22 @@ rule image_bundle:
         PLAN.out.log("image_bundle"),
     script:
         "dispatch.py"
+
+
+# Engine enroot: a registry image that a folder's run.sub is given (benchmarks.<bm>.image) imported once per system
+# into a .sqsh on the shared file system, by a job on the cluster (mlrepro/containers/sqsh.py); it is CONT for every
+# run of the system, whose job checks it against this record first.
+rule sqsh_import:
+    output:
+        sqsh=f"{PLAN.out.root}/sqsh/{{system}}/{{sqsh}}",
+        record=f"{PLAN.out.root}/sqsh/{{system}}/{{sqsh}}.json",
+    params:
+        job=lambda w: PLAN.sqsh_job(w.system, w.sqsh),
+    wildcard_constraints:
+        sqsh=PLAN.sqsh_names,
+    resources:
+        runtime=120,
+    log:
+        PLAN.out.log("sqsh_import_{system}_{sqsh}"),
+    script:
+        "dispatch.py"

@@ -114,12 +114,14 @@ def test_planned_on_a_host_without_gpus_the_runs_ask_for_the_nodes_gpus(tmp_path
     assert value["slurm_extra"].split() == ["--exclusive"] and value["mem_mb"] == 0
     assert value["runtime"] == 20 and value["cpus_per_task"] == -1 and value["tasks_per_gpu"] == 0
     launch = plan.launch_spec("sim_n2", "resnet")
-    assert launch.gpus == 8 and launch.container == "registry.example/vendor:1"
+    # the registry image: imported once per system into a .sqsh, which is CONT (mlrepro/containers/sqsh.py)
+    assert launch.gpus == 8 and launch.container == str(tmp_path / "out" / "sqsh" / "sim_n2" /
+                                                        "registry.example+vendor+1.sqsh")
     assert launch.runsub_env == {"DGXSYSTEM": "SIM_2x4", "EXTRADIR": "/n2"}  # the system's value wins
     assert plan.images == []  # a ready image: nothing is built
     env = runsub.environment(launch, 7, "/logs", launch.container or "")
     assert (env["CONT"], env["NEXP"], env["SEED"], env["LOGDIR"], env["EXTRADIR"]) == (
-        "registry.example/vendor:1", "1", "7", "/logs", "/n2")
+        launch.container, "1", "7", "/logs", "/n2")
     out = tmp_path / "out" / "launch_preview.json"
     table = launch_preview(plan, out)
     entries = json.loads(out.read_text())
@@ -278,7 +280,8 @@ def test_the_driver_runs_one_experiment_of_run_sub_in_the_allocation(tmp_path: P
     log = (run_dir / "train.log").read_text()
     assert log.count("rank of 4, seed 5") == 1  # NEXP=1 (run.sub's own default is 5), the run's seed
     steps = (tmp_path / "srun.log").read_text().splitlines()
-    assert steps[0] == "--ntasks=1 --container-image=registry.example/vendor:1 --container-name=vendor true"
+    sqsh = tmp_path / "out" / "sqsh" / "sim_n1" / "registry.example+vendor+1.sqsh"  # the system's import: CONT
+    assert steps[0] == f"--ntasks=1 --container-image={sqsh} --container-name=vendor true"
     assert steps[-1] == (f"--mpi=pmix --ntasks=4 --ntasks-per-node=4 --container-name=vendor --container-mounts="
                          f"{tmp_path / 'data'}:/data,/extra/data:/extra,{run_dir}:/results "
                          "--container-workdir=/workspace ./run_and_time.sh")

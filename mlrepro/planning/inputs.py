@@ -20,7 +20,8 @@ def run_inputs(plan: Plan, prepare: Preparation) -> Callable[[Any], dict[str, An
     def inputs(wildcards: Any) -> dict[str, Any]:
         benchmark = wildcards.benchmark
         found: dict[str, Any] = {"prepared": prepare(wildcards),
-                                 "image": plan.image_record(benchmark, wildcards.system)}  # the system's folder's
+                                 "image": plan.image_record(benchmark, wildcards.system),  # the system's folder's
+                                 "sqsh": plan.sqsh_record(wildcards.system, benchmark)}  # a registry image's import
         if plan.benchmarks[benchmark].mini:  # ours: its data choice (rules/data.smk); a vendor's: data_dir
             found["manifest"] = plan.dataset_ready(benchmark)
         return found

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from mlrepro.config import Benchmark, config_hash, run_seed, submittable
+from mlrepro.containers import sqsh
 from mlrepro.containers.context import base_images, context_digest, context_files, folder_files
 from mlrepro.core import release_table, rulesets
 from mlrepro.core.outputs import Outputs
@@ -42,6 +43,7 @@ from mlrepro.runs.accelerators import machine_gpus
 from mlrepro.runs.implementation import Captured, captured, unit_problems
 from mlrepro.runs.implementation import describe as describe_implementation
 from mlrepro.runs.launch_spec import LaunchSpec
+from mlrepro.slurm import node_env
 from mlrepro.slurm.resources import JobShape, run_resources, run_sub_resources, shape_for, unit_shape
 from mlrepro.systems import System, run_sub_env
 
@@ -162,6 +164,59 @@ class Plan:
         if self.native or unit.implementation.container is not None:
             return []
         return [self.out.image_record(unit.image)]
+
+    @cached_property
+    def image_imports(self) -> dict[Unit, sqsh.Import]:
+        """Engine enroot: each (system, benchmark) whose run.sub is given a registry image (benchmarks.<bm>.image),
+        with its system's import of it into a .sqsh (mlrepro.containers.sqsh), once per system and reference."""
+        if self.config["engine"] != "enroot":
+            return {}
+        return {unit: sqsh.planned(self.out.root, unit[0], str(impl.container), self.systems[unit[0]].platform)
+                for unit, b in self.units.items() if (impl := b.implementation).run_sub is not None
+                and impl.container is not None and sqsh.is_registry_ref(impl.container)}
+
+    def image_import(self, system: str, benchmark: str) -> dict[str, Any] | None:
+        """What the launch preview shows of a unit's image import (mlrepro.containers.sqsh.describe: the step's argv,
+        the .sqsh, where it runs, its size once imported); None where its run.sub is given the image as it is."""
+        job = self.image_imports.get((system, benchmark))
+        return sqsh.describe(job) if job else None
+
+    @cached_property
+    def node_environments(self) -> dict[str, node_env.NodeEnv]:
+        """Each system's Python on its nodes (mlrepro.slurm.node_env): the venv of its architecture (platform);
+        NodeEnvError naming the system where its nodes cannot run the checkout's venv and slurm.node_venvs is unset."""
+        found = {}
+        for name, system in self.systems.items():
+            try:
+                found[name] = node_env.for_system(system.platform, self.config["slurm"].get("node_venvs"),
+                                                  self.repo / ".venv")
+            except node_env.NodeEnvError as e:
+                raise node_env.NodeEnvError(f"systems.{name}: {e}") from None
+        return found
+
+    def cluster_preview(self, system: str, benchmark: str) -> dict[str, Any]:
+        """For the launch preview's entry of a unit: ``image_import`` (:meth:`image_import`: the import step, its file
+        and size, or None) and ``node_environment`` (the venv its nodes' processes run from, or ``error``)."""
+        try:
+            node = node_env.describe(self.node_environments[system])
+        except node_env.NodeEnvError as e:
+            node = {"error": str(e)}
+        return {"image_import": self.image_import(system, benchmark), "node_environment": node}
+
+    def sqsh_record(self, system: str, benchmark: str) -> list[str]:
+        """The run's input: the import record of its system's .sqsh (none where there is no import)."""
+        job = self.image_imports.get((system, benchmark))
+        return [job.record] if job else []
+
+    def sqsh_job(self, system: str, name: str) -> dict[str, Any]:
+        """The sqsh_import job of ``<outdir>/sqsh/<system>/<name>``: its Import, as a JSON object."""
+        return next(dataclasses.asdict(j) for j in self.image_imports.values()
+                    if j.system == system and Path(j.sqsh).name == name)
+
+    @property
+    def sqsh_names(self) -> str:
+        """The ``sqsh`` wildcard's constraint: exactly the planned files' names."""
+        return "|".join(sorted({re.escape(Path(j.sqsh).name) for j in self.image_imports.values()})) or "none"
 
     @cached_property
     def images_lock(self) -> Path:
@@ -318,7 +373,7 @@ class Plan:
                      else f"benchmarks.{benchmark}.system_config")
         return {"system": system, "benchmark": benchmark, "config_file": str(impl.config_file),
                 "folder": str(impl.folder), "kind": impl.kind, "system_nodes": self.systems[system].nodes,
-                "chosen_by": chosen_by}
+                "given": run_sub_env(self.systems[system], self.units[unit]), "chosen_by": chosen_by}
 
     def capture_checks(self, key: str) -> list[dict[str, Any]]:
         """The capture job's checks: those of every unit that reads the record ``key``."""
@@ -359,7 +414,9 @@ class Plan:
         if unit not in self._captured:
             impl = self.units[unit].implementation
             record = capture.read(self.capture_file(system, benchmark))
-            self._captured[unit] = captured(record.env, impl.config_file, impl.folder, impl.kind)
+            # run.sub runs with the config's env over the config file's (runsub.environment): so is its shape
+            given = run_sub_env(self.systems[system], self.units[unit]) if impl.run_sub else {}
+            self._captured[unit] = captured({**record.env, **given}, impl.config_file, impl.folder, impl.kind)
         return self._captured[unit]
 
     # --- runs
@@ -510,7 +567,9 @@ class Plan:
         impl = b.implementation
         if impl.run_sub is None:
             return {}
-        return {"run_sub": str(impl.run_sub), "container": impl.container,
+        imported = self.image_imports.get((system, benchmark))  # a registry image: its system's .sqsh is CONT
+        cont = str(Path(imported.sqsh).resolve()) if imported else impl.container  # run.sub runs in its folder
+        return {"run_sub": str(impl.run_sub), "container": cont,
                 "runsub_env": {"DGXSYSTEM": runsub.dgx_system(impl.config_file,
                                                               self.captured(system, benchmark).env),
                                **run_sub_env(self.systems[system], b)},

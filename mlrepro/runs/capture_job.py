@@ -42,8 +42,10 @@ def capture(config: Path, out: Path, checks: list[dict[str, Any]], preflight: di
             given = preflight["units"][name]
             configured = JobShape(**{**given["configured"], "sbatch": tuple(given["configured"]["sbatch"])}) \
                 if given["configured"] else None
-            env = captured(record.env, Path(unit["config_file"]), Path(unit["folder"]), unit["kind"]).env
             sbatch = tuple(given["sbatch"]) if given["sbatch"] is not None else None
+            # run.sub runs with the config's env over the config file's (runsub.environment): so is its shape
+            base = {**record.env, **unit["given"]} if sbatch is not None else record.env
+            env = captured(base, Path(unit["config_file"]), Path(unit["folder"]), unit["kind"]).env
             shapes[name] = unit_shape(env, configured, given["nodes"], sbatch)
         try:
             check(shapes, preflight["partition"], preflight["threads"], engine=preflight["engine"])

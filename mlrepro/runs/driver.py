@@ -110,10 +110,16 @@ def execute_run_sub(launch: LaunchSpec, seed: int, cont: str, run_dir: Path, log
     if not launcher.in_allocation(os.environ):
         raise RunFailed(f"{launch.benchmark}: {launch.run_sub} starts its steps with srun and needs a Slurm "
                         "allocation; run it through `snakemake --profile profiles/slurm`")
-    try:
-        slurm = launcher.allocation_env(os.environ)
+    folder = Path(launch.folder)
+    try:  # the environment sbatch gives run.sub, submitted from its folder as its README submits it
+        slurm = launcher.batch_env(os.environ, folder)
+        found = launcher.script_folder(os.environ, folder)
     except launcher.LaunchError as e:
         raise RunFailed(f"{launch.benchmark} run in {run_dir}: {e}") from e
+    if found != folder.resolve() and "scontrol show job" in Path(launch.run_sub).read_text(errors="replace"):
+        raise RunFailed(f"{launch.benchmark}: {launch.run_sub} finds its folder through `scontrol show job` "
+                        f"(Command=), which names {found} for this job, not {folder}: the Slurm executor plugin "
+                        "submitted a script file; run its jobs with --wrap (the plugin's default)")
     env = {**os.environ, **slurm, **runsub.environment(launch, seed, str(run_dir), cont)}
     with os.fdopen(untrusted_dir.create(run_dir, log.name), "wb") as out:
         proc = subprocess.Popen(["bash", str(launch.run_sub)], cwd=launch.folder, env=env, stdin=subprocess.DEVNULL,
@@ -195,6 +201,7 @@ class Options:
     gpus: str = "auto"  # outside Slurm, the GPUs of this machine that runs share (config gpus); auto: NVML's
     telemetry_hz: float = 0.0  # 0 disables the sampler
     telemetry_backend: str = "nvml"  # nvml, or replay:TRACE.json (tests and demos)
+    sqsh_record: Path | None = None  # a registry image's import record (its .sqsh is the run's CONT)
 
 
 def drive(launch: LaunchSpec, seed: int, run_dir: Path, options: Options) -> None:
@@ -227,7 +234,7 @@ def file_job(job: Job) -> None:
 def _options(job: Job) -> Options:
     p = job.params
     return Options(job.input.get("image"), bool(p["locked"]), p["gpu_locks"], str(p["gpus"]), float(p["hz"]),
-                   p["backend"])
+                   p["backend"], job.input.get("sqsh"))
 
 
 def read_launch(path: Path) -> LaunchSpec:
@@ -298,6 +305,13 @@ def _drive(options: Options, launch: LaunchSpec, seed: int, run_dir: Path) -> No
     if slurm_job is not None:  # kept when the job is cancelled or times out: which Slurm job this attempt was
         untrusted_dir.write_json(run_dir, SLURM_RECORD, slurm_job)
     run_sub = bool(launch.run_sub)
+    if options.sqsh_record:  # the system's import of its registry image: the file it recorded, or no run
+        from mlrepro.containers import sqsh
+
+        try:
+            sqsh.verify(Path(str(launch.container)), Path(options.sqsh_record))
+        except sqsh.SqshError as e:
+            raise RunFailed(f"{launch.benchmark} run in {run_dir}: {e}") from None
     record_path = options.image_record
     engine = get_engine("native") if run_sub else engine_for("native", record_path)
     image = None

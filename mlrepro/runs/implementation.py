@@ -104,15 +104,17 @@ def captured(env: dict[str, str], config_file: Path, folder: Path, kind: str) ->
 
 
 def unit_problems(env: dict[str, str], *, system: str, benchmark: str, config_file: str, folder: str, kind: str,
-                  system_nodes: int | None, chosen_by: str) -> list[str]:
+                  system_nodes: int | None, given: dict[str, str], chosen_by: str) -> list[str]:
     """What stops a (system, benchmark)'s runs, given its config file's variables ``env``, each problem a line naming
     the key, the file and what to set: a job shape that is no number, a DGXNNODES other than the system's nodes.
-    ``chosen_by``: the config key that chose the config file. Both planning (a record that exists) and the capture job
+    ``given``: the config's env for the unit, which run.sub gets over the config file's variables; ``chosen_by``: the
+    config key that chose the config file. Both planning (a record that exists) and the capture job
     (the record it has just made) ask; what its run.sub needs set is found by running it, by the capture job only
     (mlrepro/runs/demands.py)."""
     config, where = Path(config_file), Path(folder)
     try:
-        shape = captured(env, config, where, kind)
+        # run.sub runs with the config's env over the config file's (runsub.environment): so is its shape
+        shape = captured({**env, **given} if run_sub_of(where, kind) else env, config, where, kind)
         shape_from_config_sh(shape.env)
     except ImplementationError as e:
         return [f"  {chosen_by}: {e}"]

@@ -10,12 +10,14 @@ the run's container (pyxis/enroot or apptainer, :mod:`mlrepro.slurm.containers`)
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import socket
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from mlrepro.core.errors import MlreproError
 from mlrepro.engines import Mount
@@ -81,18 +83,47 @@ def allocation_env(env: Mapping[str, str]) -> dict[str, str]:
     """The allocation's own variables that a batch script reads (SLURM_JOB_NUM_NODES, SLURM_JOB_NODELIST, ...) and
     that Snakemake's jobstep plugin removes from the job's environment (it keeps SLURM_JOB_ID): from the controller."""
     job_id = env["SLURM_JOB_ID"]
-    proc = subprocess.run(["scontrol", "show", "job", "-o", job_id], capture_output=True, text=True, timeout=30,
-                          check=False)
-    fields = dict(w.split("=", 1) for w in proc.stdout.split() if "=" in w)
-    if proc.returncode != 0 or "NodeList" not in fields:
-        raise LaunchError(f"Slurm job {job_id}: `scontrol show job -o {job_id}` named no node list "
-                          f"({proc.stderr.strip()[:200]})")
+    fields = _job_fields(job_id)
     found = {"SLURM_JOBID": job_id, "SLURM_JOB_NODELIST": fields["NodeList"], "SLURM_NODELIST": fields["NodeList"],
              "SLURM_JOB_NUM_NODES": fields.get("NumNodes", "1").split("-")[0],
              "SLURM_NNODES": fields.get("NumNodes", "1").split("-")[0]}
     if fields.get("Partition"):
         found["SLURM_JOB_PARTITION"] = fields["Partition"]
     return {**found, **{k: v for k, v in env.items() if k in found}}
+
+
+def _job_fields(job_id: str) -> dict[str, str]:
+    """``scontrol show job`` of ``job_id``, its KEY=VALUE words (one line each: ``-o``)."""
+    proc = subprocess.run(["scontrol", "show", "job", "-o", job_id], capture_output=True, text=True, timeout=30,
+                          check=False)
+    fields = dict(w.split("=", 1) for w in proc.stdout.split() if "=" in w)
+    if proc.returncode != 0 or "NodeList" not in fields:
+        raise LaunchError(f"Slurm job {job_id}: `scontrol show job -o {job_id}` named no node list "
+                          f"({proc.stderr.strip()[:200]})")
+    return fields
+
+
+def batch_env(env: Mapping[str, str], folder: Path) -> dict[str, str]:
+    """The variables Slurm gives a batch script that the job's own environment lacks (Snakemake's jobstep plugin
+    keeps only SLURM_JOB_ID, SLURM_SUBMIT_DIR, SLURM_SUBMIT_HOST and SLURM_CLUSTER_NAME), for a script submitted from
+    ``folder`` as NVIDIA's READMEs submit run.sub (``cd <folder>; sbatch -N ... run.sub``): the allocation's
+    (:func:`allocation_env`), the job's name, account and QoS, the batch task's own ids (node 0, task 0) and
+    SLURM_SUBMIT_DIR, the folder."""
+    fields = _job_fields(env["SLURM_JOB_ID"])
+    found = {"SLURM_SUBMIT_DIR": str(folder), "SLURM_NODEID": "0", "SLURM_PROCID": "0", "SLURM_LOCALID": "0",
+             "SLURM_GTIDS": "0", **{var: fields[key] for key, var in
+                                    (("JobName", "SLURM_JOB_NAME"), ("Account", "SLURM_JOB_ACCOUNT"),
+                                     ("QOS", "SLURM_JOB_QOS")) if fields.get(key) not in (None, "(null)")}}
+    return {**allocation_env(env), **found}
+
+
+def script_folder(env: Mapping[str, str], cwd: Path) -> Path:
+    """The folder a batch script finds itself in through Slurm, as v4.1's run.sub files do (``RUNSUB_DIR=$(dirname
+    $(scontrol show job $SLURM_JOB_ID | awk -F= '/Command=/{print $2}'))``), resolved from ``cwd`` where it runs.
+    Under Snakemake's executor the job's script is its ``--wrap`` command, which Slurm names ``(null)``: ``.``, the
+    folder the script runs in."""
+    command = _job_fields(env["SLURM_JOB_ID"]).get("Command", "")
+    return (cwd / os.path.dirname(command)).resolve()
 
 
 def first_host(env: Mapping[str, str]) -> str:

@@ -17,11 +17,21 @@ started through this file again (``task``), which does what pyxis does for the t
 - ``--container-env``, ``--container-remap-root``, ``--[no-]container-mount-home``, ``--container-writable``,
   ``--container-readonly``, ``--[no-]container-entrypoint``: accepted and recorded.
 
-What it does not do, and why that is enough for the test: there is no image. The container's root is a tmpfs
-holding the host's own top-level folders (bound), so "the image's" programs are the host's (the test's venv
-Python on PATH), and the environment is the task's own; a mount point is made only where no host folder would be
-written (a DST whose first missing folder would be inside a host folder or another mount is refused, naming it).
-The default workdir is the task's current folder, not an image's WORKDIR.
+The image: the container's root is a tmpfs holding the host's own top-level folders (bound), so the image's
+programs are the host's (the test's venv Python), plus an image root where the test gives one: an IMAGE that is
+a folder, or a registry reference or ``.sqsh`` file that ``$MLREPRO_PYXIS_STANDIN_IMAGES`` (a JSON file, IMAGE to
+folder) names, is a container root (the test's own folder): each of its top-level folders that the host lacks
+(its ``/workspace``) is bound at the root, and its ``image.json`` (``{"env": {...}, "workdir": "..."}``, as an
+OCI image's config gives ENV and WORKDIR) gives the container's environment (the image's values win over the
+task's, except for the names of ``--container-env``, as pyxis does) and its default workdir. Without an image
+root the environment is the task's own and the default workdir its current folder. A missing mount point is
+made in the container, never in a host folder: where it would be, that folder is shadowed in the container (a
+tmpfs holding its entries, bound); one inside another mount is refused, naming it.
+
+``tests/pyxis_standin/bin`` also holds a node's ``enroot`` (``import``: a ``.sqsh`` that names the image's
+root; ``list``, ``remove``: the named containers this stand-in made on the node) and ``sudo`` (the tests run as
+root: the command as it is), which NVIDIA's run.sub files (and the pipeline's image import) call outside any
+container and CI's machine lacks.
 
 Each container task appends one JSON line to ``$MLREPRO_PYXIS_STANDIN_STATE/<host>/steps.jsonl`` (host, job,
 step, rank, container name, image, mounts, workdir, flags, command, whether the container was made here), which
@@ -42,6 +52,7 @@ from pathlib import Path
 from typing import Any
 
 STATE_ENV = "MLREPRO_PYXIS_STANDIN_STATE"
+IMAGES_ENV = "MLREPRO_PYXIS_STANDIN_IMAGES"
 HERE = Path(__file__).resolve().parent
 # pyxis' options: those that take a value, and the flags
 VALUED = ("--container-image", "--container-mounts", "--container-workdir", "--container-name", "--container-save",
@@ -187,28 +198,67 @@ def _mount(source: str | None, target: Path, fstype: str | None, flags: int, dat
         fail(f"mount {source} on {target}: {os.strerror(err)}")
 
 
-def mount_point(root: Path, dst: str, is_dir: bool, bound: list[str]) -> Path:
-    """The target of a mount inside the container's root, made where it is missing, but only inside the root's own
-    tmpfs: never inside a bound host folder or another mount (that would write there)."""
+def shadow(root: Path, folder: str) -> None:
+    """The host folder ``/folder`` in the container, made writable without writing to the host: a tmpfs at its
+    place holding each of its entries, bound (a container's folders are its own, as enroot's root file system)."""
+    inner = root / folder
+    _mount("tmpfs", inner, "tmpfs", 0, "mode=0755")
+    for entry in os.scandir("/" + folder):
+        target = inner / entry.name
+        if entry.is_symlink():
+            os.symlink(os.readlink(entry.path), target)
+            continue
+        target.mkdir() if entry.is_dir() else target.touch()
+        _mount(entry.path, target, None, MS_BIND | MS_REC)
+
+
+def mount_point(root: Path, dst: str, is_dir: bool, host: list[str], mounted: list[str]) -> Path:
+    """The target of a mount inside the container's root, made where it is missing: in the root's own tmpfs, in an
+    image's folder, or in a host folder shadowed for it (:func:`shadow`); never inside another mount."""
     target = root / dst.lstrip("/")
     if target.exists():
         return target
     rel = Path(dst.lstrip("/"))
-    inside = [b for b in bound if rel.parts[:len(Path(b).parts)] == Path(b).parts]
+    inside = [m for m in mounted if rel.parts[:len(Path(m).parts)] == Path(m).parts]
     if inside:
-        fail(f"cannot make mount point {dst}: its folder {'/' + inside[0]} is the host's or another mount's, and the "
-             "test stand-in writes into neither (no image); mount at a path whose first missing folder is new")
+        fail(f"cannot make mount point {dst}: its folder {'/' + inside[0]} is another mount's, and the test "
+             "stand-in writes into none; mount at a path outside the other mounts")
+    if rel.parts[0] in host:
+        parent = rel.parent
+        while not (root / parent).exists():
+            parent = parent.parent
+        shadow(root, str(parent))
     target.parent.mkdir(parents=True, exist_ok=True)
     if is_dir:
-        target.mkdir()
+        target.mkdir(exist_ok=True)  # the tasks of every node may make it at once in the image's folder
     else:
         target.touch()
     return target
 
 
-def enter(root: Path, spec: dict[str, Any]) -> str:
-    """This process into a mount namespace of its own whose root is ``root``: the host's top-level folders, then
-    the container's mounts; the working folder to start in."""
+def image_root(image: str) -> Path | None:
+    """The container root of IMAGE: a folder, or the one $MLREPRO_PYXIS_STANDIN_IMAGES names for it; else none."""
+    if os.path.isdir(image):
+        return Path(image).resolve()
+    if image.endswith(".sqsh") and os.path.isfile(image):  # made by this stand-in's enroot import
+        root = json.loads(Path(image).read_text())["root"]
+        return Path(root) if root else None
+    table = os.environ.get(IMAGES_ENV)
+    if table:
+        named = json.loads(Path(table).read_text()).get(image)
+        if named:
+            return Path(named).resolve()
+    return None
+
+
+def image_config(image: Path | None) -> dict[str, Any]:
+    config = image / "image.json" if image else None
+    return json.loads(config.read_text()) if config and config.is_file() else {}
+
+
+def enter(root: Path, spec: dict[str, Any], image: Path | None) -> str:
+    """This process into a mount namespace of its own whose root is ``root``: the host's top-level folders, the
+    image's own top-level folders, then the container's mounts; the working folder to start in."""
     if _libc.unshare(CLONE_NEWNS) != 0:
         fail(f"unshare(CLONE_NEWNS): {os.strerror(ctypes.get_errno())} (the stand-in needs root)")
     _mount(None, Path("/"), None, MS_REC | MS_PRIVATE)
@@ -226,15 +276,21 @@ def enter(root: Path, spec: dict[str, Any]) -> str:
         else:
             inner.touch()
             _mount(entry.path, inner, None, MS_BIND)
+    if image is not None:
+        for entry in os.scandir(image):
+            if entry.is_dir(follow_symlinks=False) and entry.name not in bound:
+                (root / entry.name).mkdir()
+                _mount(entry.path, root / entry.name, None, MS_BIND | MS_REC)  # the test's own: mount points go there
+    mounted: list[str] = []
     for src, dst, read_only in mounts(spec.get("container_mounts", "")):
         if not os.path.exists(src):
             fail(f"mount source {src} (--container-mounts {src}:{dst}) does not exist")
-        target = mount_point(root, dst, os.path.isdir(src), bound)
+        target = mount_point(root, dst, os.path.isdir(src), bound, mounted)
         _mount(src, target, None, MS_BIND | MS_REC)
         if read_only:
             _mount(None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY)
-        bound.append(dst.strip("/"))
-    workdir = spec.get("container_workdir") or os.getcwd()
+        mounted.append(dst.strip("/"))
+    workdir = spec.get("container_workdir") or image_config(image).get("workdir") or os.getcwd()
     os.chroot(root)
     try:
         os.chdir(workdir)
@@ -273,10 +329,15 @@ def main_task(spec_json: str, command: list[str]) -> None:
     else:
         fail("--container-* options need --container-image or --container-name")
         raise AssertionError
-    workdir = enter(root, spec)
+    rootfs = image_root(image) if image else None
+    workdir = enter(root, spec, rootfs)
+    # the image's environment wins over the task's, except for the names of --container-env (pyxis)
+    keep = set(filter(None, (spec.get("container_env") or "").split(",")))
+    env = {**os.environ, **{k: v for k, v in image_config(rootfs).get("env", {}).items() if k not in keep}}
     record = {"host": host, "job": os.environ.get("SLURM_JOB_ID"), "step": os.environ.get("SLURM_STEP_ID"),
               "rank": os.environ.get("SLURM_PROCID"), "local_rank": os.environ.get("SLURM_LOCALID"),
               "name": name or None, "image": image, "made": made, "mounts": mounts(spec.get("container_mounts", "")),
+              "root": str(rootfs) if rootfs else None,
               "workdir": workdir, "env": spec.get("container_env"), "flags": spec["flags"], "command": command}
     # one line, one write, O_APPEND: the tasks of a node append at once (the host's folder is bound in the root)
     fd = os.open(node / "steps.jsonl", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
@@ -285,18 +346,68 @@ def main_task(spec_json: str, command: list[str]) -> None:
     finally:
         os.close(fd)
     try:
-        os.execvp(command[0], command)
+        os.execvpe(command[0], command, env)
     except OSError as e:
         fail(f"{command[0]}: {e.strerror}")
+
+
+def enroot_import(args: list[str]) -> None:
+    """``enroot import [--arch A] --output FILE docker://[REGISTRY#]IMAGE[:TAG]``: FILE, a stand-in squashfs naming
+    the image's root ($MLREPRO_PYXIS_STANDIN_IMAGES's for the reference) and what was asked, recorded per node."""
+    opts: dict[str, str] = {}
+    rest = list(args)
+    while rest and rest[0].startswith("-"):
+        name = rest.pop(0)
+        if name not in ("--arch", "-a", "--output", "-o") or not rest:
+            fail(f"enroot import: option {name} is not supported by the test stand-in")
+        opts[name.lstrip("-")[0]] = rest.pop(0)
+    if len(rest) != 1 or not rest[0].startswith("docker://") or "o" not in opts:
+        fail("enroot import: usage: enroot import [--arch ARCH] --output FILE docker://[REGISTRY#]IMAGE[:TAG]")
+    uri = rest[0]
+    ref = uri.removeprefix("docker://").replace("#", "/", 1)
+    root = image_root(ref)  # None: an image without a root of its own (the host's folders only)
+    out = Path(opts["o"])
+    if out.exists():
+        fail(f"enroot import: {out} already exists")
+    out.write_text(json.dumps({"standin_sqsh": True, "uri": uri, "arch": opts.get("a"),
+                               "root": str(root) if root else None}))
+    node = private_folder(Path(os.environ[STATE_ENV])) / socket.gethostname()
+    node.mkdir(mode=0o700, exist_ok=True)
+    with (node / "imports.jsonl").open("a") as f:
+        f.write(json.dumps({"host": socket.gethostname(), "job": os.environ.get("SLURM_JOB_ID"), "argv": args}) + "\n")
+
+
+def main_enroot(args: list[str]) -> None:
+    """enroot's ``import`` (:func:`enroot_import`), ``list`` and ``remove [-f] NAME...`` of this node's named
+    containers (run.sub's cleanup_pyxis)."""
+    if STATE_ENV not in os.environ:
+        fail(f"{STATE_ENV} is not set")
+    folder = private_folder(Path(os.environ[STATE_ENV])) / socket.gethostname() / "containers"
+    names = sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
+    if args[:1] == ["import"]:
+        enroot_import(args[1:])
+    elif args[:1] == ["list"]:
+        print("\n".join(names), end="\n" if names else "")
+    elif args[:1] == ["remove"]:
+        for name in (a for a in args[1:] if not a.startswith("-")):
+            if name not in names:
+                fail(f"enroot remove: no container {name!r}")
+            for entry in sorted((folder / name).rglob("*"), reverse=True):
+                entry.rmdir() if entry.is_dir() else entry.unlink()
+            (folder / name).rmdir()
+    else:
+        fail(f"enroot {' '.join(args[:1])}: not supported by the test stand-in (list, remove)")
 
 
 def main(argv: list[str]) -> None:
     if argv[:1] == ["srun"]:
         main_srun(argv[1:])
+    elif argv[:1] == ["enroot"]:
+        main_enroot(argv[1:])
     elif argv[:1] == ["task"] and len(argv) >= 4 and argv[2] == "--":
         main_task(argv[1], argv[3:])
     else:
-        fail("usage: pyxis_standin.py srun ARGS... | task SPEC -- COMMAND...")
+        fail("usage: pyxis_standin.py srun ARGS... | enroot ARGS... | task SPEC -- COMMAND...")
 
 
 if __name__ == "__main__":
