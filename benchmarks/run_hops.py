@@ -170,9 +170,10 @@ def main() -> None:
                 raise SystemExit(f"snakemake exited {status}")
             timeline = _timeline(seen, root)
             roles = [t["role"] for t in timeline]
-            trained = [t["life_s"] for t in timeline if t["role"].startswith("forked child of warm parent of "
-                                                                             "mlrepro.train")
-                       or t["role"] == "training, or the warm shim that hands it over"]
+            # warm: the training is the train parent's forked child (the shim waits for it); cold: the interpreter
+            # that run_and_time.sh's exec started
+            trained = [t["life_s"] for t in timeline if t["role"] == "forked child of warm parent of mlrepro.train"] \
+                or [t["life_s"] for t in timeline if t["role"] == "training, or the warm shim that hands it over"]
             repeats.append({"processes_at_least": len(timeline),
                             "by_role": {r: roles.count(r) for r in sorted(set(roles))},
                             "training_s": max(trained, default=None), "wall_s": round(wall, 2),
