@@ -88,6 +88,56 @@ def _validate(instance: Any, schema: dict[str, Any], prefix: list[str], source: 
         raise ConfigError(f"invalid configuration ({source}):\n" + "\n".join([*lines, *more]))
 
 
+# A config's ``env`` maps (benchmarks.<bm>.env, systems.<s>.env, and any other key named env) are data that the runs'
+# shells and interpreters read: a name must be a plain variable name, and none of those that make bash, the loader or
+# an interpreter run or load code named by the value (start-up files, preload and module paths, options that take
+# code), nor those the pipeline sets itself. MPI, NCCL, CUDA and an implementation's own variables are allowed.
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}\Z")
+CODE_ENV = re.compile(
+    r"(BASH_ENV|ENV|PATH|IFS|CDPATH|PS[0-4]|SHELLOPTS|BASHOPTS|GLOBIGNORE|PROMPT_COMMAND|EXECIGNORE|INPUTRC|HISTFILE"
+    r"|HOME|SHELL|ZDOTDIR|BASH_.*|LD_.*|DYLD_.*|.*PRELOAD.*|GCONV_PATH|GLIBC_TUNABLES|LOCPATH|NLSPATH|HOSTALIASES"
+    r"|MALLOC_.*|PYTHON.*|PERL.*|RUBY.*|GEM_.*|NODE_.*|NPM_.*|JAVA_TOOL_OPTIONS|_JAVA_OPTIONS|JDK_JAVA_OPTIONS"
+    r"|CLASSPATH|LUA_.*|TCLLIBPATH|GIT_.*|SSH_.*|EDITOR|VISUAL|PAGER|LESSOPEN|LESSCLOSE|BROWSER|TERMINFO.*"
+    r"|OPENSSL_.*|.*_PLUGIN_PATH|XDG_.*|TMPDIR|CUDA_VISIBLE_DEVICES|NVIDIA_VISIBLE_DEVICES|MLREPRO_.*"
+    r"|S(LURM|RUN)_(TASK_)?(PRO|EPI)LOG|APPTAINER.*|SINGULARITY.*|ENROOT_.*|PYXIS_.*)\Z",
+    re.IGNORECASE)
+MAX_ENV_VALUE = 4096  # characters of one value (paths and names: far below)
+
+
+def env_problem(name: Any, value: Any) -> str | None:
+    """Why ``name: value`` cannot be in a config's env map (None: it can)."""
+    if not isinstance(name, str) or not ENV_NAME.match(name):
+        return ("not a variable name (a letter or _, then letters, digits, _; at most 128); a config's env holds "
+                "variables an implementation reads")
+    if CODE_ENV.match(name):
+        return ("a variable that makes a shell, the loader or an interpreter run or load code (or one the pipeline "
+                "sets itself); a config is data, so mlrepro refuses it: remove it (docs/security.md)")
+    text = str(value)
+    if "\0" in text or "\n" in text or "\r" in text:
+        return "a value with a NUL or a line break; give one line"
+    if len(text) > MAX_ENV_VALUE:
+        return f"a value of {len(text)} characters, over the limit of {MAX_ENV_VALUE}"
+    return None
+
+
+def _check_env(instance: Any, source: str) -> None:
+    """ConfigError naming each bad entry of every ``env`` map of the config (without recursion)."""
+    problems: list[str] = []
+    stack: list[tuple[Any, list[str]]] = [(instance, [])]
+    while stack:
+        item, where = stack.pop()
+        if not isinstance(item, Mapping):
+            continue
+        for key, value in item.items():
+            if key == "env" and isinstance(value, Mapping):
+                problems += [f"  {excerpt(_path([*where, key, name]), 120)}: {why}" for name, v in value.items()
+                             if (why := env_problem(name, v))]
+            elif isinstance(value, Mapping):
+                stack.append((value, [*where, str(key)]))
+    if problems:
+        raise ConfigError(f"invalid configuration ({source}):\n" + "\n".join(sorted(problems)[:50]))
+
+
 TEMPLATE_KEY = "__use_yte__"
 
 
@@ -203,6 +253,7 @@ def load(raw: Mapping[str, Any], source: str = "config",
     config = copy.deepcopy(dict(raw))
     schema = _load_yaml(SCHEMA)
     _validate(config, schema, [], source)
+    _check_env(config, source)
     _fill_defaults(config, schema)
     if config.get("audit") or config.get("reproduce"):
         return config, {}
@@ -354,6 +405,7 @@ def check_file(path: Path) -> str:
         raise ConfigError(f"{path}: not a mapping of keys at its top level")
     refuse_templates([path], allowed=False)  # checked before any use, whatever the file allows itself
     _validate(data, _load_yaml(SCHEMA), [], str(path))
+    _check_env(data, str(path))
     return f"{path}: no template, and its keys are those config/schema.yaml allows"
 
 

@@ -18,6 +18,7 @@ isolated under it (mlrepro/core/versions.py), and what the tests run where a job
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -116,7 +117,10 @@ class _logged:
 
     def __enter__(self) -> tuple[int, int]:
         if self.log:
-            fd = os.open(self.log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o666)
+            # made anew, not truncated: a symlink or hard link left at its name is replaced, never written through
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.log)
+            fd = os.open(self.log, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_NOFOLLOW, 0o644)
             self._flush()
             os.dup2(fd, 1)
             os.dup2(fd, 2)

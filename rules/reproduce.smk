@@ -213,6 +213,8 @@ rule reproduce_image:
         socket=config.get("engine_socket") or None,
         build_args=config.get("build_args") or {},
         tag_prefix=config["image_tag_prefix"],
+        # the package's Dockerfile builds without network and pulls no base image unless the user allows it
+        network=bool(config["reproduce_build_network"]),
     log:
         RO / "logs" / "image_{benchmark}.log",  # the build's output
     script:
@@ -287,7 +289,8 @@ rule reproduce_run:
         # the driver asks NVML where the run runs (auto), never the planning host
         gpus=str(config["gpus"]),
         hz=config["telemetry"]["hz"] if config["telemetry"]["enabled"] else 0,
-        backend="nvml",
+        # the GPU backend that samples and names the run's accelerators (run.json): NVML, or a replayed trace in tests
+        backend=config["telemetry"].get("backend", "nvml"),
     threads: config["threads_per_run"]
     resources:
         # from the capture record (an input): <TBD> in a dry run until the capture job has run

@@ -55,8 +55,10 @@ def test_the_score_step_scores_the_median_window(tmp_path: Path) -> None:
     assert _scored("resnet", files[:5], 5, None, "open").get("selection") is None  # N runs: nothing to choose
 
 
-def _package(tmp_path: Path, packaged: list[int], selection: dict, launched: int = 7) -> Path:
-    """A package of the resnet runs ``packaged`` (of ``launched`` in the ledger) with its provenance manifest."""
+def _package(tmp_path: Path, packaged: list[int], selection: dict, launched: int = 7, runs_to_run: int = 7,
+             dropped: tuple[int, ...] = ()) -> Path:
+    """A package of the resnet runs ``packaged`` (of ``launched`` in the ledger, less those ``dropped`` from it) with
+    its provenance manifest and the config's runs_to_run."""
     org = tmp_path / "org"
     runs, ledger = [], []
     for i in range(launched):
@@ -64,8 +66,9 @@ def _package(tmp_path: Path, packaged: list[int], selection: dict, launched: int
         data = write_mllog(tmp_path / "runs" / str(i) / "result.txt", "resnet", start, MINUTES[i], seed=i).read_bytes()
         sha = hashlib.sha256(data).hexdigest()
         run_dir = f"runs/sys/resnet/{i}"
-        ledger.append({"launch": f"l{i}", "status": "success", "seed": i, "result_sha256": sha, "run_dir": run_dir,
-                       "start": (start - 10_000) / 1000, "stop": (start + MINUTES[i] * 60_000 + 1000) / 1000})
+        if i not in dropped:
+            ledger.append({"launch": f"l{i}", "status": "success", "seed": i, "result_sha256": sha, "run_dir": run_dir,
+                           "start": (start - 10_000) / 1000, "stop": (start + MINUTES[i] * 60_000 + 1000) / 1000})
         if i in packaged:
             n = len(runs)
             (org / "results" / "sys" / "resnet").mkdir(parents=True, exist_ok=True)
@@ -74,7 +77,8 @@ def _package(tmp_path: Path, packaged: list[int], selection: dict, launched: int
                          "result_sha256": sha, "run_dir": run_dir, "run_start_ms": start,
                          "run_stop_ms": start + round(MINUTES[i] * 60_000)})
     provenance.write(org, {"files": provenance.package_files(org), "runs": runs, "ledger": ledger,
-                           "selections": {"sys": {"resnet": selection}}, "git": {"commit": "x", "dirty": False}})
+                           "selections": {"sys": {"resnet": selection}}, "git": {"commit": "x", "dirty": False},
+                           "config": {"benchmarks": {"resnet": {"runs": 5, "runs_to_run": runs_to_run}}}})
     return org
 
 
@@ -98,7 +102,8 @@ def test_the_audit_checks_a_ledger_against_its_chosen_window(tmp_path: Path) -> 
     hidden = median_window.choose(_runs(MINUTES)[2:], 5, _olympic)
     assert hidden["chosen_keys"] == ["2", "3", "4", "5", "6"]
     errors = _errors(_package(tmp_path / "hidden", [2, 3, 4, 5, 6], hidden))
-    assert [k for k, _ in errors] == ["launched run left out of the selection"] * 2
+    assert [k for k, _ in errors] == ["launched run left out of the selection"] * 2 + [
+        "selection differs from runs_to_run"]
     assert "run 0 of the ledger succeeded" in errors[0][1] and "run 1 of the ledger" in errors[1][1]
     # a selection whose run 0 claims a start two hours later, outside its launch (which reorders the windows)
     moved = {**honest, "runs": [{**r, "run_start_ms": r["run_start_ms"] + 7_200_000} if r["key"] == "0" else r
@@ -107,3 +112,21 @@ def test_the_audit_checks_a_ledger_against_its_chosen_window(tmp_path: Path) -> 
     assert ("time differs from the ledger", "results/sys/resnet: run 0's recorded run (start "
             f"{START + 7_200_000} ms, 12.0 min) lies outside its launch ({(START - 10_000) / 1000:.0f} to "
             f"{(START + 12 * 60_000 + 1000) / 1000:.0f} s since the epoch)") in errors
+
+
+def test_m_over_n_the_config_the_selection_and_the_ledger_agree(tmp_path: Path) -> None:
+    """Issue 43: runs 0 and 1 dropped from the ledger and the selection alike, so that the median of what is left is
+    the fastest window: runs_to_run (7) says two runs are missing from both."""
+    hidden = median_window.choose(_runs(MINUTES)[2:], 5, _olympic)
+    errors = _errors(_package(tmp_path / "dropped", [2, 3, 4, 5, 6], hidden, dropped=(0, 1)))
+    assert ("selection differs from runs_to_run", "results/sys/resnet: runs_to_run is 7 (runs 0 to 6), the selection "
+            "holds runs ['2', '3', '4', '5', '6']") in errors
+    assert ("ledger differs from runs_to_run", "results/sys/resnet: runs_to_run is 7, the ledger launched run folders "
+            "['2', '3', '4', '5', '6']: missing ['0', '1']") in errors
+    # runs_to_run rewritten to 5 disagrees with the run folders; renumbered as well, a package rewritten whole agrees
+    # with itself: only its published manifest hash (manifest_sha256) binds it (docs/security.md)
+    assert _errors(_package(tmp_path / "rewritten", [2, 3, 4, 5, 6], hidden, dropped=(0, 1), runs_to_run=5)) == [
+        ("selection differs from runs_to_run", "results/sys/resnet: runs_to_run is 5 (runs 0 to 4), the selection "
+         "holds runs ['2', '3', '4', '5', '6']"),
+        ("ledger differs from runs_to_run", "results/sys/resnet: runs_to_run is 5, the ledger launched run folders "
+         "['2', '3', '4', '5', '6']: missing ['0', '1']; beyond ['5', '6']")]

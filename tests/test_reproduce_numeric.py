@@ -37,7 +37,7 @@ def _case(tmp_path: Path, submitted_scale: float, device: str = "cpu") -> tuple[
     for i, m in enumerate(MINUTES):
         files.append(str(_log(org / "results" / "sys" / "resnet" / f"result_{i}.txt", m, i)))
         _log(rep / "runs" / "resnet" / str(i) / "result.txt", m * 1.003, i)
-        (rep / "runs" / "resnet" / str(i) / "run.json").write_text(json.dumps({"device": device}))
+        (rep / "runs" / "resnet" / str(i) / "run.json").write_text(json.dumps(_run_record(i, m * 1.003, device)))
         (rep / "compliance" / "resnet").mkdir(parents=True, exist_ok=True)
         (rep / "compliance" / "resnet" / f"{i}.json").write_text(json.dumps({"valid": True}))
     if submitted_scale != 1.0:  # the submitter's edit: every run_stop (and the lines before it) moved earlier
@@ -49,6 +49,14 @@ def _case(tmp_path: Path, submitted_scale: float, device: str = "cpu") -> tuple[
     plan = BenchmarkPlan(name="resnet", implementation="", result_files=files, seeds=list(range(5)), params={},
                          data_seed=0, submission={}, dataset_sha256=None)
     return plan, org, rep
+
+
+def _run_record(seed: int, minutes: float, device: str) -> dict:
+    """What the run driver records beside a run: when its code ran (by our clock) and on what."""
+    start = 1_700_000_000_000 + seed * 3_600_000
+    gpus = {"count": 1, "devices": [{"index": 0, "name": "NVIDIA H100 80GB HBM3", "memory_bytes": 80 << 30}]}
+    return {"wall": {"start_ms": start - 6000, "stop_ms": start + round(minutes * 60_000) + 1000},
+            "accelerators": {"count": 0, "devices": []} if device == "cpu" else gpus}
 
 
 def _scaled(t: int, start: int, scale: float) -> int:

@@ -1,32 +1,44 @@
 """Consistency checks that reviewers do by hand, beside the official checkers' verdict (docs/audit-checks.md).
 
-None of these is in mlperf-logging; each finding is a ``fail`` where the rules require what it checks and a
-``warning`` where they only expect it:
+None of these is in mlperf-logging. Each finding has a level that means something:
+
+* ``fail``: a rule broken. A benchmark or division in the logs other than the folder's and the JSON's (the checks
+  that ran depend on both); too few or too slow power readings; a result submitted twice; initialisation over the
+  division's limit.
+* ``warning``: a discrepancy that changes what the result claims: the node or accelerator count or the
+  accelerator a log states differs from the system description; the log names another system of the same
+  organisation; a status of another availability group.
+* ``note``: provenance worth knowing that changes nothing: the vendor code's placeholder left in the logs;
+  another organisation's name or system, as shared vendor code logs it.
+
+Cosmetic differences are no finding (mlrepro/audit/platform_names.py): NVIDIA's ``<N>x`` prefix where N is the
+system's node count, a display name beside a folder name, case, spaces and punctuation.
 
 * ``submission``: each log's ``submission_*`` lines against the system description and the folder names
-  (mlcommons/logging#241). A benchmark or division other than the folder's and the JSON's is a fail (the
-  checks that ran depend on both); organisation, status (by availability group), platform and logged
-  node or accelerator counts that differ are warnings.
+  (mlcommons/logging#241).
 * ``power``: per power log (``power/result_N/node_*.txt``), the readings inside the measurement window:
-  at least 60, and a median interval of at most 1 s (1 Hz, with 5% for the sampler's jitter); fails.
+  at least 60, and a median interval of at most 1 s (1 Hz, with 5% for the sampler's jitter).
 * ``duplicate``: result files that appear twice in the round, as the same bytes or as the same run
-  (equal run_start, run_stop and seeds): one run counted twice; fails.
+  (equal run_start, run_stop and seeds): one run counted twice.
 * ``init``: initialisation time (run_start - the first init_start) over the division's limit: 30 min
   closed; open 4 h (the rules text states 240 min for 2.0.0; before 2.0.0 a warning only).
+
+A benchmark folder's findings are one per fact: the files a fact holds for are listed under it (:func:`grouped`).
 """
 
 from __future__ import annotations
 
 import itertools
-import re
 import statistics
 from collections import defaultdict
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from mlrepro.audit import discover, power
+from mlrepro.audit.platform_names import Names, Platform, System, count, norm, parse, same_name, same_org, shown
 from mlrepro.audit.runfile import FileCheck
+from mlrepro.audit.summary import CONSISTENCY_LEVELS as LEVELS
 from mlrepro.audit.summary import GROUPS, category
 
 MIN_SAMPLES = 60
@@ -38,51 +50,94 @@ _OPEN_LIMIT_FROM = (2, 0, 0)  # the rules text's first round with the 4 h open l
 
 @dataclass(frozen=True)
 class Finding:
-    severity: str  # fail | warning
+    severity: str  # fail | warning | note
     check: str  # submission | power | duplicate | init
     file: str  # the result file's name ("" for the folder)
     message: str
 
 
-def _norm(value: Any) -> str:
-    return re.sub(r"[\s_-]+", " ", str(value)).strip().lower()
-
-
 def _group(status: Any) -> str:
-    return GROUPS.get(category(status), _norm(status))
+    return GROUPS.get(category(status), norm(status))
 
 
-def submission(org: str, system: str, benchmark: str, desc: dict[str, Any], name: str,
-               rec: FileCheck) -> list[Finding]:
-    """One log's submission_* lines against the system description and the folder names."""
+def submission(system: System, benchmark: str, desc: dict[str, Any], name: str, rec: FileCheck,
+               names: Names) -> list[Finding]:
+    """One log's submission_* lines against the system description, the folder names and the round's other
+    systems (``names``)."""
     logged = rec.submission
-    out = []
+    out: list[Finding] = []
 
-    def differs(key: str, severity: str, *expected: Any) -> None:
-        if key in logged and expected and all(_norm(logged[key]) != _norm(e) for e in expected if e is not None):
-            wanted = " or ".join(repr(e) for e in dict.fromkeys(expected) if e is not None)
-            out.append(Finding(severity, "submission", name, f"{key} is {logged[key]!r}, the package says {wanted}"))
+    def add(severity: str, message: str) -> None:
+        out.append(Finding(severity, "submission", name, message))
 
-    differs("submission_benchmark", "fail", benchmark)
-    differs("submission_division", "fail", desc.get("division"))
-    differs("submission_org", "warning", desc.get("submitter"), org)
-    differs("submission_platform", "warning", desc.get("system_name"), system)
+    if "submission_benchmark" in logged and norm(logged["submission_benchmark"]) != norm(benchmark):
+        add("fail", f"submission_benchmark is {shown(logged['submission_benchmark'])}, the folder is {benchmark!r}")
+    division = desc.get("division")
+    if "submission_division" in logged and division is not None \
+            and norm(logged["submission_division"]) != norm(division):
+        add("fail", f"submission_division is {shown(logged['submission_division'])}, the system description's "
+                    f"{shown(division)}")
+    if "submission_org" in logged:
+        org_said = logged["submission_org"]
+        if parse(org_said).placeholder:
+            add("note", f"submission_org is the vendor code's placeholder {shown(org_said)}")
+        elif not same_org(org_said, desc.get("submitter"), system.org):
+            add("note", f"submission_org is {shown(org_said)}, another organisation's name (the submitter is "
+                        f"{shown(desc.get('submitter') or system.org)}): the logging code of another organisation")
     if "submission_status" in logged and desc.get("status") is not None \
             and _group(logged["submission_status"]) != _group(desc["status"]):
-        out.append(Finding("warning", "submission", name, f"submission_status is {logged['submission_status']!r}, "
-                           f"the system description's status {desc['status']!r}"))
-    for key in ("number_of_nodes", "accelerators_per_node"):
-        if key in logged and desc.get(key) is not None and _count(logged[key]) != _count(desc[key]):
-            out.append(Finding("warning", "submission", name,
-                               f"the log states {key} {logged[key]!r}, the system description {desc[key]!r}"))
+        add("warning", f"submission_status is {shown(logged['submission_status'])}, the system description's status "
+                       f"{shown(desc['status'])}")
+    if "submission_platform" in logged:
+        for severity, message in platform(system, logged["submission_platform"], names):
+            add(severity, message)
+    for key, expected in (("number_of_nodes", system.nodes), ("accelerators_per_node", system.accelerators)):
+        if key in logged and expected is not None and count(logged[key]) != expected:
+            add("warning", f"the log states {key} {shown(logged[key])}, the system description {expected:g}")
     return out
 
 
-def _count(value: Any) -> float | None:
-    try:
-        return float(value)
-    except (TypeError, ValueError, OverflowError):
-        return None
+def platform(system: System, said: Any, names: Names) -> list[tuple[str, str]]:
+    """(level, message) of what a ``submission_platform`` says against the system it is filed under."""
+    p = parse(said)
+    where = f"submission_platform {shown(said)}"
+    if p.placeholder:
+        return [("note", f"{where} is the vendor code's placeholder")]
+    out: list[tuple[str, str]] = []
+    if p.nodes is not None and system.nodes is not None and p.nodes != system.nodes:
+        out.append(("warning", f"{where} states {p.nodes} node(s), the system description {system.nodes:g}"))
+    key = norm(p.rest)
+    own = system.spellings()
+    if key in own:
+        return out
+    other = names.other_system(system, key)
+    if other is not None:
+        out.append(("warning", f"{where} names {system.org}'s other system {other.folder} ({other.shape()}); "
+                               f"this system is {system.shape()}"))
+        return out
+    out += _accelerators(system, p, where)
+    if not any(same_name(key, o) for o in own):
+        other_org = names.other_org(system, key)
+        if other_org is not None:
+            out.append(("note", f"{where} is what {other_org}'s logs or systems name: the logging code of "
+                                f"another organisation"))
+    return out
+
+
+def _accelerators(system: System, p: Platform, where: str) -> list[tuple[str, str]]:
+    """The accelerator counts and families a platform encodes against the system description's."""
+    out = []
+    per_node = system.accelerators
+    total = None if per_node is None or system.nodes is None else per_node * system.nodes
+    for family, n in p.accelerators.items():
+        if per_node is not None and n not in (per_node, total):
+            out.append(("warning", f"{where} encodes {n} {family.upper()} accelerators, the system description "
+                                   f"{per_node:g} per node"))
+    described = parse(system.model).families
+    if p.families and described and not p.families & described:
+        out.append(("warning", f"{where} names the accelerator {', '.join(sorted(f.upper() for f in p.families))}, "
+                               f"the system description {shown(system.model)}"))
+    return out
 
 
 def init_time(division: str, ruleset: str, name: str, rec: FileCheck) -> list[Finding]:
@@ -173,5 +228,12 @@ def place(path: str, root: Path) -> str:
         return p.name
 
 
-def to_dicts(findings: list[Finding]) -> list[dict[str, Any]]:
-    return [asdict(f) for f in findings]
+def grouped(findings: list[Finding], result_files: int) -> list[dict[str, Any]]:
+    """One finding per fact, worst first: the findings with the same level, check and message as one entry
+    naming the files it holds for (``of``: the folder's result files, for "10 of 10 result files")."""
+    facts: dict[tuple[str, str, str], list[str]] = {}
+    for f in findings:
+        facts.setdefault((f.severity, f.check, f.message), []).append(f.file)
+    order = sorted(facts, key=lambda k: LEVELS.index(k[0]))
+    return [{"severity": sev, "check": check, "message": message, "files": [f for f in facts[sev, check, message] if f],
+             "of": result_files} for sev, check, message in order]

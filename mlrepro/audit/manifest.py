@@ -213,6 +213,7 @@ def _check_selections(check: ManifestCheck, manifest: dict[str, Any], ledger: di
                               f"{where}: run {key} of the ledger succeeded, but the median window was chosen "
                               f"without it (of {sorted(runs)})")
             _check_within_launches(check, where, runs, launches)
+            _check_counts(check, where, manifest, benchmark, runs, launches)
             for key, run in runs.items():  # a packaged run's record says what its result file logs
                 rec = records.get((system, benchmark, key))
                 if rec is not None and run.get("run_start_ms") != rec.get("run_start_ms"):
@@ -229,6 +230,28 @@ def _check_selections(check: ManifestCheck, manifest: dict[str, Any], ledger: di
                           f"is {again['chosen_keys']}")
             outside |= {(system, benchmark, k) for k in runs if k not in again["chosen_keys"]}
     return outside
+
+
+def _check_counts(check: ManifestCheck, where: str, manifest: dict[str, Any], benchmark: str,
+                  runs: dict[str, dict[str, Any]], launches: list[dict[str, Any]]) -> None:
+    """M > N: the config's runs_to_run (M), the selection's runs and the ledger's run folders agree: runs 0 to M-1,
+    each launched. A package rewritten whole could agree with itself; only its published hash binds it (docs)."""
+    block = ((manifest.get("config") or {}).get("benchmarks") or {}).get(benchmark) or {}
+    m = block.get("runs_to_run") if isinstance(block, dict) else None
+    if not isinstance(m, int) or isinstance(m, bool):
+        check.add("error", "runs_to_run unknown", where, f"{where}: the manifest's config records no runs_to_run "
+                  "for a package holding a median window, so the count of runs launched cannot be checked")
+        return
+    expected = {str(i) for i in range(m)}
+    launched = {_unit_key(r.get("run_dir"))[2] for r in launches}
+    if set(runs) != expected:
+        check.add("error", "selection differs from runs_to_run", where,
+                  f"{where}: runs_to_run is {m} (runs 0 to {m - 1}), the selection holds runs {sorted(runs)}")
+    if launched - expected or expected - launched:
+        check.add("error", "ledger differs from runs_to_run", where,
+                  f"{where}: runs_to_run is {m}, the ledger launched run folders {sorted(launched)}: "
+                  + "; ".join(filter(None, [f"missing {sorted(expected - launched)}" if expected - launched else "",
+                                            f"beyond {sorted(launched - expected)}" if launched - expected else ""])))
 
 
 def _check_within_launches(check: ManifestCheck, where: str, runs: dict[str, dict[str, Any]],

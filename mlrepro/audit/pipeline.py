@@ -13,6 +13,7 @@ from mlrepro.audit import (
     manifest,
     official,
     package,
+    platform_names,
     rcp,
     rcp_review,
     result_ids,
@@ -75,6 +76,7 @@ def summarize(root: Path, checks: dict[str, Any], usage: str, ruleset: str, mani
     # the consistency checks' duplicates are the round's: every result file against every other
     twins = consistency.duplicates({p: (consistency.place(p, root), records[p]) for p in discover.result_files(orgs)
                                     if p in records})
+    names = _names(orgs, records)
     orgs_out = []
     rows = []
     for org in orgs:
@@ -106,8 +108,8 @@ def summarize(root: Path, checks: dict[str, Any], usage: str, ruleset: str, mani
                                                    f"scoring failed: {type(e).__name__}: {e}",
                                                    1.0, None)
                 b = asdict(score)
-                b["consistency"] = _consistency(org, system, bdir, desc.desc or {}, division, records, twins, root,
-                                                ruleset, max_bytes)
+                b["consistency"] = _consistency(org, system, bdir, desc.desc or {}, division, records, twins, names,
+                                                root, ruleset, max_bytes)
                 b["rcp_review"] = _rcp_review(bdir, records, division, ruleset, judge,
                                               reviews.get((system.name, bdir.name)))
                 b["rcp"] = None if score.rcp is None else {**asdict(score.rcp), "label": score.rcp.summary_label}
@@ -134,18 +136,36 @@ def summarize(root: Path, checks: dict[str, Any], usage: str, ruleset: str, mani
                                "category_tables": summary.category_tables(rows, usage, ruleset)})
 
 
+def _names(orgs: list[discover.Org], records: dict[str, FileCheck]) -> platform_names.Names:
+    """Every system of the round and the platforms each organisation's logs name (the consistency checks tell a
+    system's own name from another system's by them)."""
+    names = platform_names.Names()
+    for org in orgs:
+        # the systems with results, and those the organisation describes without any (a log may name one)
+        described = [discover.SystemDir(p.stem, org.path / "results" / p.stem, []) for p in org.system_jsons]
+        for system in {s.name: s for s in (*described, *org.systems)}.values():
+            desc = scoring.load_system_desc(org, system).desc or {}
+            names.add_system(platform_names.System.from_desc(org.name, system.name, desc))
+        for system in org.systems:
+            names.add_logged(org.name, (rec.submission["submission_platform"] for b in system.benchmarks
+                                        for f in b.result_files if (rec := records.get(str(f))) is not None
+                                        and "submission_platform" in rec.submission))
+    return names
+
+
 def _consistency(org: discover.Org, system: discover.SystemDir, bdir: discover.BenchmarkDir, desc: dict[str, Any],
-                 division: str, records: dict[str, FileCheck], twins: dict[str, list[consistency.Finding]], root: Path,
-                 ruleset: str, max_bytes: int | None) -> list[dict[str, Any]]:
-    """The consistency checks' findings of one benchmark folder."""
+                 division: str, records: dict[str, FileCheck], twins: dict[str, list[consistency.Finding]],
+                 names: platform_names.Names, root: Path, ruleset: str, max_bytes: int | None) -> list[dict[str, Any]]:
+    """The consistency checks' findings of one benchmark folder, one per fact."""
     findings = consistency.power_logs(bdir, root, ruleset, max_bytes)
+    filed_under = platform_names.System.from_desc(org.name, system.name, desc)
     for f in bdir.result_files:
         rec = records.get(str(f))
         if rec is not None:
-            findings += consistency.submission(org.name, system.name, bdir.name, desc, f.name, rec)
+            findings += consistency.submission(filed_under, bdir.name, desc, f.name, rec, names)
             findings += consistency.init_time(division, ruleset, f.name, rec)
             findings += twins.get(str(f), [])
-    return consistency.to_dicts(findings)
+    return consistency.grouped(findings, len(bdir.result_files))
 
 
 def _rcp_review(bdir: discover.BenchmarkDir, records: dict[str, FileCheck], division: str, ruleset: str,

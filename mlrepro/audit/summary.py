@@ -93,13 +93,29 @@ def _verdict(b: dict[str, Any], errors: list[str]) -> tuple[str, bool]:
     return f"scored{table}", True
 
 
+CONSISTENCY_LEVELS = ("fail", "warning", "note")  # the consistency checks' levels, worst first
+NAMED_FILES = 3  # a finding of more result files counts them in its column (audit.json and the report list them)
+
+
+def consistency_text(finding: dict[str, Any]) -> str:
+    """A consistency finding (consistency.grouped) as the audit's columns show it: its level first, then the
+    files it holds for."""
+    files = finding["files"]
+    if not files:
+        where = ""
+    elif finding["check"] == "power":  # its files are power logs: each is named
+        where = f"{', '.join(files)}: "
+    elif len(files) <= NAMED_FILES:
+        where = f"{', '.join(files)} ({len(files)} of {finding['of']} result files): "
+    else:
+        where = f"{len(files)} of {finding['of']} result files: "
+    return f"{finding['severity']}: {where}{finding['message']}"
+
+
 def consistency_verdict(findings: list[dict[str, Any]]) -> str:
-    """A consistency column's text: pass, or the worst severity with its findings."""
-    if not findings:
-        return "pass"
-    worst = "fail" if any(f["severity"] == "fail" for f in findings) else "warning"
-    return f"{worst}: " + " | ".join(f"{f['file']}: {f['message']}" if f["file"] else f["message"]
-                                     for f in findings if f["severity"] == worst)
+    """A consistency column's text: pass, or every finding (one per fact, worst first), each starting with its
+    level (``fail:``, ``warning:``, ``note:``)."""
+    return " | ".join(consistency_text(f) for f in findings) if findings else "pass"
 
 
 def _details_url(folder: str, desc: dict[str, Any], usage: str, ruleset: str) -> str:
@@ -169,7 +185,7 @@ def row(org: dict[str, Any], system: dict[str, Any], usage: str, ruleset: str,
                                              else f"no energy: {b['energy_problem']}")
         out[f"{name}:sanity"] = " | ".join(f"{f['name']}: {w}" for f in b["files"] for w in f.get("sanity", []))
         messages.extend(f"{b['folder']}: {p}" for p in b["problems"])
-    out["consistency"] = "fail" if "fail" in severities else "warning" if severities else "pass"
+    out["consistency"] = next((level for level in CONSISTENCY_LEVELS if level in severities), "pass")
     out["ranked"] = ranked  # the benchmarks whose score passes every check (for the tables, not the CSV)
     out["verdict_messages"] = " | ".join(messages)
     return out

@@ -39,14 +39,18 @@ def inputs_digest(dockerfile_sha: str, context_sha: str, build_args: dict[str, s
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def ensure_base(client: Any, ref: str, platform: str | None = None) -> dict[str, Any]:
-    """The base image's identity; pulled when absent; BaseImageMissing (naming it) when that fails."""
+def ensure_base(client: Any, ref: str, platform: str | None = None, pull: bool = True) -> dict[str, Any]:
+    """The base image's identity; pulled when absent (``pull``); BaseImageMissing (naming it) when that fails."""
     import docker.errors
 
     try:
         return inspect_image(client, ref)
     except docker.errors.ImageNotFound:
-        pass
+        if not pull:
+            raise BaseImageMissing(
+                f"base image {ref} is not in the local image store, and this build may not use the network (a "
+                "reproduction's: reproduce_build_network); pull or load it yourself if you trust it, or allow the "
+                "network with --config reproduce_build_network=true") from None
     reason = "not found after pulling"
     try:
         client.images.pull(ref, platform=platform) if platform else client.images.pull(ref)
@@ -99,11 +103,13 @@ def build_image(
     nocache: bool = False,
     folder: Path | None = None,
     platform: str | None = None,
+    network: bool = True,
 ) -> dict[str, Any]:
     """Build ``containers/<image>/Dockerfile`` with the repository as context; return its build record.
 
     ``folder``: an implementation folder instead, built from its own Dockerfile with itself as context.
     ``platform``: the nodes' platform where it is not the builder's (``linux/arm64`` for GB200 nodes).
+    ``network``: False builds without network (its steps fetch nothing) and pulls no base image (a package's).
     """
     args = {k: str(v) for k, v in (build_args or {}).items()}
     files = None
@@ -121,13 +127,14 @@ def build_image(
     if not refs:
         raise BaseImageMissing(f"{dockerfile}: names no base image (no FROM line, or only FROM scratch); "
                                "start it with `ARG FROM_IMAGE_NAME=<image>` and `FROM ${FROM_IMAGE_NAME}`")
-    bases = [ensure_base(client, ref, platform) for ref in refs]
+    bases = [ensure_base(client, ref, platform, pull=network) for ref in refs]
     log.parent.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     chunks = client.api.build(
         fileobj=context_tar(image, root, files), custom_context=True,
         dockerfile=dockerfile.relative_to(root).as_posix(), tag=tag, buildargs=args,
-        rm=True, forcerm=True, pull=False, nocache=nocache, decode=True, **({"platform": platform} if platform else {}))
+        rm=True, forcerm=True, pull=False, nocache=nocache, decode=True, **({"platform": platform} if platform else {}),
+        **({} if network else {"network_mode": "none"}))
     _, steps, cached = _stream(chunks, log)
     seconds = time.monotonic() - started
     info = inspect_image(client, tag)  # authoritative over the id the log text mentions

@@ -57,15 +57,17 @@ def image_record(
     root: Path = PROJECT_ROOT,
     folder: Path | None = None,
     platform: str | None = None,
+    network: bool = True,
 ) -> dict[str, Any]:
     """Write ``{outdir}/containers/{image}.json``: build the image (mode build) or check it against the lock.
+    ``network``: False builds without network and pulls no base image (a reproduced package's).
 
     A failure's one-line cause is also appended to ``log``, which Snakemake points the user to.
     """
     try:
         return _image_record(image, out, log, engine=engine, socket=socket, mode=mode, build_args=build_args,
                              tag_prefix=tag_prefix, lock_path=lock_path, root=root, folder=folder,
-                             platform=platform)
+                             platform=platform, network=network)
     except (ContainerError, EngineUnavailable) as exc:
         log.parent.mkdir(parents=True, exist_ok=True)
         with log.open("a", encoding="utf-8") as f:
@@ -75,7 +77,7 @@ def image_record(
 
 def _image_record(image: str, out: Path, log: Path, *, engine: str, socket: str | None, mode: str,
                   build_args: dict[str, Any], tag_prefix: str, lock_path: Path, root: Path,
-                  folder: Path | None, platform: str | None = None) -> dict[str, Any]:
+                  folder: Path | None, platform: str | None = None, network: bool = True) -> dict[str, Any]:
     client = connect(builder_engine(engine), socket)
     if mode == "locked":
         entry = locked_entry(lock_path, image)
@@ -91,7 +93,7 @@ def _image_record(image: str, out: Path, log: Path, *, engine: str, socket: str 
         log.write_text(f"{image}: locked {record['id']} present\n")  # in place: the job's own output goes there too
     else:
         record = build_image(client, image, build_args=build_args, tag_prefix=tag_prefix, log=log, root=root,
-                             folder=folder, platform=platform)
+                             folder=folder, platform=platform, network=network)
         record.update(engine=engine, socket=socket)
         if engine in FILE_SUFFIX:
             file = out.with_suffix(FILE_SUFFIX[engine])

@@ -19,8 +19,10 @@ def _umask() -> int:
     return mask
 
 
-# mkstemp/mkdtemp create private (0600/0700) entries; results are meant to be shared like any file.
-_FILE_MODE = 0o666 & ~_umask()
+# mkstemp/mkdtemp create private (0600/0700) entries; results are meant to be shared like any file: readable as the
+# umask allows, but writable by this user only, whatever the umask (002 included), since later steps trust them
+# (mlrepro/core/untrusted_dir.py read_record).
+_FILE_MODE = 0o666 & ~_umask() & ~0o022
 _DIR_MODE = 0o777 & ~_umask()
 
 

@@ -48,7 +48,9 @@ def check(folder: Path, *, private: bool = True) -> Path:
     elif st.st_uid != me:
         what = f"owned by {_owner(st.st_uid)}, not by {_owner(me)}"
     elif st.st_mode & (0o077 if private else 0o022):
-        what = f"owned by {_owner(st.st_uid)} with mode {stat.S_IMODE(st.st_mode):o}: open to other users"
+        fix = "chmod 700" if private else "chmod go-w"
+        what = (f"owned by {_owner(st.st_uid)} with mode {stat.S_IMODE(st.st_mode):o}: open to other users (a "
+                f"folder made under umask 002 is group-writable; `{fix} {folder}` fixes it)")
     if what:
         raise PrivateDirError(
             f"{folder}: {what}. mlrepro keeps its runtime state (sockets, pid files, the warm start's shim) only "

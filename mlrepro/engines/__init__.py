@@ -89,5 +89,8 @@ def engine_for(name: str, image_record: Path | None) -> Engine:
     (one source, so a run cannot reach another engine than the one its image was built on)."""
     if image_record is None:
         return get_engine(name)
-    record = json.loads(Path(image_record).read_text())
+    from mlrepro.core import untrusted_dir
+
+    # the record names the engine and its socket: trusted only as a file of this user's that no one else can write
+    record = json.loads(untrusted_dir.read_record(Path(image_record), 1 << 20))
     return get_engine(record["engine"], socket=record.get("socket"))

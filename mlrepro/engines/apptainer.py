@@ -7,11 +7,13 @@ the same image id is recorded; ``--nv`` binds the host's NVIDIA driver only for 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from mlrepro.core import untrusted_dir
 from mlrepro.engines import Mount, register
 from mlrepro.engines._tools import require_tool
 from mlrepro.engines.docker_api import DESCRIBE
@@ -45,7 +47,7 @@ class ApptainerEngine:
             started: Callable[[int], None] | None = None) -> int:  # its processes are the caller's children
         if not image or not image.endswith(".sif"):
             raise ValueError(f"apptainer runs a .sif file, got {image!r}")
-        with log.open("ab") as out:
+        with os.fdopen(untrusted_dir.open_append(log.parent, log.name), "ab") as out:  # no link followed
             return subprocess.run(self._exec(image, argv, mounts, gpus, env, workdir), stdout=out,
                                   stderr=subprocess.STDOUT, check=False).returncode
 

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from mlrepro.core import probe
+from mlrepro.core import probe, untrusted_dir
 from mlrepro.engines import Mount, register
 
 # What a run's image holds, read inside it by mlrepro/core/probe.py's own source (standard library
@@ -32,11 +32,19 @@ DESCRIBE = (Path(probe.__file__).read_text()
 LOG_DIR = "/.mlrepro-log"
 
 
+# The code a container runs may be a package's, untrusted; a rootful engine runs it as root on the host's kernel. It
+# gains no privilege (setuid binaries of its image do nothing) and holds no capability; Podman mounts the outputs
+# nosuid,nodev (Docker's API takes no such bind option: a setuid file it leaves in a run folder is caught by the run
+# driver, mlrepro/core/untrusted_dir.py planted).
+HARDENED: dict[str, Any] = {"security_opt": ["no-new-privileges"], "cap_drop": ["ALL"]}
+
+
 class DockerApiEngine:
     def __init__(self, name: str, socket: str | None = None) -> None:
         from mlrepro.engines.client import connect
 
         self.name = name
+        self._mount_options = ",nosuid,nodev" if name == "podman" else ""
         self.socket = socket
         self.client = connect(name, socket)  # fails here, in one line, when the engine is not there
 
@@ -66,9 +74,11 @@ class DockerApiEngine:
 
         if not image:
             raise ValueError(f"engine {self.name} needs an image")
-        volumes = {str(m.path): {"bind": m.inside, "mode": "ro" if m.read_only else "rw"} for m in mounts}
+        volumes = {str(m.path): {"bind": m.inside, "mode": ("ro" if m.read_only else "rw") + self._mount_options}
+                   for m in mounts}
         log.parent.mkdir(parents=True, exist_ok=True)
-        log.touch()  # the container appends to it (owned here: the container's user may not create it)
+        # the container appends to it (owned here: the container's user may not create it); no link followed
+        os.close(untrusted_dir.open_append(log.parent, log.name))
         to_log = [docker.types.Mount(target=LOG_DIR, source=str(log.parent.resolve()), type="bind", read_only=False)]
         argv = ["sh", "-c", f'exec "$@" >>{LOG_DIR}/{shlex.quote(log.name)} 2>&1', "sh", *argv]
         for m in mounts:
@@ -84,7 +94,7 @@ class DockerApiEngine:
         container = self.client.containers.create(
             image, argv, name=f"mlrepro-{uuid.uuid4().hex[:12]}", environment=env, volumes=volumes,
             mounts=to_log, network_mode="none",  # a run computes on mounted data; it must not fetch anything
-            labels={"mlrepro": "run"}, **options)
+            labels={"mlrepro": "run"}, **HARDENED, **options)
         try:
             container.start()
             if started is not None:
@@ -102,7 +112,7 @@ class DockerApiEngine:
         if not image:
             raise ValueError(f"engine {self.name} needs an image")
         out = self.client.containers.run(image, ["python", "-c", DESCRIBE], network_mode="none", remove=True,
-                                         stdout=True, stderr=False)
+                                         stdout=True, stderr=False, **HARDENED)
         line = next(x for x in out.decode().splitlines() if x.startswith("MLREPRO_ENV "))
         version = self.client.version()
         return {"engine": self.name, "engine_version": version.get("Version"),

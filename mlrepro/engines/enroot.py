@@ -8,12 +8,14 @@ which follows NVIDIA_VISIBLE_DEVICES: "void" keeps them out of CPU jobs.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from mlrepro.core import untrusted_dir
 from mlrepro.engines import Mount, register
 from mlrepro.engines._tools import require_tool, visible_env
 from mlrepro.engines.docker_api import DESCRIBE
@@ -51,7 +53,7 @@ class EnrootEngine:
             raise ValueError(f"enroot runs a .sqsh file, got {image!r}")
         if workdir:  # enroot start has no working-directory option
             argv = ["sh", "-c", 'cd "$0" && exec "$@"', workdir, *argv]
-        with log.open("ab") as out:
+        with os.fdopen(untrusted_dir.open_append(log.parent, log.name), "ab") as out:  # no link followed
             return self._start(image, argv, mounts, gpus, env, out)
 
     def describe(self, image: str | None) -> dict[str, Any]:

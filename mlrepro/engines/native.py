@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from mlrepro.core import untrusted_dir
 from mlrepro.core.probe import python_environment
 from mlrepro.engines import Mount, register
 from mlrepro.engines._tools import visible_env
@@ -33,7 +34,7 @@ class NativeEngine:
         # A launcher script's `python` is this interpreter, activated or not.
         path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
         full = {**os.environ, "PATH": path, **env, **visible_env(list(gpus or []))}
-        with log.open("ab") as out:
+        with os.fdopen(untrusted_dir.open_append(log.parent, log.name), "ab") as out:  # no link followed
             return subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, env=full, cwd=workdir,
                                   check=False).returncode
 

@@ -3,12 +3,17 @@
 The verdict per benchmark, and the rules behind it:
 
 - *not reproduced*: a logged hyperparameter differs (named; this decides first).
+- *not reproduced*: a reproduced run's log cannot be trusted: its logged run_start or run_stop lies outside the time
+  its code ran by the run driver's clock (run.json ``wall``), or it logs more training than that time (the logged
+  times are the package code's own; these bounds are ours).
 - *not comparable*: no reproduced run converged, or a reproduced log fails the compliance gate.
 - *not reproduced*: the epochs to converge differ by more
   than the tolerance (two standard errors of the difference of the means, at least half an epoch; the
   RCP rule's question, "does the submission converge faster than the implementation does?", asked
   of the reproduction instead of the reference runs); or the numeric verdict (numeric.py) finds, where
-  the hardware class matches and each side has 3 converged runs, the whole 95% bootstrap interval of the
+  the hardware class matches (the accelerators each reproduced run used, as the run driver recorded them from NVML:
+  count per node, model and memory, against the system description) and each side has 3 converged runs, the whole
+  95% bootstrap interval of the
   time-to-train ratio outside the tolerance (reproduce_tolerance; default +/-2.5% imaging, +/-5% others),
   or the reproduced runs converging faster than the RCP of the batch size allows. Mann-Whitney U on the
   times (two-sided) is reported beside it.
@@ -19,6 +24,7 @@ The verdict per benchmark, and the rules behind it:
 from __future__ import annotations
 
 import math
+import re
 import statistics
 from pathlib import Path
 from typing import Any
@@ -117,6 +123,81 @@ def _our_json(path: Path) -> dict[str, Any]:
     return doc if isinstance(doc, dict) else {}
 
 
+# A reproduced run's logged window must lie within its launch by our clock, as the audit's rule for a package's runs
+# (mlrepro/audit/manifest.py); the slack covers the clocks' rounding (the driver's ms, a container's same clock).
+LAUNCH_SLACK_MS = 2000
+
+
+def clock_check(rep: LoggedRun, wall: Any) -> dict[str, Any]:
+    """A reproduced run's logged times against the run driver's clock (run.json ``wall``: when its code ran): the
+    logged run_start and run_stop inside that window and the time to train no longer than it. What the log says is
+    self-reported by the package's code; these bounds are ours. ``problems`` says why the log cannot be trusted."""
+    out: dict[str, Any] = {"wall_seconds": None, "logged_seconds": None, "problems": []}
+    if not isinstance(wall, dict) or not all(isinstance(wall.get(k), int | float) for k in ("start_ms", "stop_ms")):
+        out["problems"].append("the run driver recorded no launch window (run.json wall), so its times cannot be "
+                               "checked against our clock")
+        return out
+    lo, hi = wall["start_ms"], wall["stop_ms"]
+    out["wall_seconds"] = (hi - lo) / 1000
+    if rep.start_ms is None or rep.stop_ms is None:
+        return out  # no converged run: nothing timed to check (the verdict says so)
+    out["logged_seconds"] = (rep.stop_ms - rep.start_ms) / 1000
+    outside = [name for name, t in (("run_start", rep.start_ms), ("run_stop", rep.stop_ms))
+               if not lo - LAUNCH_SLACK_MS <= t <= hi + LAUNCH_SLACK_MS]
+    if outside:
+        out["problems"].append(f"its logged {' and '.join(outside)} lie outside the launch ({lo} to {hi} ms since "
+                               "the epoch, by the run driver's clock)")
+    if rep.stop_ms - rep.start_ms > hi - lo + LAUNCH_SLACK_MS:
+        out["problems"].append(f"it logs {out['logged_seconds']:.1f} s of training, but its code ran for "
+                               f"{out['wall_seconds']:.1f} s")
+    return out
+
+
+def _family(name: str) -> str | None:
+    """An accelerator's model (H100, A100, B200, GH200, L40S, MI300X) from a name such as NVML's."""
+    for token in re.findall(r"[A-Z]+[0-9]+[A-Z]*", name.upper()):
+        if not token.endswith("GB") and re.fullmatch(r"[A-Z]{1,3}[0-9]{2,4}[A-Z]?", token):
+            return token
+    return None
+
+
+def _memory_bytes(capacity: Any) -> list[float]:
+    """A description's accelerator_memory_capacity ("80 GB", "141GB", "96 GiB") as bytes, read both ways (GB, GiB)."""
+    m = re.match(r"\s*([0-9]+(?:\.[0-9]+)?)\s*(G|T)i?B", str(capacity or ""), re.IGNORECASE)
+    if not m:
+        return []
+    scale = 1 if m.group(2).upper() == "G" else 1024
+    return [float(m.group(1)) * scale * 1e9, float(m.group(1)) * scale * 2**30]
+
+
+def hardware_class(system_desc: dict[str, Any], recorded: list[Any]) -> tuple[bool, str]:
+    """Whether the reproduced runs used the submission's class of accelerators: the same count per node, model and
+    memory (within 10%) as the system description says, each run's as the run driver recorded it (run.json
+    ``accelerators``, from NVML); (False, why) otherwise."""
+    per_node = str(system_desc.get("accelerators_per_node", "")).strip() or "0"
+    model = str(system_desc.get("accelerator_model_name", "")).strip()
+    submitted = f"{per_node} x {model or 'unnamed accelerators'} per node" if per_node != "0" else "no accelerators"
+    for acc in recorded:
+        if not isinstance(acc, dict) or not isinstance(acc.get("count"), int):
+            return False, f"the submission ran on {submitted}; the run driver recorded no accelerators of a run"
+        if str(acc["count"]) != per_node:
+            return False, f"the submission ran on {submitted}, a reproduced run on {acc['count']}"
+        if acc["count"] == 0:
+            continue
+        if acc.get("unknown") or len(acc.get("devices") or []) != acc["count"]:
+            return False, (f"the submission ran on {submitted}; a reproduced run's GPUs are unknown "
+                           f"({acc.get('unknown')})")
+        for device in acc["devices"]:
+            name = str(device.get("name"))
+            if _family(name) is None or _family(name) != _family(model):
+                return False, f"the submission ran on {submitted}, a reproduced run on {name}"
+            capacity, have = _memory_bytes(system_desc.get("accelerator_memory_capacity")), device.get("memory_bytes")
+            if capacity and isinstance(have, int | float) and not any(0.9 <= have / c <= 1.1 for c in capacity):
+                return False, (f"the submission ran on {submitted} with {system_desc['accelerator_memory_capacity']}, "
+                               f"a reproduced run on {name} with {have / 2**30:.0f} GiB")
+    return True, f"the same class: {submitted}"
+
+
 def compare_benchmark(b: BenchmarkPlan, org_dir: Path, reproduced_dir: Path, system_desc: dict[str, Any],
                       ruleset: str, tolerance: float | None = None) -> dict[str, Any]:
     submitted = [read_log(Path(f), org_dir) for f in b.result_files]
@@ -134,10 +215,15 @@ def compare_benchmark(b: BenchmarkPlan, org_dir: Path, reproduced_dir: Path, sys
             "submitted_init_minutes": sub.init_minutes, "reproduced_init_minutes": rep.init_minutes,
             "metrics_identical": sub.evals == rep.evals and bool(sub.evals),
             "submitted_evals": sub.evals, "reproduced_evals": rep.evals, "compliant": compliant,
-            "device": summary.get("device"), "image": summary.get("image"),
+            "accelerators": summary.get("accelerators"), "image": summary.get("image"),
+            "our_clock": clock_check(rep, summary.get("wall")),
             "hyperparameter_differences": _hyperparameter_diffs(sub, rep),
         })
     reasons: list[str] = []
+    untrusted = [f"run {r['index']}: {p}" for r in runs for p in r["our_clock"]["problems"]]
+    if untrusted:
+        reasons.append("the package's log cannot be trusted (its times disagree with our clock): "
+                       + "; ".join(untrusted[:10]))
     hp = {d["key"]: d for r in runs for d in r["hyperparameter_differences"]}
     for d in hp.values():
         reasons.append(f"hyperparameter {d['key']} differs: submitted {d['submitted']!r}, reproduced "
@@ -154,15 +240,11 @@ def compare_benchmark(b: BenchmarkPlan, org_dir: Path, reproduced_dir: Path, sys
            "reproduced": _rcp(b.name, division, ruleset, bs, rep_epochs)}
     sub_minutes = [s.minutes for s in submitted if s.minutes is not None]
     rep_minutes = [r["reproduced_minutes"] for r in runs if r["reproduced_minutes"] is not None]
-    accelerators = str(system_desc.get("accelerators_per_node", "")).strip()
-    devices = {str(r["device"]) for r in runs if r["device"]}
-    same_class = (accelerators in ("0", "") and devices <= {"cpu"}) or \
-        (accelerators not in ("0", "") and bool(devices) and all(d.startswith("cuda") for d in devices))
+    same_class, hardware_note = hardware_class(system_desc, [r["accelerators"] for r in runs])
     times = time_test(sub_minutes, rep_minutes)
     times["hardware_comparable"] = same_class
     if not same_class:
-        times["note"] = (f"the submission ran on {accelerators or 'unknown'} accelerators per node, the "
-                         f"reproduction on {', '.join(sorted(devices)) or 'nothing'}: times are not comparable")
+        times["note"] = f"{hardware_note}: times are not comparable"
     figures = numeric.assess(
         b.name, [{"minutes": s.minutes, "epochs": s.epochs, "init_minutes": s.init_minutes} for s in submitted],
         [{"minutes": r["reproduced_minutes"], "epochs": r["reproduced_epochs"],
@@ -176,7 +258,7 @@ def compare_benchmark(b: BenchmarkPlan, org_dir: Path, reproduced_dir: Path, sys
         dataset["identical"] = dataset["submitted_sha256"] == dataset["reproduced_sha256"]
         if b.dataset_sha256 and not dataset["identical"]:
             reasons.append("the regenerated dataset's manifest differs from the submission's")
-    if hp:  # a different configuration ran: whatever else happened, the result is not reproduced
+    if hp or untrusted:  # a different configuration ran, or its log's times are not ours: not reproduced
         verdict = "not reproduced"
     elif not rep_minutes or any(r["compliant"] is False for r in runs):
         verdict = "not comparable"

@@ -22,8 +22,9 @@ from mlrepro.runs.implementation import MINI
 
 
 def build(b: BenchmarkPlan, staged: Path, record: Path, log: Path, *, engine: str, socket: str | None,
-          build_args: dict[str, Any], tag_prefix: str) -> None:
-    """Build the image of ``b``'s staged copy and write its build record (the runs' --image-record)."""
+          build_args: dict[str, Any], tag_prefix: str, network: bool = False) -> None:
+    """Build the image of ``b``'s staged copy and write its build record (the runs' --image-record); without network
+    (its Dockerfile's steps fetch nothing, no base image is pulled) unless ``network`` (reproduce_build_network)."""
     from mlrepro.containers.errors import ContainerError
     from mlrepro.containers.jobs import image_record
     from mlrepro.engines import EngineUnavailable
@@ -38,7 +39,7 @@ def build(b: BenchmarkPlan, staged: Path, record: Path, log: Path, *, engine: st
     try:
         image_record(image, record, log, engine=engine, socket=socket, mode="build", build_args=build_args,
                      tag_prefix=tag_prefix, lock_path=record.with_name("images.lock.json"), root=staged,
-                     folder=folder)
+                     folder=folder, network=network)
     except (ContainerError, EngineUnavailable, FileNotFoundError) as e:
         raise ReproduceError(f"{b.name}: the image of the package's implementation ({b.dockerfile}) could not be "
                              f"built with {engine}: {e}") from None

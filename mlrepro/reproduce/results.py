@@ -30,6 +30,8 @@ class LoggedRun:
     epochs: float | None = None  # epochs (or samples) to converge: the last eval's epoch_num
     submission: dict[str, Any] = field(default_factory=dict)
     init_minutes: float | None = None  # run_start - the first init_start (untimed initialisation)
+    start_ms: float | None = None  # run_start and run_stop as logged (the log's own clock: self-reported)
+    stop_ms: float | None = None
     error: str | None = None
 
 
@@ -63,6 +65,7 @@ def read_log(path: Path, root: Path | None = None) -> LoggedRun:
     if start is not None and stop is not None and log.status == "success":
         try:
             log.minutes = (float(stop) - float(start)) / 60_000
+            log.start_ms, log.stop_ms = float(start), float(stop)
         except (TypeError, ValueError):
             log.error = f"{path}: run_start or run_stop has a time_ms that is not a number"
             return log

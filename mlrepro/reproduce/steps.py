@@ -53,11 +53,12 @@ def stage_job(job: Job) -> None:
 
 
 def image_job(job: Job) -> None:
-    """reproduce_image (a container engine): params engine, socket, build_args, tag_prefix; the image of the staged
-    copy (input stage) built, its build's output in the job's log, its record to the output."""
+    """reproduce_image (a container engine): params engine, socket, build_args, tag_prefix, network; the image of the
+    staged copy (input stage) built, its build's output in the job's log, its record to the output."""
     p = job.params
     image.build(_benchmark(job), job.input["stage"].resolve(), job.output.first, Path(str(job.log)),
-                engine=p["engine"], socket=p["socket"], build_args=p["build_args"], tag_prefix=p["tag_prefix"])
+                engine=p["engine"], socket=p["socket"], build_args=p["build_args"], tag_prefix=p["tag_prefix"],
+                network=bool(p.get("network", False)))
 
 
 def data_job(job: Job) -> None:

@@ -20,6 +20,7 @@ import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from mlrepro.core.errors import MlreproError
 
@@ -81,13 +82,15 @@ def lock_dir(configured: str | None) -> Path:
     if configured:
         folder = Path(configured)
         folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        _check_parents(folder)
         info = folder.lstat()
         private = info.st_uid == os.getuid() and stat.S_IMODE(info.st_mode) & 0o077 == 0
         shared = info.st_uid == 0 and info.st_mode & stat.S_ISVTX
         if stat.S_ISLNK(info.st_mode) or not (private or shared):
             raise GpuError(f"gpu_lock_dir {folder}: owned by uid {info.st_uid}, mode {stat.S_IMODE(info.st_mode):o}; "
-                           "use a folder of yours with mode 0700, or a root-owned sticky one (mode 1777) shared by "
-                           "every user of this host's GPUs")
+                           f"use a folder of yours with mode 0700 (one made under umask 002 is group-writable: chmod "
+                           f"700 {folder}), or a root-owned sticky one (mode 1777) shared by every user of this host's "
+                           "GPUs")
         return folder
     from mlrepro.core import private_dir  # the user's runtime folders: one owner of their checks
 
@@ -98,9 +101,31 @@ def lock_dir(configured: str | None) -> Path:
                        "gpu_lock_dir") from None
 
 
+def _check_parents(folder: Path) -> None:
+    """GpuError where a folder above the lock folder lets another user rename it away and put theirs in its place:
+    writable by others without the sticky bit (as /tmp has), and not this user's or root's."""
+    for parent in Path(os.path.abspath(folder)).parents:
+        info = parent.stat()
+        if info.st_mode & 0o002 and not info.st_mode & stat.S_ISVTX:
+            raise GpuError(f"gpu_lock_dir {folder}: its parent {parent} is writable by every user without the sticky "
+                           f"bit (mode {stat.S_IMODE(info.st_mode):o}), so another user could swap the lock folder; "
+                           "choose a lock folder under a folder only you (or root) can write, or with mode 1777")
+
+
 def _open_lock(path: Path) -> int:
-    flags = os.O_RDONLY | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
-    return os.open(path, flags, 0o644)  # flock works on a read-only descriptor: another user's file locks too
+    """A lock file, opened without following a link or waiting on a FIFO that another user of a shared lock folder put
+    there; GpuError naming it where it is not a regular file."""
+    flags = os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags, 0o644)  # flock works on a read-only descriptor: another user's file locks too
+    except OSError as e:
+        raise GpuError(f"GPU lock {path}: cannot be opened ({e.strerror}); a symlink or a special file there is not "
+                       "a lock: remove it (the lock folder's owner can)") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise GpuError(f"GPU lock {path}: not a regular file (a FIFO, device or folder), so it cannot hold a GPU; "
+                       "remove it (the lock folder's owner can)")
+    return fd
 
 
 @contextmanager
@@ -140,3 +165,32 @@ def claim(lock_folder: Path, total: int, count: int, timeout_s: float = 600.0) -
     finally:
         for _, fd in held:
             os.close(fd)
+
+
+def identify(backend: str, gpus: list[int]) -> dict[str, Any]:
+    """The accelerators a run used, as the GPU backend names them (NVML; a replayed trace in tests and demos, as the
+    run's telemetry reads it: ``telemetry_backend``): their count, names and memory, recorded in run.json so that a
+    reproduction's time is compared only on the same hardware class. None found: ``unknown`` says why."""
+    if not gpus:
+        return {"count": 0, "devices": []}
+    from mlrepro.telemetry.backend import BackendUnavailable
+    from mlrepro.telemetry.loop import RealClock
+    from mlrepro.telemetry.sampler import make_backend
+
+    try:
+        source = make_backend(backend, RealClock())
+        if source is None:
+            return {"count": len(gpus), "devices": [], "unknown": f"telemetry backend {backend}"}
+        source.open()
+        try:
+            by_index = {d.index: d for d in source.devices()}
+            devices = [{"index": i, "name": by_index[i].name, "uuid": by_index[i].uuid,
+                        "memory_bytes": source.read_slow(by_index[i].uuid).get("mem_total_bytes")}
+                       for i in gpus if i in by_index]
+        finally:
+            source.close()
+    except (BackendUnavailable, ImportError, OSError, RuntimeError, ValueError, KeyError) as e:
+        return {"count": len(gpus), "devices": [], "unknown": f"{type(e).__name__}: {e}"[:500]}
+    missing = [i for i in gpus if i not in by_index]
+    return {"count": len(gpus), "devices": devices,
+            **({"unknown": f"the backend does not see GPU {missing}"} if missing else {})}

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from mlrepro.containers.context import context_digest, folder_files
-from mlrepro.core import atomic, safe_read
+from mlrepro.core import safe_read, untrusted_dir
 from mlrepro.core.errors import MlreproError
 from mlrepro.core.hashing import sha256_file
 
@@ -91,13 +91,23 @@ class Record:
 
 
 def write(record: Record, out: Path) -> None:
-    atomic.write_text(out, record.to_json())
+    """Atomically, mode 644 whatever the umask, no link followed: :func:`read` trusts only such a file of this user."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    untrusted_dir.write_text(out.parent, out.name, record.to_json())
 
 
 def read(path: Path) -> Record:
     """A record a capture job wrote. FileNotFoundError (with ``path`` as given) where it has not run yet: while the
-    DAG is built, Snakemake takes that for a value to be known once the job that writes it has run."""
-    text = Path(path).read_text(encoding="utf-8") if Path(path).stat().st_size <= MAX_RECORD else ""
+    DAG is built, Snakemake takes that for a value to be known once the job that writes it has run. A record is
+    trusted only as this user's regular file that no one else can write (an output folder may be group-writable): its
+    variables become every run's environment. Another's is refused, naming who wrote it."""
+    Path(path).stat()  # FileNotFoundError, as given, where its job has not run
+    try:
+        text = untrusted_dir.read_record(Path(path), MAX_RECORD).decode("utf-8")
+    except untrusted_dir.PlantedLink as e:
+        raise CaptureError(f"config file capture record {e}") from None
+    except UnicodeDecodeError:
+        text = ""
     try:
         doc = json.loads(text)
         env, sourced = doc["env"], doc.get("sourced", {})

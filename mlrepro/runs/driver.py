@@ -15,20 +15,22 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mlrepro.core import atomic
+from mlrepro.core import untrusted_dir
 from mlrepro.core.errors import MlreproError
 from mlrepro.core.hashing import sha256_file
 from mlrepro.core.job import Job
 from mlrepro.core.mllog_reader import mllog_lines, run_summary
 from mlrepro.engines import Engine, Mount, engine_for, get_engine
 from mlrepro.runs import ledger, runsub
-from mlrepro.runs.accelerators import GpuError, allocated_gpus, claim, lock_dir, machine_gpus
+from mlrepro.runs.accelerators import GpuError, allocated_gpus, claim, identify, lock_dir, machine_gpus
 from mlrepro.runs.launch_spec import LaunchSpec, LaunchSpecError
 from mlrepro.slurm import containers
 from mlrepro.slurm import launch as launcher
@@ -36,6 +38,7 @@ from mlrepro.slurm.jobs import SLURM_RECORD, this_job
 
 LOG = "train.log"
 CHECKPOINT = "checkpoint.pt"  # a converged run's weights, served by the inference stage
+MAX_LOG = 1 << 30  # bytes of a run's log read back (a real run logs megabytes)
 
 
 class RunFailed(MlreproError, RuntimeError):
@@ -43,7 +46,7 @@ class RunFailed(MlreproError, RuntimeError):
 
 
 def _image_identity(record_path: Path, ref: str | None) -> dict[str, object]:
-    record = json.loads(record_path.read_text())
+    record = json.loads(untrusted_dir.read_record(record_path, 1 << 20))
     return {"name": record["image"], "ref": ref, "tag": record.get("tag"), "id": record.get("id"),
             "repo_digests": record.get("repo_digests", []), "file": record.get("file")}
 
@@ -92,7 +95,7 @@ def execute(engine: Engine, launch: LaunchSpec, seed: int, image: str | None, ru
     try:
         def started(pid: int) -> None:  # the sampler measures the container's processes too
             if roots is not None:
-                atomic.write_text(roots, f"{pid}\n")
+                untrusted_dir.write_text(run_dir, roots.relative_to(run_dir), f"{pid}\n")
 
         return engine.run(argv, image=image, mounts=mounts, gpus=gpus, env=env, log=log, workdir=workdir,
                           started=started)
@@ -112,11 +115,11 @@ def execute_run_sub(launch: LaunchSpec, seed: int, cont: str, run_dir: Path, log
     except launcher.LaunchError as e:
         raise RunFailed(f"{launch.benchmark} run in {run_dir}: {e}") from e
     env = {**os.environ, **slurm, **runsub.environment(launch, seed, str(run_dir), cont)}
-    with log.open("wb") as out:
+    with os.fdopen(untrusted_dir.create(run_dir, log.name), "wb") as out:
         proc = subprocess.Popen(["bash", str(launch.run_sub)], cwd=launch.folder, env=env, stdin=subprocess.DEVNULL,
                                 stdout=out, stderr=subprocess.STDOUT)
         if roots is not None:
-            atomic.write_text(roots, f"{proc.pid}\n")
+            untrusted_dir.write_text(run_dir, roots.relative_to(run_dir), f"{proc.pid}\n")
         return proc.wait()
 
 
@@ -144,8 +147,16 @@ def _multi_process(engine: Engine, launch: LaunchSpec, image: str | None, argv: 
     return plan.argv, env, None, [], native
 
 
+def _read_log(log: Path) -> str:
+    """The run's log, written by its code: read without following a link, bounded."""
+    try:
+        return untrusted_dir.read_bytes(log.parent, log.name, MAX_LOG).decode(errors="replace")
+    except (FileNotFoundError, untrusted_dir.PlantedLink) as e:
+        raise RunFailed(f"the run's log {log} cannot be read: {e}") from None
+
+
 def _tail(log: Path, n: int = 15) -> str:
-    return "".join(log.read_text(errors="replace").splitlines(keepends=True)[-n:])
+    return "".join(_read_log(log).splitlines(keepends=True)[-n:])
 
 
 def collect(launch: LaunchSpec, run_dir: Path, log: Path, code: int) -> dict[str, Any]:
@@ -154,23 +165,23 @@ def collect(launch: LaunchSpec, run_dir: Path, log: Path, code: int) -> dict[str
     what = f"{launch.benchmark} run in {run_dir} ({script})"
     if code != 0:
         # a run of several processes fails whole (srun --kill-on-bad-exit): srun names the tasks and nodes that failed
-        failed = launcher.failed_tasks(log.read_text(errors="replace"))
+        failed = launcher.failed_tasks(_read_log(log))
         where = f" ({'; '.join(failed[:4])})" if failed else ""
         raise RunFailed(f"{what} exited with status {code}{where}; its log is kept at {log}. Last lines:\n{_tail(log)}")
-    lines = mllog_lines(log.read_text(errors="replace"))
+    lines = mllog_lines(_read_log(log))
     if not lines:
         raise RunFailed(f"{what} printed no :::MLLOG lines, so there is no result; its log is {log}. An "
                         "implementation logs with mlperf_logging's mllog to stdout (or prints its log file)")
-    partial = run_dir / f".result.txt.{os.getpid()}.check"
-    partial.write_text("".join(lines))
-    try:
-        summary = run_summary(partial)
-    except ValueError as e:
-        raise RunFailed(f"{what} logged no complete run ({str(e).split(': ', 1)[-1]}): a run without run_stop "
-                        f"failed; its log is {log}. Last lines:\n{_tail(log)}") from None
-    finally:
-        partial.unlink(missing_ok=True)
-    atomic.write_text(run_dir / "result.txt", "".join(lines))
+    # checked in a private folder of ours, not in the run folder (which the run's code could have filled with links)
+    with tempfile.TemporaryDirectory(prefix="mlrepro-result-") as tmp:
+        partial = Path(tmp) / "result.txt"
+        partial.write_text("".join(lines))
+        try:
+            summary = run_summary(partial)
+        except ValueError as e:
+            raise RunFailed(f"{what} logged no complete run ({str(e).split(': ', 1)[-1]}): a run without run_stop "
+                            f"failed; its log is {log}. Last lines:\n{_tail(log)}") from None
+    untrusted_dir.write_text(run_dir, "result.txt", "".join(lines))
     return summary
 
 
@@ -278,12 +289,14 @@ def _gpus(options: Options, launch: LaunchSpec) -> Iterator[list[int]]:
 def _drive(options: Options, launch: LaunchSpec, seed: int, run_dir: Path) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
     log = run_dir / LOG
-    log.unlink(missing_ok=True)
-    (run_dir / "result.txt").unlink(missing_ok=True)
-    (run_dir / CHECKPOINT).unlink(missing_ok=True)  # a re-run that does not converge must not keep old weights
+    # the run's code writes into its folder (in a container too): each entry the driver writes is replaced or made
+    # anew, never opened through what was there (mlrepro/core/untrusted_dir.py)
+    untrusted_dir.unlink(run_dir, "result.txt")
+    untrusted_dir.unlink(run_dir, CHECKPOINT)  # a re-run that does not converge must not keep old weights
+    os.close(untrusted_dir.create(run_dir, LOG))  # the engine appends to it
     slurm_job = this_job(os.environ)
     if slurm_job is not None:  # kept when the job is cancelled or times out: which Slurm job this attempt was
-        atomic.write_json(run_dir / SLURM_RECORD, slurm_job)
+        untrusted_dir.write_json(run_dir, SLURM_RECORD, slurm_job)
     run_sub = bool(launch.run_sub)
     record_path = options.image_record
     engine = get_engine("native") if run_sub else engine_for("native", record_path)
@@ -301,7 +314,7 @@ def _drive(options: Options, launch: LaunchSpec, seed: int, run_dir: Path) -> No
             from mlrepro.telemetry.host import ROOTS_ENV
 
             roots = run_dir / "telemetry" / "container.pids"
-            roots.unlink(missing_ok=True)
+            untrusted_dir.unlink(run_dir, roots.relative_to(run_dir))
             os.environ[ROOTS_ENV] = str(roots)  # the sampler inherits it
             from mlrepro.runs import warm
             sampler = start_sampler(run_dir / "telemetry", hz=hz, watch_pid=os.getpid(), backend=backend,
@@ -309,6 +322,7 @@ def _drive(options: Options, launch: LaunchSpec, seed: int, run_dir: Path) -> No
             from mlrepro.telemetry.nodes import start_for_run  # a run over several nodes: a sampler on each other
 
             nodes = start_for_run(run_dir / "telemetry", os.environ, launch.nodes, hz, backend)
+        wall_start, clock_start = time.time(), time.monotonic()  # the launch's window, by our clock
         try:
             if run_sub:
                 code = execute_run_sub(launch, seed, launch.container or str(image or ""), run_dir, log, roots)
@@ -318,6 +332,13 @@ def _drive(options: Options, launch: LaunchSpec, seed: int, run_dir: Path) -> No
             for handle in (nodes, sampler):
                 if handle is not None:
                     handle.stop()
+        wall = {"start_ms": int(wall_start * 1000), "stop_ms": int(time.time() * 1000),
+                "seconds": round(time.monotonic() - clock_start, 3)}
+    if found := untrusted_dir.planted(run_dir):  # before the driver reads or writes anything of the run again
+        raise RunFailed(f"{launch.benchmark} run in {run_dir}: its code left entries that mlrepro never makes in a "
+                        f"run folder, which could make the pipeline read or write a file elsewhere: "
+                        f"{'; '.join(found[:10])}. The run is not used and nothing was written through them; "
+                        "inspect and remove them (reproduce untrusted packages in a container)")
     summary = collect(launch, run_dir, log, code)
     record: dict[str, Any] = {
         "benchmark": launch.benchmark, **summary,
@@ -331,6 +352,8 @@ def _drive(options: Options, launch: LaunchSpec, seed: int, run_dir: Path) -> No
         "processes": launch.nodes * launch.tasks_per_node,
         "slurm": slurm_job,
         "launcher": "run.sub" if run_sub else "mlrepro",
+        # by the driver, not the run's code: when its code ran (its log's times must lie inside), and on what
+        "wall": wall, "accelerators": identify(options.telemetry_backend, gpus),
     }
     if run_sub:  # what the run.sub ran in; its steps' own task counts are in its log (and the launch preview)
         alloc = launch.allocation
@@ -348,7 +371,7 @@ def _drive(options: Options, launch: LaunchSpec, seed: int, run_dir: Path) -> No
 
         record["telemetry"] = summarize(run_dir / "telemetry", summary["run_start_ms"], summary["run_stop_ms"])
         record["peak_rss_mb"] = ((record["telemetry"] or {}).get("host") or {}).get("peak_rss_mb") or 0.0
-    atomic.write_json(run_dir / "run.json", record)
+    untrusted_dir.write_json(run_dir, "run.json", record)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mlrepro.core import atomic
+from mlrepro.core import atomic, untrusted_dir
 from mlrepro.core.errors import MlreproError
 from mlrepro.core.job import Job
 
@@ -83,12 +83,19 @@ class LaunchSpec:
     def write(self, path: Path) -> None:
         """Write atomically; an unchanged file keeps its bytes and time stamp."""
         text = self.to_json()
-        if not (path.is_file() and path.read_text(encoding="utf-8") == text):
+        if not (path.is_file() and untrusted_dir.record_problem(path.lstat()) is None
+                and path.read_text(encoding="utf-8") == text):
             atomic.write_text(path, text)
 
     @classmethod
     def read(cls, path: Path) -> LaunchSpec:
-        return cls.from_json(Path(path).read_text(encoding="utf-8"), str(path))
+        """A launch file this user wrote (mlrepro/core/untrusted_dir.py read_record); LaunchSpecError naming why
+        another is not trusted: it says what runs."""
+        try:
+            data = untrusted_dir.read_record(Path(path), 16 << 20)
+        except untrusted_dir.PlantedLink as e:
+            raise LaunchSpecError(str(e)) from None
+        return cls.from_json(data.decode("utf-8", errors="replace"), str(path))
 
 
 def launch_file_job(job: Job) -> None:

@@ -26,10 +26,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from mlrepro.core import untrusted_dir
 from mlrepro.core.errors import MlreproError
 
 LEDGER = "ledger.jsonl"
 RESULT = "result.txt"  # the run step's result file, whose hash the end line records
+MAX_BYTES = 64 << 20  # a ledger read back: two short lines a launch
 
 
 class Terminated(BaseException):
@@ -65,9 +67,11 @@ def _repair_tail(fd: int, size: int) -> int:
 
 def append(path: Path, record: dict[str, Any]) -> None:
     """One JSON line, appended whole or not at all, and fsync'd: under an exclusive lock, so that concurrent
-    writers never interleave a line and a short write (ENOSPC) is cut back off before :class:`LedgerError`."""
+    writers never interleave a line and a short write (ENOSPC) is cut back off before :class:`LedgerError`. The run's
+    code can write into its folder: a ledger that is a link, another user's file or not a regular file is refused
+    (:class:`~mlrepro.core.untrusted_dir.PlantedLink`) before anything is cut or written."""
     line = (json.dumps(record, sort_keys=True) + "\n").encode()
-    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+    fd = untrusted_dir.open_append(path.parent, path.name, read=True)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         size = _repair_tail(fd, os.fstat(fd).st_size)
@@ -90,9 +94,14 @@ def append(path: Path, record: dict[str, Any]) -> None:
 
 
 def _sha256(path: Path) -> str | None:
-    from mlrepro.core.hashing import sha256_file  # the one file hasher of the project
+    """The hash of the run's result file, which the driver wrote; None where there is none, or something else is
+    there (the run's code left a link: nothing is read through it)."""
+    import hashlib
 
-    return sha256_file(path) if path.is_file() else None
+    try:
+        return hashlib.sha256(untrusted_dir.read_bytes(path.parent, path.name, MAX_BYTES << 2)).hexdigest()
+    except (FileNotFoundError, untrusted_dir.PlantedLink):
+        return None
 
 
 @contextlib.contextmanager
@@ -135,7 +144,7 @@ def read(path: Path) -> list[dict[str, Any]]:
     """One record per launch (launch and end lines joined), in launch order. A launch without an end
     line has ``status`` "no end record" (killed, or still running)."""
     launches: dict[str, dict[str, Any]] = {}
-    text = path.read_text(encoding="utf-8", errors="replace")
+    text = untrusted_dir.read_bytes(path.parent, path.name, MAX_BYTES).decode("utf-8", errors="replace")
     lines = text.splitlines()
     for n, line in enumerate(lines, 1):
         if not line.strip():

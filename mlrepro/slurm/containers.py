@@ -21,7 +21,7 @@ from pathlib import Path
 from mlrepro.core.errors import MlreproError
 from mlrepro.engines import Mount
 
-NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*\Z")  # \Z: a trailing newline is no name
 
 
 class PluginMissing(MlreproError, RuntimeError):

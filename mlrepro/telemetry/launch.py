@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import IO
 
 import mlrepro
+from mlrepro.core import untrusted_dir
 from mlrepro.telemetry.store import (
     CHUNKS,
     EVENTS,
@@ -74,7 +75,7 @@ def _fork_sampler(argv: list[str], log: Path) -> ForkedSampler:
             os.close(read)
             os.dup2(write, 1)
             os.close(write)
-            err = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            err = untrusted_dir.open_append(log.parent, log.name)  # in a run folder: no link followed
             os.dup2(err, 2)
             os.close(err)
             null = os.open(os.devnull, os.O_RDONLY)
@@ -211,7 +212,7 @@ def start_sampler(
         if fork:
             proc = _fork_sampler(cmd[4:], out_dir / LOG)
         else:
-            with (out_dir / LOG).open("ab") as log:
+            with os.fdopen(untrusted_dir.open_append(out_dir, LOG), "ab") as log:  # no link followed
                 proc = subprocess.Popen(
                     cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log, env=env
                 )

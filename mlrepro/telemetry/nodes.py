@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -21,7 +22,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from mlrepro.core import atomic
+from mlrepro.core import atomic, untrusted_dir
 from mlrepro.telemetry.launch import SamplerHandle, log_tail, read_lines, sampler_env
 from mlrepro.telemetry.store import NODES, NODES_DIR
 
@@ -56,7 +57,7 @@ def start_on_nodes(out_dir: Path, job_id: str, names: list[str], hz: float, back
                 "--out-dir", str(out_dir / NODES_DIR), "--host-dir", "--hz", str(hz), "--backend", backend,
                 "--flush-every-s", str(flush_every_s)]
         record["command"] = argv
-        with (out_dir / NODES_LOG).open("ab") as log:
+        with os.fdopen(untrusted_dir.open_append(out_dir, NODES_LOG), "ab") as log:  # no link followed
             proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log,
                                     env=sampler_env())
         assert proc.stdout is not None

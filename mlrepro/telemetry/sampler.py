@@ -46,7 +46,7 @@ def _announce(status: dict[str, Any]) -> None:
         pass
 
 
-def _make_backend(spec: str, clock: RealClock) -> GpuBackend | None:
+def make_backend(spec: str, clock: RealClock) -> GpuBackend | None:
     if spec == "none":
         return None
     if spec.startswith("replay:"):
@@ -101,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         watched = Watched(args.watch_pid) if args.watch_pid else None
         host = None if args.no_host else HostSampler(args.watch_pid)
-        gpu = _make_backend(args.backend, clock)
+        gpu = make_backend(args.backend, clock)
         uuids: list[str] = []
         if gpu is None:
             sidecar["nvml"]["reason"] = "no NVML: GPU sampling disabled (--backend none)"

@@ -9,6 +9,7 @@ chunks (still readable, marked partial) and a sidecar that says it was still run
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import threading
@@ -19,7 +20,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from mlrepro.core import atomic
+from mlrepro.core import atomic, untrusted_dir
 from mlrepro.telemetry.backend import GPU_FIELDS
 from mlrepro.telemetry.host import HOST_FIELDS
 
@@ -126,7 +127,8 @@ class EventLog:
 
     def __init__(self, out_dir: Path) -> None:
         self._lock = threading.Lock()
-        self._f = (out_dir / EVENTS).open("a", encoding="utf-8")
+        # in a run folder, which the run's code can write: no link followed (mlrepro/core/untrusted_dir.py)
+        self._f = os.fdopen(untrusted_dir.open_append(out_dir, EVENTS), "a", encoding="utf-8")
 
     def add(self, **event: Any) -> None:
         with self._lock:
