@@ -97,13 +97,18 @@ def plan_config(workdir: Path, *configs: dict[str, Any]) -> tuple[Any, Any]:
     (tests/test_planning.py checks one through Snakemake). For a test that only checks a refusal: no Snakemake
     process (seconds each). The environment variables planning sets are restored."""
     import yaml
-    from snakemake.utils import update_config
 
     from mlrepro import planning
 
+    def update(into: dict[str, Any], overwrite: dict[str, Any]) -> dict[str, Any]:  # as Snakemake merges configs
+        for key, value in overwrite.items():
+            base = into.get(key)
+            into[key] = update(base if isinstance(base, dict) else {}, value) if isinstance(value, dict) else value
+        return into
+
     config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
     for overwrite in configs:
-        update_config(config, overwrite)
+        update(config, overwrite)
     environ, cwd = dict(os.environ), os.getcwd()
     os.chdir(workdir)
     try:
