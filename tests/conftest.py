@@ -18,13 +18,17 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
+import yaml
 
+from mlrepro import planning
 from mlrepro.config import system_name
 from mlrepro.core.job import Files, Job, json_values
 from mlrepro.planning.plan import Plan
+from mlrepro.planning.prepare import Preparation
 from mlrepro.runs import capture_job
 from mlrepro.runs.launch_spec import LaunchSpec
 
@@ -86,6 +90,34 @@ def snakemake(workdir: Path, *args: str, check: bool = True, timeout: int = 900)
         raise AssertionError(f"snakemake {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout[-4000:]}"
                              f"\n{proc.stderr[-8000:]}")
     return proc
+
+
+def plan_config(workdir: Path, *configs: dict[str, Any]) -> tuple[Plan, Preparation]:
+    """What the Snakefile's planning step does before any job, in this process: config/config.yaml updated with
+    ``configs`` in turn (as Snakemake merges --configfile and --config), planned in ``workdir`` by
+    ``mlrepro.planning.start``, then the checks that run while the DAG is built (``Preparation.check``). Returns the
+    plan and its preparation; a refusal raises ``PlanningError``, which Snakemake prints without a traceback
+    (tests/test_planning.py checks one through Snakemake). For a test that only checks a refusal: no Snakemake
+    process (seconds each). The environment variables planning sets are restored."""
+    def update(into: dict[str, Any], overwrite: dict[str, Any]) -> dict[str, Any]:  # as Snakemake merges configs
+        for key, value in overwrite.items():
+            base = into.get(key)
+            into[key] = update(base if isinstance(base, dict) else {}, value) if isinstance(value, dict) else value
+        return into
+
+    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    for overwrite in configs:
+        update(config, overwrite)
+    environ, cwd = dict(os.environ), os.getcwd()
+    os.chdir(workdir)
+    try:
+        plan, prepare = planning.start(SimpleNamespace(basedir=str(REPO)), config)
+        prepare.check()
+        return plan, prepare
+    finally:
+        os.chdir(cwd)
+        os.environ.clear()
+        os.environ.update(environ)
 
 
 def make_job(rule: str, input: dict[str, Any] | None = None, output: dict[str, Any] | None = None,

@@ -35,3 +35,18 @@ def test_a_failing_tier_fails_ci(tmp_path: Path, status: int, failed: str) -> No
                          check=True).stdout
     assert out.splitlines()[-1] == f"failed={failed}", out
     assert f"exit status {status}" in out
+
+
+def test_the_shared_tiers_beside_session_names_integration_files_only_once() -> None:
+    """Phase 2 of `.ci/run` runs the files of SHARED_BESIDE beside and every other integration file in front (those
+    of SHARED_BESIDE, the workloads and LoadGen's ignored there): each listed file exists, holds integration tests,
+    is listed once, and is neither the workloads' nor LoadGen's (their own sessions), so that no test runs twice."""
+    text = (REPO / ".ci" / "run").read_text()
+    found = re.search(r"^SHARED_BESIDE=\((.*?)^\)", text, flags=re.S | re.M)
+    assert found, ".ci/run defines no SHARED_BESIDE list"
+    files = [w for line in found.group(1).splitlines() for w in line.split("#", 1)[0].split()]
+    assert files and len(files) == len(set(files)), files
+    assert not {"tests/test_workloads.py", "tests/test_inference.py"} & set(files)
+    for name in files:
+        assert (REPO / name).is_file() and "integration" in (REPO / name).read_text(), name
+    assert '--ignore "$f"' in text and '"${SHARED_BESIDE[@]}" tests/test_workloads.py tests/test_inference.py' in text

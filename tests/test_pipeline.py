@@ -15,7 +15,8 @@ import yaml
 from mlperf_logging.result_summarizer import result_summarizer
 
 from mlrepro.datasets import manifest
-from tests.conftest import REPO, SYSTEM, TEST_CONFIG, refused, snakemake
+from mlrepro.planning import PlanningError
+from tests.conftest import REPO, SYSTEM, TEST_CONFIG, plan_config, refused, snakemake
 
 pytestmark = pytest.mark.integration
 
@@ -134,7 +135,9 @@ def test_changed_hyperparameter_reruns_only_its_benchmark(tmp_path: Path) -> Non
 
 
 def test_invalid_config_is_rejected_before_any_job(tmp_path: Path) -> None:
-    bad = tmp_path / "bad.yaml"
-    bad.write_text(yaml.safe_dump({"benchmarks": {"resnet": {"lrr": 0.1}}}))
-    refused(snakemake(tmp_path, "--configfile", str(bad), check=False), "benchmarks.resnet", "'lrr' was unexpected")
-    assert not (tmp_path / "results").exists()
+    """Planning refuses it (in this process: what the Snakefile's planning step does; a PlanningError is printed
+    without a traceback, tests/test_planning.py), naming the key; nothing is written."""
+    with pytest.raises(PlanningError) as refusal:
+        plan_config(tmp_path, {"benchmarks": {"resnet": {"lrr": 0.1}}})
+    assert "benchmarks.resnet" in str(refusal.value) and "'lrr' was unexpected" in str(refusal.value)
+    assert list(tmp_path.iterdir()) == []

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ from mlrepro.reproduce import plan, stage, verify
 from mlrepro.reproduce.errors import ReproduceError
 from mlrepro.reproduce.launch import capture_config, launch_spec
 from mlrepro.runs import capture
-from tests.conftest import write_mllog
+from tests.conftest import require, write_mllog
 
 SYSTEM = "sys1"
 DEEP = 100_000
@@ -213,3 +214,16 @@ def test_a_file_over_the_size_limit_is_named_not_hashed(tmp_path: Path) -> None:
     with pytest.raises(ReproduceError, match=r"files over the size limit of \d+ bytes, which are not hashed: "
                        r"benchmarks/resnet/implementations/impl/weights\.bin \(3221225472 bytes\)\. Nothing was run"):
         verify.before(org)
+
+
+def test_a_device_in_the_implementation_folder_is_refused_and_nothing_staged(tmp_path: Path) -> None:
+    """A character device with /dev/zero's numbers (made by root, as a package unpacked by root may hold one): the
+    staging never opens it (reading it would never end) and names it, as it names a FIFO."""
+    impl = _package(tmp_path) / "benchmarks" / "resnet" / "implementations" / "impl"
+    try:
+        os.mknod(impl / "zero", stat.S_IFCHR | 0o600, os.makedev(1, 5))
+    except PermissionError:
+        require(False, "making a character device needs root (CI runs as root)")
+    with pytest.raises(ReproduceError, match=r"zero \(not a regular file\)"):
+        stage.stage(impl, tmp_path / "staged")
+    assert not (tmp_path / "staged").exists()

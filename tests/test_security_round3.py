@@ -130,6 +130,39 @@ def test_warm_folder_not_private_is_refused_naming_it(runtime: Path, plant: str,
         warm.private(folder)
 
 
+
+def test_a_job_never_hands_over_to_a_listener_planted_in_its_warm_folder(runtime: Path,
+                                                                        other_user: tuple[str, int, int]) -> None:
+    """Another user makes the victim's warm folder first and listens on its parent.sock: a job handing over to its
+    warm parent (warm._through_parent, hand_over's path) refuses the folder before it connects, and goes cold."""
+    import socket
+    import threading
+
+    folder = warm.parent_dir(os.environ[warm.OWNER_ENV])
+    folder.mkdir(parents=True, mode=0o700)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(folder / "parent.sock"))
+    listener.listen(1)
+    listener.settimeout(1)  # a connection comes while the job hands over, before the join
+    connected = threading.Event()
+
+    def serve() -> None:
+        with contextlib.suppress(OSError):
+            listener.accept()
+            connected.set()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    for p in (folder / "parent.sock", folder, folder.parent):
+        _give(p, other_user, 0o777 if p.is_dir() else None)
+    try:
+        said = warm._through_parent(folder, warm.MODULE, {"argv": ["--help"]}, dict(os.environ))
+        thread.join()
+    finally:
+        listener.close()
+    assert not connected.is_set(), "the job connected to the other user's listener"
+    assert isinstance(said, str) and "owned by" in said, said
+
 def test_runtime_base_writable_by_others_is_refused(runtime: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from mlrepro.core import private_dir
 
