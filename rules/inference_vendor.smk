@@ -16,19 +16,9 @@ VDIR = PLAN.out.root / "inference_vendor"
 VENDOR_TARGETS = [VDIR / "jobs" / "export.json", VDIR / "report.csv"] if VENDOR else []
 
 
-def _vendor_sources():
-    """What the preview reads (enumerated while the DAG is built, as names only): a changed file previews again."""
-    if not VENDOR:
-        return []
-    root = Path(VENDOR["code"])
-    patterns = ("Makefile*", "VERSION", "configs/**/*.py", "code/common/constants.py", "code/common/systems/*.py",
-                "code/actionhandler/run_audit.py")
-    return sorted(str(p) for pat in patterns for p in root.glob(pat) if p.is_file() and not p.is_symlink())
-
-
 rule inference_preview:
     input:
-        _vendor_sources(),
+        vendor_steps.sources(VENDOR),
     output:
         PLAN.out.root / "inference_preview.json",
     params:
@@ -55,16 +45,13 @@ if VENDOR:
     VCOMMON = dict(workdir=str(VWORK), scratch=str(VDIR / "scratch"), engine=PLAN.config["engine"],
                    image=VENDOR.get("image"), custom_definition=VENDOR.get("custom_definition"))
 
-    def _vout(job):
-        return VDIR / "jobs" / f"{job}.json"
-
-    def _gpu_resources():
-        # the node to itself: every GPU of this machine (Snakemake's local queue), an exclusive node on Slurm
-        return dict(gpus=PLAN.local_gpus, slurm_extra="'--exclusive'")
+    VJOBS = VDIR / "jobs"  # each job's record: VJOBS / "<job>.json"
+    # the node to itself: every GPU of this machine (Snakemake's local queue), an exclusive node on Slurm
+    VGPU = dict(gpus=PLAN.local_gpus, slurm_extra="'--exclusive'")
 
     rule vendor_work:
         input:
-            _vendor_sources(),
+            vendor_steps.sources(VENDOR),
         output:
             VDIR / "work.json",
         params:
@@ -80,7 +67,7 @@ if VENDOR:
         input:
             rules.vendor_work.output[0],
         output:
-            _vout("image"),
+            VJOBS / "image.json",
         params:
             # none with a given image, or natively (the steps run on this host: nothing to build)
             steps=[] if VENDOR.get("image") or PLAN.config["engine"] == "native" else VSTEPS.get("image", []),
@@ -95,7 +82,7 @@ if VENDOR:
         input:
             image=rules.vendor_image.output[0],
         output:
-            _vout("build"),
+            VJOBS / "build.json",
         params:
             steps=VSTEPS.get("build", []),
             **VCOMMON,
@@ -109,7 +96,7 @@ if VENDOR:
             image=rules.vendor_image.output[0],
             build=rules.vendor_build.output[0],
         output:
-            _vout("data/{vbench}"),
+            VJOBS / "data/{vbench}.json",
         params:
             steps=lambda w: VSTEPS.get(f"data/{w.vbench}", []),
             **VCOMMON,
@@ -121,9 +108,9 @@ if VENDOR:
     rule vendor_engines:
         input:
             image=rules.vendor_image.output[0],
-            data=_vout("data/{vbench}"),
+            data=VJOBS / "data/{vbench}.json",
         output:
-            _vout("engines/{vbench}/{vscen}"),
+            VJOBS / "engines/{vbench}/{vscen}.json",
         params:
             steps=lambda w: VSTEPS.get(f"engines/{w.vbench}/{w.vscen}", []),
             hz=PLAN.telemetry_hz,
@@ -131,7 +118,7 @@ if VENDOR:
             gpus=PLAN.local_gpus,
             **VCOMMON,
         resources:
-            **_gpu_resources(),
+            **VGPU,
         log:
             PLAN.out.log("vendor_engines_{vbench}_{vscen}"),
         script:
@@ -140,9 +127,9 @@ if VENDOR:
     rule vendor_run:
         input:
             image=rules.vendor_image.output[0],
-            engines=_vout("engines/{vbench}/{vscen}"),
+            engines=VJOBS / "engines/{vbench}/{vscen}.json",
         output:
-            _vout("run/{vbench}/{vscen}/{vmode}"),
+            VJOBS / "run/{vbench}/{vscen}/{vmode}.json",
         wildcard_constraints:
             vmode="|".join(vendor_steps.MODES),
         params:
@@ -155,7 +142,7 @@ if VENDOR:
             accelerators=VPLAN.accelerators(),
             **VCOMMON,
         resources:
-            **_gpu_resources(),
+            **VGPU,
         log:
             PLAN.out.log("vendor_run_{vbench}_{vscen}_{vmode}"),
         script:
@@ -164,9 +151,9 @@ if VENDOR:
     rule vendor_stage:
         input:
             image=rules.vendor_image.output[0],
-            runs=[_vout(f"run/{u.key}") for u in VUNITS if u.mode in vendor_steps.MODES],
+            runs=[VJOBS / f"run/{u.key}.json" for u in VUNITS if u.mode in vendor_steps.MODES],
         output:
-            _vout("stage"),
+            VJOBS / "stage.json",
         params:
             steps=VSTEPS.get("stage", []),
             **VCOMMON,
@@ -175,21 +162,14 @@ if VENDOR:
         script:
             "dispatch.py"
 
-    def _audit_before(w):
-        """The audit run before this one: one audit at a time in the folder (its audit.config and verify files)."""
-        key = f"{w.vbench}/{w.vscen}/{w.vmode}"
-        keys = [u.key for u in VAUDITS]
-        i = keys.index(key)
-        return [_vout(f"run/{keys[i - 1]}")] if i else []
-
     rule vendor_audit:
         input:
             image=rules.vendor_image.output[0],
-            engines=_vout("engines/{vbench}/{vscen}"),
+            engines=VJOBS / "engines/{vbench}/{vscen}.json",
             stage=rules.vendor_stage.output[0],
-            before=_audit_before,
+            before=lambda w: [VJOBS / f"run/{k}.json" for k in vendor_steps.audit_before(VAUDITS, w)],
         output:
-            _vout("run/{vbench}/{vscen}/{vmode}"),
+            VJOBS / "run/{vbench}/{vscen}/{vmode}.json",
         wildcard_constraints:
             vmode="|".join(u.mode for u in VAUDITS) or "none",
         params:
@@ -199,7 +179,7 @@ if VENDOR:
             gpus=PLAN.local_gpus,
             **VCOMMON,
         resources:
-            **_gpu_resources(),
+            **VGPU,
         log:
             PLAN.out.log("vendor_audit_{vbench}_{vscen}_{vmode}"),
         script:
@@ -209,9 +189,9 @@ if VENDOR:
         input:
             image=rules.vendor_image.output[0],
             stage=rules.vendor_stage.output[0],
-            audits=[_vout(f"run/{u.key}") for u in VAUDITS],
+            audits=[VJOBS / f"run/{u.key}.json" for u in VAUDITS],
         output:
-            _vout("stage_compliance"),
+            VJOBS / "stage_compliance.json",
         params:
             steps=VSTEPS.get("stage_compliance", []),
             **VCOMMON,
@@ -225,7 +205,7 @@ if VENDOR:
             image=rules.vendor_image.output[0],
             compliance=rules.vendor_compliance.output[0],
         output:
-            _vout("truncate"),
+            VJOBS / "truncate.json",
         params:
             steps=VSTEPS.get("truncate", []),
             **VCOMMON,
@@ -239,7 +219,7 @@ if VENDOR:
             image=rules.vendor_image.output[0],
             truncate=rules.vendor_truncate.output[0],
         output:
-            _vout("export"),
+            VJOBS / "export.json",
         params:
             steps=VSTEPS.get("export", []),
             **VCOMMON,
@@ -251,7 +231,7 @@ if VENDOR:
 
     rule vendor_report:
         input:
-            [_vout(f"run/{u.key}") for u in VUNITS if u.mode == "performance"],
+            [VJOBS / f"run/{u.key}.json" for u in VUNITS if u.mode == "performance"],
         output:
             VDIR / "report.csv",
         log:

@@ -167,3 +167,26 @@ class Planner:
                 pass
         m = re.search(r"x(\d+)$", self.system)
         return int(m.group(1)) if m else 0
+
+
+# What the preview reads of the folder (enumerated while the DAG is built, as names only: a changed file previews
+# again): the round's Makefiles, the configs and the system definitions user.conf is resolved from.
+SOURCES = ("Makefile*", "VERSION", "configs/**/*.py", "code/common/constants.py", "code/common/systems/*.py",
+           "code/actionhandler/run_audit.py")
+
+
+def sources(vendor: dict[str, Any] | None) -> list[str]:
+    """The files of ``inference.vendor``'s folder that the preview and the working copy depend on (none without one);
+    links are left out (never followed out of the folder)."""
+    if not vendor:
+        return []
+    root = Path(vendor["code"])
+    return sorted(str(p) for pat in SOURCES for p in root.glob(pat) if p.is_file() and not p.is_symlink())
+
+
+def audit_before(audits: list[Unit], wildcards: Any) -> list[str]:
+    """The key of the audit run before the one of ``wildcards`` (vbench, vscen, vmode), or none for the first: one
+    audit at a time in the folder (LoadGen reads audit.config from its working directory)."""
+    keys = [u.key for u in audits]
+    i = keys.index(f"{wildcards.vbench}/{wildcards.vscen}/{wildcards.vmode}")
+    return keys[i - 1:i] if i else []
