@@ -1,10 +1,11 @@
 """The pipeline's capture job (rules/runs.smk ``capture``, through mlrepro/jobs.py).
 
-Sources one config file natively (mlrepro/runs/capture.py), checks every (system, benchmark) that reads it against
-its variables (mlrepro.runs.implementation.unit_problems: the messages planning gives once the record exists) and, on
-a Slurm cluster, their job shapes against the partition (mlrepro.slurm.checks, the preflight the onstart hook runs for
-the shapes it knows), and writes the record, atomically, only where nothing stops them: a failed check fails the job,
-and the next plan runs it again.
+Sources one config file natively (mlrepro/runs/capture.py), or a reproduced package's staged copy in its image
+(the inputs rules/reproduce.smk gives the rule: mlrepro/reproduce/run_stage.py), checks every (system, benchmark)
+that reads it against its variables (mlrepro.runs.implementation.unit_problems: the messages planning gives once the
+record exists) and, on a Slurm cluster, their job shapes against the partition (mlrepro.slurm.checks, the preflight
+the onstart hook runs for the shapes it knows), and writes the record, atomically, only where nothing stops them: a
+failed check fails the job, and the next plan runs it again.
 """
 
 from __future__ import annotations
@@ -13,17 +14,19 @@ from pathlib import Path
 from typing import Any
 
 from mlrepro.core.job import Job
-from mlrepro.runs.capture import CaptureError, Record, source_native, write
+from mlrepro.runs.capture import CaptureError, Record, source_in_image, source_native, write
 from mlrepro.runs.implementation import captured, unit_problems
 from mlrepro.slurm.checks import PreflightError, check
 from mlrepro.slurm.resources import JobShape, unit_shape
 
 
-def capture(config: Path, out: Path, checks: list[dict[str, Any]], preflight: dict[str, Any] | None = None) -> Record:
-    """Source ``config``, check each unit of ``checks`` against its variables (and, ``preflight``: Plan's
+def capture(config: Path, out: Path, checks: list[dict[str, Any]], preflight: dict[str, Any] | None = None,
+            image: Path | None = None, code: Path | None = None) -> Record:
+    """Source ``config`` (in the image of the build record ``image``, with only the folder ``code`` that holds it
+    mounted; none: natively), check each unit of ``checks`` against its variables (and, ``preflight``: Plan's
     capture_preflight, their shapes against the Slurm partition), write the record to ``out``; CaptureError with what to
     do where it cannot be sourced or a check fails (then nothing is written)."""
-    record = source_native(config)
+    record = source_native(config) if image is None or code is None else source_in_image(image, config, code)
     problems = [line for unit in checks for line in unit_problems(record.env, **unit)]
     if problems:
         raise CaptureError("invalid configuration (config/config.yaml and --config):\n" + "\n".join(problems))
@@ -47,8 +50,10 @@ def capture(config: Path, out: Path, checks: list[dict[str, Any]], preflight: di
 
 def job(job: Job) -> None:
     """The capture rule's job: params config (the file to source), checks (the units that read it), preflight (on a
-    Slurm cluster: the partition, threads, engine and each unit's shape; else none); output: the record."""
-    p, out = job.params, job.output.first
-    record = capture(Path(p["config"]), out, p["checks"], p["preflight"])  # CaptureError: its one line
+    Slurm cluster: the partition, threads, engine and each unit's shape; else none); inputs image and stage, where
+    given (a reproduction with a container engine: the image's build record, the staged copy); output: the record."""
+    p, out, stage = job.params, job.output.first, job.input.get("stage")
+    record = capture(Path(p["config"]), out, p["checks"], p["preflight"],  # CaptureError: its one line
+                     job.input.get("image"), stage.resolve() if stage else None)
     print(f"{out}: {len(record.env)} variables of {p['config']}" + (
         f", which sourced {', '.join(record.sourced)}" if record.sourced else ""))
