@@ -2,8 +2,8 @@
 
 Made while Snakemake parses rules/reproduce.smk, so it only reads the package, with bounds
 (mlrepro.core.safe_read): nothing in it is run or sourced, nothing is written. The config file's variables, the job
-shape among them, are captured later by a job from the staged copy (``reproduce_capture``: mlrepro/runs/capture.py, in
-the package's image with a container engine). A job writes the plan to ``plan.json`` for the later
+shape among them, are captured later by the run stage's capture job from the staged copy (mlrepro/runs/capture.py,
+in the package's image with a container engine: mlrepro/reproduce/run_stage.py). A job writes the plan to ``plan.json`` for the later
 steps (:func:`to_json`, :func:`from_json`).
 """
 
