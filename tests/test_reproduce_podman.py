@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.conftest import SYSTEM as PIPELINE_SYSTEM
 from tests.conftest import snakemake, write_mllog
 from tests.test_containers_podman import base, client, socket  # noqa: F401  (session fixtures)
 from tests.test_implementations import OUTSIDE, _points
@@ -139,7 +140,7 @@ def test_our_package_reproduces_in_podman(tiny_package: Path, base: str, socket:
     assert bench["dataset"]["identical"] and bench["runs"][0]["metrics_identical"]
     record = json.loads((repro / "containers" / "resnet.json").read_text())
     assert record["dockerfile"] == "containers/pytorch/Dockerfile" and record["build_args"] == {"BASE_IMAGE": base}
-    run = json.loads((repro / "runs" / SYSTEM / "resnet" / "0" / "run.json").read_text())
+    run = json.loads((repro / "runs" / PIPELINE_SYSTEM / "resnet" / "0" / "run.json").read_text())  # the package's
     assert run["engine"] == "podman" and run["image"]["id"] == record["id"]
     assert _snapshot(org) == before and doc["package_changes"] == []
 

@@ -3,8 +3,8 @@
 Made while Snakemake parses rules/reproduce.smk, so it only reads the package, with bounds
 (mlrepro.core.safe_read): nothing in it is run or sourced, nothing is written. The config file's variables, the job
 shape among them, are captured later by the run stage's capture job from the staged copy (mlrepro/runs/capture.py,
-in the package's image with a container engine: mlrepro/reproduce/run_stage.py). A job writes the plan to ``plan.json`` for the later
-steps (:func:`to_json`, :func:`from_json`).
+in the package's image with a container engine: mlrepro/reproduce/run_stage.py). A job writes the plan to
+``plan.json`` for the later steps (:func:`to_json`, :func:`from_json`).
 """
 
 from __future__ import annotations
