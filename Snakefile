@@ -47,6 +47,7 @@ elif config.get("reproduce"):
 else:
 
     include: "rules/common.smk"
+    include: "rules/inference_vendor.smk"  # before `all`, which names its targets (VENDOR_TARGETS)
 
     rule all:
         input:
@@ -54,6 +55,7 @@ else:
             PLAN.out.report,
             PLAN.launch_files,  # each (system, benchmark)'s launch file (rules/runs.smk)
             PLAN.inference_targets,  # empty unless inference.benchmarks names one
+            VENDOR_TARGETS,  # empty unless inference.vendor names a vendor's code folder
         default_target: True
 
     include: "rules/containers.smk"

@@ -264,13 +264,14 @@ def load(raw: Mapping[str, Any], source: str = "config",
                           "the pipeline serves its models through LoadGen as configured under inference:")
     # the release that judges (logging_release, else the installed one) says which benchmarks and runs there are
     try:
-        release = rulesets.release_folder(config.get("logging_release"), ruleset)
+        release = rulesets.release_folder(config.get("logging_release"), ruleset, usage)
         known = rulesets.known_rulesets(usage, release)
     except ValueError as e:
         raise ConfigError(f"invalid configuration ({source}):\n  logging_release: {e}") from None
     judge = f"mlperf_logging in {release}" if release else "the installed mlperf_logging"
     if ruleset not in known:
-        hint = "" if release else "; a later round's ruleset needs its release: set logging_release"
+        hint = "" if release else ("; a later round's ruleset needs its release: set logging_release, or add its row "
+                                   "to mlrepro/core/releases.yaml")
         raise ConfigError(f"invalid configuration ({source}):\n  ruleset: unknown ruleset {ruleset!r} for "
                           f"{usage}; {judge} knows {', '.join(known)}{hint}")
     implemented = implemented_benchmarks()

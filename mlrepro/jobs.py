@@ -42,6 +42,7 @@ ENTRIES: dict[str, str] = {
     "launch": "mlrepro.runs.launch_spec:launch_file_job",
     "launch_preview": "mlrepro.runs.preview:job",
     "run": "mlrepro.runs.driver:job",
+    "judging_release": "mlrepro.core.releases:job",
     "compliance": "mlrepro.gate.compliance:job",
     "package": "mlrepro.package.assemble:job",
     "score": "mlrepro.score:job",
@@ -54,6 +55,11 @@ ENTRIES: dict[str, str] = {
     "audit_check": "mlrepro.audit.steps:check_job",
     "audit_summarize": "mlrepro.audit.steps:summarize_job",
     "inference_audit": "mlrepro.inference.audit:job",
+    "inference_preview": "mlrepro.inference.vendor.preview:job",
+    "vendor_work": "mlrepro.inference.vendor.jobs:work_job",
+    **{f"vendor_{step}": "mlrepro.inference.vendor.jobs:step_job" for step in (
+        "image", "build", "data", "engines", "run", "stage", "audit", "compliance", "truncate", "export")},
+    "vendor_report": "mlrepro.inference.vendor.jobs:report_job",
     **{f"reproduce_{step}": f"mlrepro.reproduce.steps:{step}_job"
        for step in ("verify", "plan", "stage", "image", "data", "report")},
 }
@@ -63,7 +69,7 @@ WARM: dict[str, str] = {"data": warm.DATA, "inference_run": warm.INFERENCE, "run
 # Rules whose log is what the user asked for (an audit, verify_data, a reproduction's verdict): on success it goes to
 # the terminal too.
 SHOWN = frozenset({"repair", "launch_preview", "verify_data", "audit_check", "audit_summarize", "inference_audit",
-                   "reproduce_report"})
+                   "reproduce_report", "inference_preview"})
 SHOWN_BYTES = 16 << 10
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
 
-from mlrepro.core import rulesets
+from mlrepro.core import release_table, rulesets
 from mlrepro.audit import discover
 from mlrepro.core import smk as _smk
 AUDIT_ROOT = Path(config["audit"]).resolve()
@@ -18,7 +18,7 @@ AUDIT_OUT = Path(config.get("audit_out") or "audit")
 AUDIT_USAGE = str(config.get("usage") or "training")
 AUDIT_RULESET = str(config.get("ruleset") or "2.0.0")
 
-if AUDIT_RULESET not in rulesets.known_rulesets(AUDIT_USAGE):
+if AUDIT_RULESET not in rulesets.known_rulesets(AUDIT_USAGE) and not release_table.pinned(AUDIT_RULESET, AUDIT_USAGE):
     raise WorkflowError(f"ruleset={AUDIT_RULESET}: mlperf_logging knows {', '.join(rulesets.known_rulesets(AUDIT_USAGE))}")
 if not AUDIT_ROOT.is_dir():
     raise WorkflowError(f"audit={config['audit']}: not a folder")
@@ -46,13 +46,24 @@ AUDIT_REJECTED = [e.encode("utf-8", "backslashreplace").decode() for e in
 # A rule without a message is announced with every input file: a package of 100,000 files made an 8 MB log.
 # Counts only, no names: Snakemake formats the message ({...}), and a name may hold braces.
 AUDIT_MESSAGE = f"{len(AUDIT_RESULT_FILES):,} result files, {len(AUDIT_REJECTED):,} entries the audit does not read"
+# The releases table's release for the ruleset, where audit_logging names none and the venv's is not it
+_table = None if config.get("audit_logging") else release_table.judging_folder(AUDIT_RULESET, AUDIT_USAGE)
+AUDIT_TABLE_RELEASE = str(_table) if _table else None
+RELEASE = {"stamps": release_table.stamps(_table), "ruleset": AUDIT_RULESET, "usage": AUDIT_USAGE,
+           "log": AUDIT_OUT / "logs" / "judging_release.log"}
+
+
+include: "release.smk"
+
+
 # What both steps are asked (mlrepro/audit/steps.py Step); their logs go to the terminal too (mlrepro/jobs.py SHOWN).
 AUDIT_STEP = {
     "root": str(AUDIT_ROOT), "out": str(AUDIT_OUT), "usage": AUDIT_USAGE, "ruleset": AUDIT_RULESET,
     "max_file_mb": AUDIT_MAX_BYTES / (1 << 20),
     # audit_logging=DIR: the mlperf-logging release that judges (one version's folder, or a folder of them
-    # named by tag, from which the ruleset's round tag is chosen); it runs isolated (mlrepro/core/versions.py)
-    "logging": str(Path(config["audit_logging"]).resolve()) if config.get("audit_logging") else None,
+    # named by tag, from which the ruleset's round tag is chosen); else the releases table's for the ruleset, in the
+    # user's cache (rules/release.smk installs it); else the installed one. It runs isolated (mlrepro/core/versions.py)
+    "logging": str(Path(config["audit_logging"]).resolve()) if config.get("audit_logging") else AUDIT_TABLE_RELEASE,
     # audit_fast_paths=false: check with mlperf_logging's compliance checker exactly as it ships, without the
     # engine's fast paths (mlrepro/audit/fastpath.py; the same verdicts, tested on the v1.1 round, in a fraction of
     # the time)
@@ -73,6 +84,7 @@ rule audit_all:
 rule audit_check:
     input:
         AUDIT_RESULT_FILES,
+        release=[ancient(f) for f in RELEASE["stamps"]],
     output:
         AUDIT_OUT / "checks.json",
     params:
@@ -93,6 +105,7 @@ rule audit_summarize:
         AUDIT_OUT / "checks.json",
         AUDIT_ALL_FILES,
         result_ids=config.get("audit_result_ids") or [],  # the round's published IDs (optional)
+        release=[ancient(f) for f in RELEASE["stamps"]],
     output:
         AUDIT_OUT / "summary.csv",
         AUDIT_OUT / "summary.json",

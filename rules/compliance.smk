@@ -1,9 +1,18 @@
 # Stage 4 (a hard gate): every result file through the official compliance checker, of the release that
-# judges the ruleset (logging_release; else the installed mlperf_logging).
+# judges the ruleset (logging_release; else the releases table's, installed by rules/release.smk; else the installed
+# mlperf_logging).
+RELEASE = {"stamps": PLAN.release_stamps, "ruleset": PLAN.config["ruleset"], "usage": PLAN.config["usage"],
+           "log": PLAN.out.log("judging_release")}
+
+
+include: "release.smk"
+
+
 rule compliance:
     input:
         result=rules.run.output.result,
         summary=rules.run.output.summary,
+        release=[ancient(s) for s in PLAN.release_stamps],
     output:
         PLAN.out.verdict("{system}", "{benchmark}", "{run}"),
     params:

@@ -16,6 +16,7 @@ rule package:
         # the config files' capture records the spec is read from (ancient: a record made again under its name,
         # what it captured unchanged, keeps what was made)
         captures=[ancient(str(f)) for f in PLAN.capture_files],
+        release=[ancient(s) for s in PLAN.release_stamps],  # the judging release's install (rules/release.smk)
     output:
         tree=directory(PLAN.out.submission),
         verdict=PLAN.out.package_verdict,

@@ -7,8 +7,8 @@ from mlrepro.core.smk import SLURM_EXECUTOR, executor, signature_once
 # Each config file, sourced by bash in a job (never while the DAG is built) into a record named by what it read
 # (mlrepro/runs/capture.py): a changed file of its folder is a new record, so this job runs and, after it, the runs
 # that read it (their input is new); a touched file or a moved folder is none. The job checks every (system, benchmark)
-# that reads the record against its variables (run.sub's variables, DGXNNODES against the system's nodes; on Slurm
-# their job shapes against the partition) and fails naming them. The runs, the launch files, the specs and the preview
+# that reads the record against its variables (what run.sub needs set, found by running it; DGXNNODES against the
+# system's nodes; on Slurm their job shapes against the partition) and fails naming them. The runs, the launch files, the specs and the preview
 # take the record as an ancient input: a record made again with the same name (its rule changed) keeps them. Not a
 # checkpoint: Snakemake would then make every job that reads a record again at each invocation (a third of a no-op's
 # time at 900 runs: benchmarks/planning_scale.py).
@@ -22,6 +22,8 @@ rule capture:
         # functions of the output, which Snakemake does not track: the record's name is what it captures
         config=lambda w, output: str(PLAN.capture_source(w.key)),
         checks=lambda w, output: PLAN.capture_checks(w.key),
+        # each run.sub that reads it, run as a run runs it: what it needs set (mlrepro/runs/demands.py)
+        runs=lambda w, output: PLAN.capture_runs(w.key),
         # profiles/slurm: the preflight of the shapes it gives (rules/common.smk's onstart checks those known then)
         preflight=lambda w, output: PLAN.capture_preflight(w.key) if executor() == SLURM_EXECUTOR else None,
     wildcard_constraints:

@@ -32,6 +32,16 @@ def test_the_docs_example_previews_its_launch(tmp_path: Path) -> None:
     config = yaml.safe_load(config_text)
     for path in [config["benchmarks"]["ssd"]["data_dir"], config["benchmarks"]["ssd"]["env"]["BACKBONE_DIR"]]:
         Path(path).mkdir(parents=True)
+    # first as the docs' "What to set" starts: nothing but image and data_dir; the capture job refuses, naming the
+    # variable, the line of run.sub that reads it, the mount it feeds and the key to set
+    backbone = config["benchmarks"]["ssd"].pop("env")
+    (tmp_path / "bare.yaml").write_text(yaml.safe_dump(config))
+    refused = snakemake(tmp_path, "--configfile", str(tmp_path / "bare.yaml"), "--", "launch_preview", check=False)
+    said = refused.stdout + refused.stderr
+    n1_run_sub = f"{tmp_path}/lustre/NVIDIA/benchmarks/ssd/implementations/eos_ngc24.09_pytorch/run.sub"
+    assert refused.returncode != 0 and f"benchmarks.ssd.env.BACKBONE_DIR: {n1_run_sub}:147 reads" in said, said[-3000:]
+    assert "the source of the container mount /root/.cache/torch" in said and "MLPERF_CLUSTER_NAME" not in said
+    config["benchmarks"]["ssd"]["env"] = backbone
     (tmp_path / "submission.yaml").write_text(yaml.safe_dump(config))
     proc = snakemake(tmp_path, "--configfile", str(tmp_path / "submission.yaml"), "--", "launch_preview")
     out = Path(config["outdir"]) / "launch_preview.json"
@@ -47,5 +57,8 @@ def test_the_docs_example_previews_its_launch(tmp_path: Path) -> None:
     assert training["mounts"] == ["/datasets/open-images-v6", "/results", "/root/.cache/torch"]
     assert training["command"] == ["slurm2pytorch", "./run_and_time.sh"]
     assert n1["summary"]["cache_clear"] and n1["summary"]["cache_clear_logged"]
-    assert all("error" not in e for e in entries)
+    assert all("error" not in e and "demands" not in e for e in entries)
+    torch = next(m for m in n8["mounts"] if m["destination"] == "/root/.cache/torch")
+    assert torch["variable"] == "BACKBONE_DIR" and torch["exists_here"] and "by hand" in torch["fill"]
+    assert {c["kind"] for c in n8["commands"]} >= {"step", "query", "local"}
     assert "node-hours" in proc.stdout + proc.stderr

@@ -137,7 +137,7 @@ def _captured(runs: ReproducedRuns) -> LaunchSpec:
     """The pipeline's capture job (rules/runs.smk capture) on the staged copy, then the launch spec the launch and run
     jobs are given."""
     capture_job.capture(runs.capture_source("resnet"), runs.capture_file(SYSTEM, "resnet"),
-                        runs.capture_checks("resnet"), runs.capture_preflight("resnet"))
+                        runs.capture_checks("resnet"), runs.capture_preflight("resnet"), runs.capture_runs("resnet"))
     return LaunchSpec.from_dict(runs.launch_params(SYSTEM, "resnet"), "test")
 
 

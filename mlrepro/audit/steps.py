@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mlrepro.audit import compare, discover
-from mlrepro.core import versions
+from mlrepro.core import releases, versions
 from mlrepro.core.errors import MlreproError
 from mlrepro.core.job import Job
 
@@ -58,6 +58,7 @@ def run(step: Step) -> int:
         except versions.VersionError as e:
             raise StepError(str(e)) from None
         if not versions.isolated(folder):  # this interpreter never imports the version: a child does
+            releases.checked(folder)  # a cached release of the table: verified before its use
             status = versions.run_isolated(folder, ["-m", "mlrepro.audit", *step.argv()])
             return status or (_compare(step) if compare_after else 0)
         compare_after = False  # the isolated child: its parent compares once it is done

@@ -1,10 +1,11 @@
 """What a ruleset of mlperf_logging says about benchmarks: which exist and how many runs each needs, and what
 the rules say of each beyond that (``rulesets.yaml``: the metric's direction, the olympic mean's drops, RCPs).
 
-The counts come from the release that judges: the installed ``mlperf_logging`` by default, or a release's own
-folder (``logging_release``: a checkout of mlcommons/logging at a tag, or ``pip install --target DIR``), whose
-``benchmark_meta.py`` and rule folders are read as data, never imported (the project's own processes judge
-with one release only, :mod:`mlrepro.core.versions`).
+The counts come from the release that judges: a release's own folder (``logging_release``: a checkout of
+mlcommons/logging at a tag, or ``pip install --target DIR``), whose ``benchmark_meta.py`` and rule folders are read
+as data, never imported (the project's own processes judge with one release only, :mod:`mlrepro.core.versions`);
+else, for a ruleset of the releases table, that release as the table records it (:mod:`mlrepro.core.releases`);
+else the installed ``mlperf_logging``.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 
 import yaml
 
+from mlrepro.core import release_table
 from mlrepro.core.errors import MlreproError
 
 RULES = Path(__file__).with_name("rulesets.yaml")
@@ -82,7 +84,10 @@ def _package(release: Path | None) -> Path:
 
 @cache
 def _meta(release: Path | None) -> dict[str, Any]:
-    """The two tables of ``benchmark_meta.py`` (result file counts, allowed benchmarks), as literals."""
+    """The two tables of ``benchmark_meta.py`` (result file counts, allowed benchmarks), as literals; for a release
+    of the table (mlrepro/core/release_table.py), as the table records them: known before it is installed."""
+    if release is not None and (pin := release_table.of_folder(release)):
+        return pin.meta()
     path = _package(release) / "benchmark_meta.py"
     try:
         tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
@@ -100,6 +105,8 @@ def _meta(release: Path | None) -> dict[str, Any]:
 @cache
 def known_rulesets(usage: str = "training", release: Path | None = None) -> tuple[str, ...]:
     """The rulesets the release has compliance rules for (``release`` None: the installed one)."""
+    if release is not None and (pin := release_table.of_folder(release)):
+        return (pin.ruleset,) if pin.usage == usage else ()
     folder = _package(release) / "compliance_checker"
     names = (p.name.split("_", 1)[1] for p in folder.glob(f"{usage}_*") if p.is_dir())
     return tuple(sorted((n for n in names if re.fullmatch(r"\d+\.\d+\.\d+", n)), key=_version_key))
@@ -121,15 +128,15 @@ def required_runs(benchmark: str, usage: str = "training", release: Path | None 
     return int(_meta(release)["_ALL_RESULT_FILE_COUNTS"][usage][benchmark])
 
 
-def release_folder(configured: str | None, ruleset: str) -> Path | None:
+def release_folder(configured: str | None, ruleset: str, usage: str = "training") -> Path | None:
     """The folder of the release that judges ``ruleset`` (``logging_release``: one version's folder, or a
-    folder of them named by tag, from which the ruleset's round tag is chosen); None: the installed one."""
+    folder of them named by tag, from which the ruleset's round tag is chosen; else the table's release for the
+    ruleset, in the user's cache, installed by a job: mlrepro/core/releases.py); None: the installed one."""
     if not configured:
-        return None
+        return release_table.judging_folder(ruleset, usage)
     from mlrepro.core.versions import resolve
 
     return resolve(Path(configured), ruleset)
-
 
 
 @dataclass(frozen=True)

@@ -116,8 +116,9 @@ def isolated(folder: Path) -> bool:
 def run_isolated(folder: Path, args: list[str], stdin: str | None = None) -> int:
     """Run ``python ARGS`` with ``folder``'s mlperf_logging first on the path (``stdin``: its standard input);
     its exit status."""
+    # no bytecode written into the release's folder: a cached release is verified file by file before each use
     env = {**os.environ, _ENV: str(folder), "PYTHONPATH": os.pathsep.join([str(folder), str(PACKAGE_ROOT)]),
-           "PYTHONNOUSERSITE": "1"}
+           "PYTHONNOUSERSITE": "1", "PYTHONDONTWRITEBYTECODE": "1"}
     return subprocess.run([sys.executable, "-P", *args], env=env, input=stdin, text=stdin is not None,
                           check=False).returncode
 

@@ -21,7 +21,7 @@ from contextlib import redirect_stdout
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from mlrepro.core import atomic, integrity, versions
+from mlrepro.core import atomic, integrity, releases, versions
 from mlrepro.core.job import Job
 
 
@@ -75,7 +75,8 @@ def gate(result: Path, usage: str, ruleset: str, out: Path, run_json: Path | Non
     """Judge ``result``; write its verdict to ``out`` only when it is compliant, exit 1 with the checker's messages
     otherwise. ``release``: the mlperf-logging release that judges, in an interpreter isolated under it, which runs
     ``python again[0]`` with ``again[1]`` on its standard input (this same step)."""
-    if release and not versions.isolated(release):  # a child judges with that release
+    if release and not versions.isolated(release):  # a child judges with that release (a cached one verified first)
+        releases.checked(release)
         sys.exit(versions.run_isolated(release, *again))
     versions.assert_isolated()
     if run_json and (problem := integrity.result_problem(result, run_json)):

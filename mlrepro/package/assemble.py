@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from mlrepro import PACKAGE_ROOT, PROJECT_ROOT
-from mlrepro.core import atomic, integrity, median_window, names, rulesets
+from mlrepro.core import atomic, integrity, median_window, names, releases, rulesets
 from mlrepro.core.job import Job
 from mlrepro.package import provenance
 
@@ -126,7 +126,9 @@ def chosen_runs(launched: dict[str, dict[str, list[Path]]], keep: dict[str, int]
 def check(org_dir: Path, usage: str, ruleset: str, release: Path | None = None) -> PackageVerdict:
     """Run ``python -m mlperf_logging.package_checker`` (of ``release``'s folder, else the installed one) and print
     its output (the package job's log); it always exits 0, so read its output."""
-    env = None if release is None else {**os.environ, "PYTHONPATH": str(release), "PYTHONNOUSERSITE": "1"}
+    releases.checked(release)  # a cached release: verified before its use
+    env = None if release is None else {**os.environ, "PYTHONPATH": str(release), "PYTHONNOUSERSITE": "1",
+                                        "PYTHONDONTWRITEBYTECODE": "1"}
     with tempfile.TemporaryDirectory(prefix="package-checker-") as scratch:  # its own log file, not kept
         proc = subprocess.run(
             [sys.executable, "-P", "-m", "mlperf_logging.package_checker", str(org_dir), usage, ruleset,

@@ -30,11 +30,12 @@ from typing import Any, TypeVar
 
 from mlrepro.config import Benchmark, config_hash, run_seed, submittable
 from mlrepro.containers.context import base_images, context_digest, context_files, folder_files
-from mlrepro.core import rulesets
+from mlrepro.core import release_table, rulesets
 from mlrepro.core.outputs import Outputs
 from mlrepro.core.workflows import workflow_dir
 from mlrepro.datasets import recipe as data_recipe
 from mlrepro.datasets.manifest import MANIFEST
+from mlrepro.datasets.vendor_fills import recipe_fills
 from mlrepro.inference import rounds
 from mlrepro.runs import capture, runsub
 from mlrepro.runs.accelerators import machine_gpus
@@ -201,8 +202,15 @@ class Plan:
     def logging_release(self) -> str | None:
         """The folder of the mlperf-logging release that judges the ruleset (logging_release); None: the installed
         one."""
-        folder = rulesets.release_folder(self.config.get("logging_release"), self.config["ruleset"])
+        folder = rulesets.release_folder(self.config.get("logging_release"), self.config["ruleset"],
+                                         self.config["usage"])
         return str(folder) if folder else None
+
+    @cached_property
+    def release_stamps(self) -> list[str]:
+        """What the steps judged by that release wait for: its install job's stamp where it is the table's release
+        in the user's cache (rules/release.smk), else nothing."""
+        return release_table.stamps(Path(self.logging_release) if self.logging_release else None)
 
     @cached_property
     def telemetry_hz(self) -> float:
@@ -315,11 +323,33 @@ class Plan:
                      else f"benchmarks.{benchmark}.system_config")
         return {"system": system, "benchmark": benchmark, "config_file": str(impl.config_file),
                 "folder": str(impl.folder), "kind": impl.kind, "system_nodes": self.systems[system].nodes,
-                "given": run_sub_env(self.systems[system], self.units[unit]), "chosen_by": chosen_by}
+                "chosen_by": chosen_by}
 
     def capture_checks(self, key: str) -> list[dict[str, Any]]:
         """The capture job's checks: those of every unit that reads the record ``key``."""
         return [self._check(u) for u, k in self.capture_keys.items() if k == key]
+
+    def capture_runs(self, key: str) -> list[dict[str, Any]]:
+        """What the capture job of record ``key`` runs each run.sub with to find what it needs set
+        (mlrepro/runs/demands.py, mlrepro.runs.capture_job): per unit with run.sub that reads the record, what a run
+        gives it besides the config file's variables, and the node it runs on."""
+        runs = []
+        for (system, benchmark), k in self.capture_keys.items():
+            impl, b = self.units[(system, benchmark)].implementation, self.units[(system, benchmark)]
+            if k != key or impl.run_sub is None:
+                continue
+            runs.append({"system": system, "benchmark": benchmark, "run_sub": str(impl.run_sub),
+                         "config_file": str(impl.config_file), "given": run_sub_env(self.systems[system], b),
+                         "cont": impl.container or runsub.unbuilt_image(impl.folder),
+                         "data_dir": str(b.data_dir), "log_dir": str(self.out.run_dir(system, benchmark, 0).resolve()),
+                         "seed": self.run_seed(benchmark, 0), "submission": self.submission(system),
+                         "node": self.trace_node(system), "fills": recipe_fills(benchmark)})
+        return runs
+
+    def trace_node(self, system: str) -> dict[str, Any]:
+        """How the preview's stand-ins describe a node of ``system`` (mlrepro.slurm.trace.Node.of's arguments)."""
+        s = self.systems[system]
+        return {"description": s.description, "platform": s.platform}
 
     def capture_problems(self) -> list[str]:
         """What stops the runs of units whose config file is captured (their records read, nothing run): the lines
@@ -453,7 +483,8 @@ class Plan:
             record = self.image_record(b, s)
             units.append({"system": s, "launch": self.launch_params(s, b), "runs": self.units[(s, b)].runs,
                           "seed": self.run_seed(b, 0), "image_record": str(record[0]) if record else None,
-                          "log_dir": str(self.out.run_dir(s, b, 0).resolve()), "minutes": self.run_shape(s, b).minutes})
+                          "log_dir": str(self.out.run_dir(s, b, 0).resolve()), "minutes": self.run_shape(s, b).minutes,
+                          "node": self.trace_node(s), "fills": recipe_fills(b)})
         return units
 
     def launch_spec(self, system: str, benchmark: str) -> LaunchSpec:

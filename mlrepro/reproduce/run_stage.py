@@ -125,8 +125,12 @@ class ReproducedRuns:
         one node."""
         b = self.benchmarks[key]
         return [{"system": self.repro.system, "benchmark": key, "config_file": str(self.capture_source(key)),
-                 "folder": str(self.capture_source(key).parent), "kind": b.kind, "system_nodes": None, "given": {},
+                 "folder": str(self.capture_source(key).parent), "kind": b.kind, "system_nodes": None,
                  "chosen_by": f"benchmarks.{key}.system_config"}]
+
+    def capture_runs(self, key: str) -> list[dict[str, Any]]:
+        """None: a reproduction runs its folder's run_and_time.sh, never a run.sub (mlrepro/reproduce/launch.py)."""
+        return []
 
     def capture_preflight(self, key: str) -> None:
         return None

@@ -18,7 +18,6 @@ from typing import Any
 from mlrepro import PACKAGE_ROOT, PROJECT_ROOT
 from mlrepro.core.errors import MlreproError
 from mlrepro.core.hashing import sha256_file
-from mlrepro.runs import runsub
 from mlrepro.runs.capture import CaptureError, config_exists
 from mlrepro.runs.executed_code import mini_run_files
 from mlrepro.runs.runsub import RUN_SUB, defaults
@@ -105,12 +104,12 @@ def captured(env: dict[str, str], config_file: Path, folder: Path, kind: str) ->
 
 
 def unit_problems(env: dict[str, str], *, system: str, benchmark: str, config_file: str, folder: str, kind: str,
-                  system_nodes: int | None, given: dict[str, str], chosen_by: str) -> list[str]:
+                  system_nodes: int | None, chosen_by: str) -> list[str]:
     """What stops a (system, benchmark)'s runs, given its config file's variables ``env``, each problem a line naming
-    the key, the file and what to set: a job shape that is no number, a DGXNNODES other than the system's nodes, a
-    variable its run.sub (or a mounts file it reads) needs that neither the config file nor the config (``given``:
-    benchmarks.<bm>.env and systems.<name>.env) sets. ``chosen_by``: the config key that chose the config file. Both
-    planning (a record that exists) and the capture job (the record it has just made) ask."""
+    the key, the file and what to set: a job shape that is no number, a DGXNNODES other than the system's nodes.
+    ``chosen_by``: the config key that chose the config file. Both planning (a record that exists) and the capture job
+    (the record it has just made) ask; what its run.sub needs set is found by running it, by the capture job only
+    (mlrepro/runs/demands.py)."""
     config, where = Path(config_file), Path(folder)
     try:
         shape = captured(env, config, where, kind)
@@ -123,11 +122,6 @@ def unit_problems(env: dict[str, str], *, system: str, benchmark: str, config_fi
     if system_nodes is not None and kind != MINI and shape.nodes != system_nodes:
         problems.append(f"  systems.{system}: {benchmark}: {config.name} sets DGXNNODES={shape.nodes}, the system has "
                         f"nodes: {system_nodes}; choose its config file in config_files.{benchmark}")
-    if run_sub_of(where, kind) is not None:
-        for var, file in runsub.missing(where, {**shape.env, **given}):
-            problems.append(f"  benchmarks.{benchmark}.env.{var}: {file} reads ${{{var}}} and neither {config.name} "
-                            f"nor the config sets it; set benchmarks.{benchmark}.env.{var} (or systems.{system}.env."
-                            f"{var}) to its value (the folder's README names it)")
     return problems
 
 

@@ -6,7 +6,8 @@ resources: nodes, WALLTIME, GPUs, and the ``#SBATCH`` lines of run.sub such as `
 and runs ``bash run.sub`` in it with the variables of :func:`environment`. Every step the script takes (container
 set-up on each node, cache clearing and its ``cache_clear`` line, the training srun with its task count, mounts,
 MPI type and wrapper) is then the vendor's own. This module reads run.sub as text only (its ``#SBATCH`` lines and
-the variables it stops on); it never runs it.
+the defaults it gives itself); it never runs it: what a run needs set is found by running it, in a job
+(mlrepro/runs/demands.py).
 """
 
 from __future__ import annotations
@@ -18,20 +19,8 @@ from pathlib import Path
 from mlrepro.runs.launch_spec import LaunchSpec
 
 RUN_SUB = "run.sub"
-# the files beside run.sub that declare container mounts (run.sub reads them: mounts.txt with envsubst, or sources)
-MOUNT_FILES = ("mounts.txt", "config_mounts.sh")
 # sbatch options of run.sub's #SBATCH lines the allocation keeps (the job name is the executor's own)
 KEPT_SBATCH = re.compile(r"^(--exclusive|--mem=\S+|--gpus-per-node=\S+|--gres=\S+|--ntasks-per-node=\S+)$")
-_REQUIRED = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*):\?")
-_REFERENCE = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?")
-_ASSIGNED = re.compile(r"(?:^|[\s;(])(?:export\s+|readonly\s+|local\s+|declare\s+(?:-\w+\s+)*)?"
-                       r"([A-Za-z_][A-Za-z0-9_]*)\+?=")
-_DEFAULTED = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*):?[=-]")
-_MOUNT_ASSIGN = re.compile(r"^\s*(?:export\s+|readonly\s+)?(_cont_mounts|CONT_MOUNTS|_CONT_MOUNTS)=(.*)$")
-SHELL_VARS = {"PWD", "HOME", "USER", "HOSTNAME", "RANDOM", "OLDPWD", "BASH_SOURCE", "UID"}
-# What a run sets itself (environment()), and what Slurm sets in the allocation
-PROVIDED = ("CONT", "DATADIR", "LOGDIR", "DGXSYSTEM", "NEXP", "SEED", "MLPERF_SUBMISSION_ORG",
-            "MLPERF_SUBMISSION_PLATFORM", "MLPERF_SUBMISSION_DIVISION", "MLPERF_SUBMISSION_STATUS")
 
 
 def sbatch_options(run_sub: Path) -> list[str]:
@@ -53,37 +42,6 @@ def _code(text: str) -> str:
                      for line in text.splitlines())
 
 
-def needed(folder: Path) -> dict[str, str]:
-    """Variables the folder's run.sub needs set, each with the file that reads it: those it stops on
-    (``: "${CONT:?...}"``) and those its container mounts name that it does not set itself (``${PKLDIR}`` of
-    ``_cont_mounts=...``, each ``${VAR}`` of mounts.txt)."""
-    run_sub = folder / RUN_SUB
-    text = _code(run_sub.read_text(encoding="utf-8", errors="replace"))
-    own = set(_ASSIGNED.findall(text)) | set(_DEFAULTED.findall(text))
-    found = {name: str(run_sub) for name in _REQUIRED.findall(text) if name not in own}
-    for line in text.splitlines():
-        # the mounts every run has (an append such as `_cont_mounts="${_cont_mounts},${JET_DIR}:..."` is optional)
-        if (m := _MOUNT_ASSIGN.match(line)) and m.group(1) not in m.group(2):
-            for name in _REFERENCE.findall(m.group(2)):
-                if name not in own and not name.startswith("_"):
-                    found.setdefault(name, str(run_sub))
-    for name in MOUNT_FILES:
-        path = folder / name
-        if path.is_file() and name in text:  # read only if run.sub reads it
-            mounts = _code(path.read_text(encoding="utf-8", errors="replace"))
-            mount_own = set(_ASSIGNED.findall(mounts)) | set(_DEFAULTED.findall(mounts))
-            for ref in _REFERENCE.findall(mounts):
-                if ref not in own and ref not in mount_own:
-                    found.setdefault(ref, str(path))
-    return found
-
-
-def missing(folder: Path, given: Mapping[str, str]) -> list[tuple[str, str]]:
-    """(variable, file) of each needed variable that neither the config file nor the config sets."""
-    return [(name, where) for name, where in sorted(needed(folder).items())
-            if name not in given and name not in PROVIDED and name not in SHELL_VARS and not name.startswith("SLURM_")]
-
-
 def defaults(run_sub: Path) -> dict[str, str]:
     """The plain defaults run.sub gives itself (``: "${DGXNGPU:=8}"``): what it runs with where nothing sets them."""
     text = _code(run_sub.read_text(encoding="utf-8", errors="replace"))
@@ -95,14 +53,25 @@ def dgx_system(config_file: Path, env: Mapping[str, str]) -> str:
     return env.get("DGXSYSTEM") or config_file.name.removeprefix("config_").removesuffix(".sh")
 
 
+def unbuilt_image(folder: str | Path) -> str:
+    """CONT where the image is still to be built from the folder's Dockerfile (the preview, the capture): one word,
+    as run.sub files use CONT unquoted (`basename ${CONT}`)."""
+    return f"<image-built-from:{folder}/Dockerfile>"
+
+
 def environment(launch: LaunchSpec, seed: int, log_dir: str, cont: str) -> dict[str, str]:
-    """The variables run.sub runs with: the config file's, the config's (benchmarks.<bm>.env, then
-    systems.<name>.env), then what the run sets (it wins): CONT, DATADIR, LOGDIR, NEXP=1, SEED, DGXSYSTEM and
-    the submission's MLPERF_* fields."""
-    sub = launch.submission
+    """The variables run.sub runs with (:func:`run_env` of the launch spec)."""
+    return run_env(launch.env, launch.runsub_env, cont, launch.data_dir, log_dir, seed, launch.submission)
+
+
+def run_env(config_env: Mapping[str, str], given: Mapping[str, str], cont: str, data_dir: str, log_dir: str,
+            seed: int, submission: Mapping[str, str]) -> dict[str, str]:
+    """The variables run.sub runs with: the config file's (``config_env``), the config's (``given``:
+    DGXSYSTEM, benchmarks.<bm>.env, then systems.<name>.env), then what the run sets (it wins): CONT, DATADIR,
+    LOGDIR, NEXP=1, SEED and the submission's MLPERF_* fields."""
     return {
-        **launch.env, **launch.runsub_env,
-        "CONT": cont, "DATADIR": launch.data_dir, "LOGDIR": log_dir, "NEXP": "1", "SEED": str(seed),
-        "MLPERF_SUBMISSION_ORG": sub["org"], "MLPERF_SUBMISSION_PLATFORM": sub["platform"],
-        "MLPERF_SUBMISSION_DIVISION": sub["division"], "MLPERF_SUBMISSION_STATUS": sub["status"],
+        **config_env, **given,
+        "CONT": cont, "DATADIR": data_dir, "LOGDIR": log_dir, "NEXP": "1", "SEED": str(seed),
+        "MLPERF_SUBMISSION_ORG": submission["org"], "MLPERF_SUBMISSION_PLATFORM": submission["platform"],
+        "MLPERF_SUBMISSION_DIVISION": submission["division"], "MLPERF_SUBMISSION_STATUS": submission["status"],
     }
