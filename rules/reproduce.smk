@@ -102,8 +102,9 @@ _RESULT_FILES = _smk.utf8_paths([f for p in REPRO.benchmarks.values() for f in p
 
 
 # The run stage's rules read PLAN and PREPARE: the reproduction's. Its runs, launch files and verdicts are the
-# pipeline's, under reproduce_out, with the package's system; nothing of the run stage is planned twice.
-PLAN = ReproducedRuns.for_reproduction(REPRO, config, RO)
+# pipeline's, under reproduce_out, with the package's system, judged by the release the pipeline's plan (the
+# Snakefile's) finds for the ruleset; nothing of the run stage is planned twice.
+PLAN = ReproducedRuns.for_reproduction(REPRO, config, RO, PLAN.logging_release, PLAN.release_stamps)
 PREPARE = PLAN.prepare
 
 

@@ -37,6 +37,10 @@ class ReproducedRuns:
     repro: Plan
     config: dict[str, Any]  # the run stage's: the user's config, with images never locked (see for_reproduction)
     root: Path  # reproduce_out
+    # the mlperf-logging release that judges the ruleset, as the pipeline's plan finds it (None: the installed one),
+    # and the stamp of its install job (rules/release.smk) where it is the releases table's
+    logging_release: str | None = None
+    release_stamps: list[str] = field(default_factory=list)
     out: Outputs = field(init=False)
     _captured: dict[str, Captured] = field(init=False, default_factory=dict, compare=False, repr=False)
 
@@ -44,9 +48,10 @@ class ReproducedRuns:
         object.__setattr__(self, "out", Outputs(self.root))
 
     @classmethod
-    def for_reproduction(cls, repro: Plan, config: dict[str, Any], root: Path) -> ReproducedRuns:
+    def for_reproduction(cls, repro: Plan, config: dict[str, Any], root: Path, logging_release: str | None = None,
+                         release_stamps: list[str] | None = None) -> ReproducedRuns:
         # a reproduction builds its own images from the package's Dockerfiles (reproduce_image): no images lock
-        return cls(repro, {**config, "images": "build"}, root)
+        return cls(repro, {**config, "images": "build"}, root, logging_release, list(release_stamps or []))
 
     # --- what runs, as the run stage names it
     @property
@@ -80,9 +85,6 @@ class ReproducedRuns:
     def telemetry_hz(self) -> float:
         telemetry = self.config["telemetry"]
         return telemetry["hz"] if telemetry["enabled"] else 0
-
-    # the installed mlperf-logging release judges a reproduced log (the comparison reads its verdict)
-    logging_release = None
 
     # --- the package's copy and what its jobs made of it
     def staged(self, benchmark: str) -> Path:
@@ -153,7 +155,7 @@ class ReproducedRuns:
     def basis(self, value: Callable[[Any], Any]) -> str:
         """The sha256 of ``value(plan)`` as it would be with every config file captured as exporting nothing: what the
         rules track of a value read from capture records (mlrepro.planning.plan.Plan.basis)."""
-        made = value(_StandIn(self.repro, self.config, self.root))
+        made = value(_StandIn(self.repro, self.config, self.root, self.logging_release, self.release_stamps))
         text = made if isinstance(made, str) else json.dumps(made, sort_keys=True, default=str)
         return hashlib.sha256(text.encode()).hexdigest()
 
