@@ -62,14 +62,11 @@ ENTRIES: dict[str, str] = {
         "image", "build", "data", "engines", "run", "stage", "audit", "compliance", "truncate", "export")},
     "vendor_report": "mlrepro.inference.vendor.jobs:report_job",
     **{f"reproduce_{step}": f"mlrepro.reproduce.steps:{step}_job"
-       for step in ("verify", "plan", "stage", "image", "data", "capture", "launch", "report")},
-    "reproduce_run": "mlrepro.runs.driver:file_job",
-    "reproduce_compliance": "mlrepro.gate.compliance:job",
+       for step in ("verify", "plan", "stage", "image", "data", "report")},
 }
 # rule -> the module whose warm parent runs it (mlrepro/runs/warm.py: standard library only at import)
 # (not reproduce_data: the generator it runs is the reproduced package's, never this one's)
-WARM: dict[str, str] = {"data": warm.DATA, "inference_run": warm.INFERENCE, "run": warm.DRIVER,
-                        "reproduce_run": warm.DRIVER}
+WARM: dict[str, str] = {"data": warm.DATA, "inference_run": warm.INFERENCE, "run": warm.DRIVER}
 # Rules whose log is what the user asked for (an audit, verify_data, a reproduction's verdict): on success it goes to
 # the terminal too.
 SHOWN = frozenset({"repair", "launch_preview", "verify_data", "audit_check", "audit_summarize", "inference_audit",

@@ -13,6 +13,9 @@ from mlrepro.core.smk import SLURM_EXECUTOR, executor, signature_once
 # checkpoint: Snakemake would then make every job that reads a record again at each invocation (a third of a no-op's
 # time at 900 runs: benchmarks/planning_scale.py).
 rule capture:
+    input:
+        # none: the config file is sourced in place (a reproduction's: its staged copy, in its image)
+        unpack(lambda w: PLAN.capture_inputs(w.key)),
     output:
         PLAN.out.capture("{key}"),
     params:

@@ -69,14 +69,16 @@ def test_package_reproduces_bit_identically_on_cpu(tiny_package: Path, tmp_path:
     assert figures["line"] in html and "Mann-Whitney U" in html
     assert manifest["runs"][0]["file"].rsplit("/", 1)[1] in html
     # the reproduction's runs are on the record too: one ledger launch each
-    assert len((tmp_path / "reproduction" / "runs" / "resnet" / "0" / "ledger.jsonl").read_text().splitlines()) == 2
+    # (the pipeline's run stage, its layout under reproduce_out: runs/<system>/<benchmark>/<run>)
+    runs = tmp_path / "reproduction" / "runs" / SYSTEM / "resnet"
+    assert len((runs / "0" / "ledger.jsonl").read_text().splitlines()) == 2
     # through the pipeline's run driver, from the package's own implementation folder: its run_and_time.sh
     # and config_CPU.sh, and its training code (imported from the staged copy, not the pipeline's)
     staged = (tmp_path / "reproduction" / "implementation" / "resnet").resolve()
-    run = json.loads((tmp_path / "reproduction" / "runs" / "resnet" / "0" / "run.json").read_text())
+    run = json.loads((runs / "0" / "run.json").read_text())
     assert run["implementation"] == {"kind": "mini", "name": "mlrepro-pytorch", "config_file": "config_CPU.sh",
                                      "folder": str(staged / "workflows" / "resnet")}
-    launch = json.loads((tmp_path / "reproduction" / "runs" / "resnet" / "launch.json").read_text())
+    launch = json.loads((runs / "launch.json").read_text())
     assert launch["env"]["PYTHONPATH"] == str(staged) and launch["params"]["lr"] == 0.1
     assert not list(org.rglob("__pycache__"))  # nothing written into the audited package
     # checked against its manifest before anything ran, and found unchanged after
@@ -150,27 +152,31 @@ def test_nvidia_v11_package_plans_with_its_own_folder_and_dgxa100_config(nvidia_
     seeds = [read_log(org / "results" / NVIDIA_SYSTEM / "resnet" / f"result_{i}.txt").seed
              for i in range(3)]
     assert f"resnet: {impl.folder} with config_DGXA100.sh, 3 run(s), seeds {seeds}" in text
-    jobs = dict(re.findall(r"^(reproduce_\w+)\s+(\d+)$", text, re.M))
-    assert jobs["reproduce_stage"] == "1" and jobs["reproduce_run"] == "3" and jobs["reproduce_compliance"] == "3"
-    assert jobs["reproduce_capture"] == "1"
+    jobs = dict(re.findall(r"^(\w+)\s+(\d+)$", text, re.M))
+    assert jobs["reproduce_stage"] == "1" and jobs["run"] == "3" and jobs["compliance"] == "3"
+    assert jobs["capture"] == "1" and jobs["launch"] == "1"
     assert "reproduce_data" not in jobs  # the given dataset folder, not a generated one
-    # each run is the run driver's job on the benchmark's launch file (mlrepro/jobs.py: its entry function)
-    assert jobs_table.ENTRIES["reproduce_run"] == "mlrepro.runs.driver:file_job"
-    run_jobs = [j for j in re.split(r"^(?=rule \w+:)", text, flags=re.M) if j.startswith("rule reproduce_run:")]
-    assert len(run_jobs) == 3 and all("reproduction/runs/resnet/launch.json" in j for j in run_jobs), run_jobs[:1]
+    # the pipeline's run stage: its rules (rules/runs.smk, rules/compliance.smk) and their jobs' entry functions, on
+    # the staged copy's capture record, with the reproduction's outputs; no rule of its own (rules/reproduce.smk)
+    assert not {"reproduce_capture", "reproduce_launch", "reproduce_run", "reproduce_compliance"} & set(
+        jobs_table.ENTRIES)
+    run_jobs = [j for j in re.split(r"^(?=rule \w+:)", text, flags=re.M) if j.startswith("rule run:")]
+    assert len(run_jobs) == 3 and all("reproduction/pipeline_info/captures/resnet.json" in j and
+                                      f"reproduction/runs/{NVIDIA_SYSTEM}/resnet/" in j for j in run_jobs), run_jobs[:1]
     runs = re.findall(r"resources: .*gpus=.*", text)
     assert len(runs) == 3 and all("gpus=<TBD>" in r and "nodes=<TBD>" in r for r in runs), runs[:1]  # not captured
     assert not (tmp_path / "reproduction").exists()  # a dry run writes nothing
     # what the run driver will read: the staged copy of the package's folder, its config captured there (a job)
-    snakemake(tmp_path, *config, "--", "reproduction/runs/resnet/launch.json")
-    launch = json.loads((tmp_path / "reproduction" / "runs" / "resnet" / "launch.json").read_text())
+    runs_dir = tmp_path / "reproduction" / "runs" / NVIDIA_SYSTEM / "resnet"
+    snakemake(tmp_path, *config, "--", str((runs_dir / "launch.json").relative_to(tmp_path)))
+    launch = json.loads((runs_dir / "launch.json").read_text())
     assert launch["folder"] == str((tmp_path / "reproduction" / "implementation" / "resnet").resolve())
     assert (launch["kind"], launch["name"], launch["config_file"]) == ("folder", "mxnet", "config_DGXA100.sh")
     assert launch["env"]["DGXSYSTEM"] == "DGXA100" and launch["env"]["DGXNGPU"] == "8" and launch["gpus"] == 8
     assert launch["data_dir"] == str(data) and launch["submission"]["org"] == "NVIDIA"
     # the runs' seeds (run i: the i-th), as the plan the steps read gives them: the logged ones
     assert json.loads((tmp_path / "reproduction" / "plan.json").read_text())["benchmarks"]["resnet"]["seeds"] == seeds
-    assert not (tmp_path / "reproduction" / "runs" / "resnet" / "0").exists()
+    assert not (runs_dir / "0").exists()
     runs = re.findall(r"resources: .*gpus=8.*", snakemake(tmp_path, *config, "-n", "--resources", "gpus=8").stdout)
     assert len(runs) == 3 and all("nodes=1, tasks=8" in r and "runtime=" in r for r in runs), runs[:1]
 
@@ -212,12 +218,12 @@ def test_outside_implementation_package_reproduces(tmp_path: Path) -> None:
     runs = doc["benchmarks"][0]["runs"]
     assert [r["seed"] for r in runs] == [r["seed"] for r in manifest["runs"]]
     assert all(r["metrics_identical"] and r["compliant"] and r["reproduced_seed"] == r["seed"] for r in runs)
-    run = json.loads((tmp_path / "auditor" / "reproduction" / "runs" / "resnet" / "0" / "run.json").read_text())
+    run_dir = tmp_path / "auditor" / "reproduction" / "runs" / SYSTEM / "resnet" / "0"
+    run = json.loads((run_dir / "run.json").read_text())
     staged = (tmp_path / "auditor" / "reproduction" / "implementation" / "resnet").resolve()
     assert run["implementation"] == {"kind": "folder", "name": "outside_impl", "folder": str(staged),
                                      "config_file": "config_CPU.sh"}
-    assert "RESULT,outside," in (tmp_path / "auditor" / "reproduction" / "runs" / "resnet" / "0" / "train.log"
-                                 ).read_text()
+    assert "RESULT,outside," in (run_dir / "train.log").read_text()
 
 
 def _hostile_copy(tiny_package: Path, tmp_path: Path, canary: Path) -> Path:
@@ -239,7 +245,7 @@ def test_hostile_package_stays_inert_while_planning(tiny_package: Path, tmp_path
     work = tmp_path / "work"
     for flag in ("-n", "--list-rules", "--summary", "--dag"):
         out = _reproduce(work, org, "runs=1", flag)
-        assert flag != "-n" or "reproduce_run" in out.stdout + out.stderr
+        assert flag != "-n" or "rule run:" in out.stdout + out.stderr
         assert not canary.exists(), flag
         assert _snapshot(org) == before, flag
         assert not (work / "reproduction").exists(), flag

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from mlrepro.core.outputs import Outputs
 from mlrepro.reproduce import compare, numeric
 from mlrepro.reproduce.plan import BenchmarkPlan
 from tests.conftest import write_mllog
@@ -36,10 +37,11 @@ def _case(tmp_path: Path, submitted_scale: float, device: str = "cpu") -> tuple[
     files = []
     for i, m in enumerate(MINUTES):
         files.append(str(_log(org / "results" / "sys" / "resnet" / f"result_{i}.txt", m, i)))
-        _log(rep / "runs" / "resnet" / str(i) / "result.txt", m * 1.003, i)
-        (rep / "runs" / "resnet" / str(i) / "run.json").write_text(json.dumps(_run_record(i, m * 1.003, device)))
-        (rep / "compliance" / "resnet").mkdir(parents=True, exist_ok=True)
-        (rep / "compliance" / "resnet" / f"{i}.json").write_text(json.dumps({"valid": True}))
+        _log(rep / "runs" / "sys" / "resnet" / str(i) / "result.txt", m * 1.003, i)
+        (rep / "runs" / "sys" / "resnet" / str(i) / "run.json").write_text(
+            json.dumps(_run_record(i, m * 1.003, device)))
+        (rep / "compliance" / "sys" / "resnet").mkdir(parents=True, exist_ok=True)
+        (rep / "compliance" / "sys" / "resnet" / f"{i}.json").write_text(json.dumps({"valid": True}))
     if submitted_scale != 1.0:  # the submitter's edit: every run_stop (and the lines before it) moved earlier
         for f in map(Path, files):
             text = f.read_text()
@@ -65,8 +67,8 @@ def _scaled(t: int, start: int, scale: float) -> int:
 
 def _compare(tmp_path: Path, scale: float, tolerance: float | None = None, device: str = "cpu") -> dict:
     plan, org, rep = _case(tmp_path, scale, device)
-    return compare.compare_benchmark(plan, org, rep, {"division": "closed", "accelerators_per_node": "0"}, "1.1.0",
-                                     tolerance)
+    return compare.compare_benchmark(plan, org, Outputs(rep), "sys",
+                                     {"division": "closed", "accelerators_per_node": "0"}, "1.1.0", tolerance)
 
 
 def test_the_same_runs_reproduce_within_the_tolerance_with_the_rcp_p_value(tmp_path: Path) -> None:

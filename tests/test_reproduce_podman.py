@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.conftest import SYSTEM as PIPELINE_SYSTEM
 from tests.conftest import snakemake, write_mllog
 from tests.test_containers_podman import base, client, socket  # noqa: F401  (session fixtures)
 from tests.test_implementations import OUTSIDE, _points
@@ -75,7 +76,7 @@ def test_hostile_package_code_in_podman_cannot_write_outside_its_outputs(
     assert out.returncode == 0, text[-6000:]
     assert "will run in podman containers built from its Dockerfiles" in text and "natively" not in text
     repro = work / "reproduction"
-    train_log = (repro / "runs" / "resnet" / "0" / "train.log").read_text()
+    train_log = (repro / "runs" / SYSTEM / "resnet" / "0" / "train.log").read_text()
     staged = (repro / "implementation" / "resnet").resolve()
     # every write the run attempted beyond its outputs was refused: the package, $HOME, outside, its own code
     for target in [*targets, Path("./written_in_place")]:
@@ -86,13 +87,13 @@ def test_hostile_package_code_in_podman_cannot_write_outside_its_outputs(
     assert not (staged / "written_in_place").exists()
     doc = json.loads((repro / "reproduction.json").read_text())
     assert doc["package_changes"] == []
-    run = json.loads((repro / "runs" / "resnet" / "0" / "run.json").read_text())
+    run = json.loads((repro / "runs" / SYSTEM / "resnet" / "0" / "run.json").read_text())
     record = json.loads((repro / "containers" / "resnet.json").read_text())
     assert run["engine"] == "podman" and run["image"]["id"] == record["id"] and run["status"] == "success"
     assert run["implementation"]["folder"] == str(staged)
     assert record["base_images"][0]["ref"] == base and record["dockerfile"] == "Dockerfile"
     # the config file was sourced in the image too (its attempts refused there), and its values reached the run
-    launch = json.loads((repro / "runs" / "resnet" / "launch.json").read_text())
+    launch = json.loads((repro / "runs" / SYSTEM / "resnet" / "launch.json").read_text())
     assert launch["env"]["BATCHSIZE"] == "32" and launch["code"] == str(staged)
 
 
@@ -139,7 +140,7 @@ def test_our_package_reproduces_in_podman(tiny_package: Path, base: str, socket:
     assert bench["dataset"]["identical"] and bench["runs"][0]["metrics_identical"]
     record = json.loads((repro / "containers" / "resnet.json").read_text())
     assert record["dockerfile"] == "containers/pytorch/Dockerfile" and record["build_args"] == {"BASE_IMAGE": base}
-    run = json.loads((repro / "runs" / "resnet" / "0" / "run.json").read_text())
+    run = json.loads((repro / "runs" / PIPELINE_SYSTEM / "resnet" / "0" / "run.json").read_text())  # the package's
     assert run["engine"] == "podman" and run["image"]["id"] == record["id"]
     assert _snapshot(org) == before and doc["package_changes"] == []
 
@@ -182,6 +183,6 @@ def test_a_config_file_cannot_make_the_host_read_its_files(base: str, socket: st
         "image_tag_prefix": "localhost/mlrepro-test-"})
     text = out.stdout + out.stderr
     assert out.returncode != 0 and "sourced in its image, it left" in text and "a symlink" in text, text[-4000:]
-    assert not (work / "reproduction" / "runs" / "resnet" / "launch.json").exists()
+    assert not (work / "reproduction" / "runs" / SYSTEM / "resnet" / "launch.json").exists()
     assert not any("host-secret-4711" in p.read_text(errors="replace")
                    for p in (work / "reproduction").rglob("*") if p.is_file())

@@ -1,6 +1,6 @@
 """Reproduce mode's parts without a pipeline run: the plan on a hostile package (clear errors, nothing run, its config
-file neither sourced nor read), the staging, the capture of the staged config file and the launch file made from it,
-the package checked after."""
+file neither sourced nor read), the staging, the capture of the staged config file and the launch spec made from it (the
+pipeline's capture job, with the reproduction as the run stage's plan), the package checked after."""
 
 from __future__ import annotations
 
@@ -13,8 +13,9 @@ import pytest
 
 from mlrepro.reproduce import plan, stage, verify
 from mlrepro.reproduce.errors import ReproduceError
-from mlrepro.reproduce.launch import capture_config, launch_spec
-from mlrepro.runs import capture
+from mlrepro.reproduce.run_stage import ReproducedRuns
+from mlrepro.runs import capture, capture_job
+from mlrepro.runs.launch_spec import LaunchSpec
 from tests.conftest import require, write_mllog
 
 SYSTEM = "sys1"
@@ -50,10 +51,10 @@ def test_the_plan_runs_nothing_of_the_config_file(tmp_path: Path) -> None:
                              f"export DGXNGPU=$(touch {canary}; echo 8)\n")
     p = _plan(org)
     assert p.benchmarks["resnet"].config_file == f"config_{SYSTEM}.sh" and not canary.exists()
-    staged = tmp_path / "staged"
-    stage.stage(org / "benchmarks" / "resnet" / "implementations" / "impl", staged)
-    capture_config(p.benchmarks["resnet"], staged, tmp_path / "capture.json")  # the job: bash runs it
-    assert canary.exists() and capture.read(tmp_path / "capture.json").env["DGXNGPU"] == "8"
+    runs = _runs(org, tmp_path / "reproduction")
+    assert not canary.exists()  # staged, not sourced
+    _captured(runs)  # the job: bash runs it
+    assert canary.exists() and capture.read(runs.capture_file(SYSTEM, "resnet")).env["DGXNGPU"] == "8"
 
 
 def test_hostile_package_files_get_clear_errors(tmp_path: Path) -> None:
@@ -125,25 +126,42 @@ def test_stage_copies_files_and_inner_links_and_refuses_the_rest(tmp_path: Path)
     assert not (tmp_path / "staged2").exists()
 
 
-def _captured(b: plan.BenchmarkPlan, staged: Path) -> capture.Record:
-    capture_config(b, staged, staged.parent / "capture.json")
-    return capture.read(staged.parent / "capture.json")
+def _runs(org: Path, root: Path) -> ReproducedRuns:
+    """The reproduction as the run stage's rules read it, its implementation staged (reproduce_stage's job)."""
+    runs = ReproducedRuns.for_reproduction(_plan(org), {"engine": "native", "threads_per_run": 1, "device": "cpu",
+                                                        "images": "locked"}, root)
+    stage.stage(Path(runs.benchmarks["resnet"].implementation), runs.staged("resnet"))
+    return runs
+
+
+def _captured(runs: ReproducedRuns) -> LaunchSpec:
+    """The pipeline's capture job (rules/runs.smk capture) on the staged copy, then the launch spec the launch and run
+    jobs are given."""
+    capture_job.capture(runs.capture_source("resnet"), runs.capture_file(SYSTEM, "resnet"),
+                        runs.capture_checks("resnet"), runs.capture_preflight("resnet"), runs.capture_runs("resnet"))
+    return LaunchSpec.from_dict(runs.launch_params(SYSTEM, "resnet"), "test")
 
 
 def test_launch_file_takes_the_staged_configs_capture_and_its_shape(tmp_path: Path) -> None:
     org = _package(tmp_path, "export DGXNNODES=1\nexport DGXNGPU=$(echo 2)\nexport LR=0.5\n")
-    b = _plan(org).benchmarks["resnet"]
-    stage.stage(Path(b.implementation), tmp_path / "staged")
-    spec = launch_spec(b, tmp_path / "staged", tmp_path / "data", _captured(b, tmp_path / "staged"), threads=1,
-                       device="cpu")
-    assert spec.env["LR"] == "0.5" and spec.folder == str(tmp_path / "staged") and (spec.nodes, spec.gpus) == (1, 2)
+    runs = _runs(org, tmp_path / "reproduction")
+    assert runs.config["images"] == "build"  # a reproduction builds its own images: never the lock's
+    with pytest.raises(FileNotFoundError):  # <TBD> while the DAG is built, until the capture job has run
+        runs.launch_params(SYSTEM, "resnet")
+    spec = _captured(runs)
+    staged = runs.staged("resnet").resolve()
+    assert spec.env["LR"] == "0.5" and spec.folder == str(staged) and (spec.nodes, spec.gpus) == (1, 2)
+    assert spec.data_dir == str((tmp_path / "data").resolve()) and runs.scheduled_gpus(SYSTEM, "resnet") == 2
+    assert runs.run_seed("resnet", 1) == 8 and runs.all_runs(runs.out.result) == [
+        tmp_path / "reproduction" / "runs" / SYSTEM / "resnet" / str(i) / "result.txt" for i in range(2)]
+    # what the rules track is known before the capture (a stand-in's spec), and is not the captured one
+    assert runs.basis(lambda p: p.launch_params(SYSTEM, "resnet")) != runs.basis(lambda p: spec.to_dict())
     assert plan.from_json(json.loads(json.dumps(plan.to_json(_plan(org))))) == _plan(org)
-    org2 = _package(tmp_path / "b", "export DGXNNODES=0\nexport DGXNGPU=0\n")
-    b2 = _plan(org2).benchmarks["resnet"]
-    stage.stage(Path(b2.implementation), tmp_path / "b" / "staged")
-    with pytest.raises(ReproduceError, match=r"config_sys1\.sh: DGXNNODES=0: a run needs DGXNNODES >= 1"):
-        _captured(b2, tmp_path / "b" / "staged")
-    assert not (tmp_path / "b" / "capture.json").exists()
+    runs2 = _runs(_package(tmp_path / "b", "export DGXNNODES=0\nexport DGXNGPU=0\n"), tmp_path / "b" / "reproduction")
+    with pytest.raises(capture.CaptureError, match=r"benchmarks\.resnet\.system_config: .*config_sys1\.sh: "
+                       r"DGXNNODES=0, DGXNGPU=0: a run needs at least one node \(DGXNNODES >= 1\)"):
+        _captured(runs2)
+    assert not runs2.capture_file(SYSTEM, "resnet").exists()
 
 
 def test_package_is_verified_against_its_manifest_and_the_published_hash(tmp_path: Path) -> None:
@@ -196,10 +214,9 @@ def test_contained_launch_file_mounts_the_staged_copy(tmp_path: Path) -> None:
     the staged run_and_time.sh there (mlrepro.runs.driver), never the package's. What the config file prints does
     not run into its variables."""
     org = _package(tmp_path, "echo printed by the config\nexport DGXNNODES=1\nexport DGXNGPU=0\n")
-    staged = tmp_path / "staged"
-    stage.stage(org / "benchmarks" / "resnet" / "implementations" / "impl", staged)
-    b = _plan(org).benchmarks["resnet"]
-    spec = launch_spec(b, staged, tmp_path / "data", _captured(b, staged), threads=1, device="cpu")
+    runs = _runs(org, tmp_path / "reproduction")
+    staged = runs.staged("resnet").resolve()
+    spec = _captured(runs)
     assert spec.code == str(staged) and spec.folder == str(staged)
     assert str(org) not in spec.to_json()
     assert spec.env == {"DGXNNODES": "1", "DGXNGPU": "0"}

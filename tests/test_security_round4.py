@@ -260,10 +260,11 @@ def _reproduction(tmp_path: Path, mode: str, submitted_s: float, reproduced_s: f
                   runs: int = 3) -> dict[str, Any]:
     """A package of ``runs`` submitted results on one H100 80GB per node, reproduced through the run driver (its
     run.json as the reproduction writes it, with the replayed NVML of ``gpu``), then compared."""
+    from mlrepro.core.outputs import Outputs
     from mlrepro.reproduce import compare
     from mlrepro.reproduce.plan import BenchmarkPlan
 
-    org, rep = tmp_path / "org", tmp_path / "reproduction"
+    org, rep = tmp_path / "org", Outputs(tmp_path / "reproduction")  # the run stage's layout
     (org / "systems").mkdir(parents=True)
     desc = {"division": "open", "accelerators_per_node": "1", "accelerator_model_name": "NVIDIA H100-SXM5-80GB",
             "accelerator_memory_capacity": "80 GB"}
@@ -275,13 +276,13 @@ def _reproduction(tmp_path: Path, mode: str, submitted_s: float, reproduced_s: f
         files.append(str(write_mllog(org / "results" / "sys" / "resnet" / f"result_{seed}.txt", "resnet",
                                      1_700_000_000_000 + seed, submitted_s / 60, seed=seed)))
         launch = _package_run(tmp_path, mode, reproduced_s, seed)
-        driver.drive(launch, seed, rep / "runs" / "resnet" / str(seed),
+        driver.drive(launch, seed, rep.run_dir("sys", "resnet", seed),
                      driver.Options(gpus="2", gpu_locks=str(tmp_path / "locks"), telemetry_backend=backend))
-        (rep / "compliance" / "resnet").mkdir(parents=True, exist_ok=True)
-        (rep / "compliance" / "resnet" / f"{seed}.json").write_text(json.dumps({"valid": True}))
+        rep.verdict("sys", "resnet", seed).parent.mkdir(parents=True, exist_ok=True)
+        rep.verdict("sys", "resnet", seed).write_text(json.dumps({"valid": True}))
     plan = BenchmarkPlan(name="resnet", implementation="", result_files=files, seeds=list(range(runs)), params={},
                          data_seed=0, submission={}, dataset_sha256=None)
-    return compare.compare_benchmark(plan, org, rep, desc, "4.1.0")
+    return compare.compare_benchmark(plan, org, rep, "sys", desc, "4.1.0")
 
 
 @pytest.mark.parametrize("mode", ["copy", "forward", "backdate"])
@@ -300,7 +301,8 @@ def test_the_time_decides_on_the_accelerators_the_run_recorded(tmp_path: Path) -
     """Reproduced runs 30% slower (and more) on the submission's class of GPU, as the run recorded it from (replayed)
     NVML: the time decides and the result is not reproduced. On another class, the times are not comparable."""
     b = _reproduction(tmp_path / "h100", "train", 0.4, 0.6, "NVIDIA H100 80GB HBM3")
-    recorded = json.loads((tmp_path / "h100" / "reproduction" / "runs" / "resnet" / "0" / "run.json").read_text())
+    run_dir = tmp_path / "h100" / "reproduction" / "runs" / "sys" / "resnet" / "0"
+    recorded = json.loads((run_dir / "run.json").read_text())
     assert recorded["accelerators"]["devices"][0]["name"] == "NVIDIA H100 80GB HBM3"
     assert recorded["accelerators"]["count"] == 1 and recorded["wall"]["seconds"] >= 0.6
     assert b["times"]["hardware_comparable"] and b["numeric"]["time_decides"]

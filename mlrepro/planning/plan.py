@@ -365,6 +365,11 @@ class Plan:
         """The config file the record ``key`` captures (of the first unit that reads it)."""
         return next(self.units[u].implementation.config_file for u, k in self.capture_keys.items() if k == key)
 
+    def capture_inputs(self, key: str) -> dict[str, Any]:
+        """The capture job's inputs: none, it sources the folder's config file in place (a reproduction's sources a
+        staged copy, mlrepro/reproduce/run_stage.py)."""
+        return {}
+
     def _check(self, unit: Unit) -> dict[str, Any]:
         """What mlrepro.runs.implementation.unit_problems checks of a unit besides its config file's variables."""
         system, benchmark = unit

@@ -31,6 +31,7 @@ from typing import Any
 
 from mlrepro.core import safe_read
 from mlrepro.core.hashing import sha256_file
+from mlrepro.core.outputs import Outputs
 from mlrepro.datasets.manifest import MANIFEST as DATA_MANIFEST
 from mlrepro.package.provenance import MANIFEST
 from mlrepro.reproduce import numeric
@@ -198,15 +199,17 @@ def hardware_class(system_desc: dict[str, Any], recorded: list[Any]) -> tuple[bo
     return True, f"the same class: {submitted}"
 
 
-def compare_benchmark(b: BenchmarkPlan, org_dir: Path, reproduced_dir: Path, system_desc: dict[str, Any],
-                      ruleset: str, tolerance: float | None = None) -> dict[str, Any]:
+def compare_benchmark(b: BenchmarkPlan, org_dir: Path, reproduced: Outputs, system: str,
+                      system_desc: dict[str, Any], ruleset: str, tolerance: float | None = None) -> dict[str, Any]:
+    """``reproduced``: the reproduction's outputs (the run stage's layout under reproduce_out), its runs
+    ``system``'s."""
     submitted = [read_log(Path(f), org_dir) for f in b.result_files]
     runs = []
     for i, seed in enumerate(b.seeds):
-        run_dir = reproduced_dir / "runs" / b.name / str(i)
-        rep = read_log(run_dir / "result.txt")  # written by the package's code: read with bounds too
-        compliant = _our_json(reproduced_dir / "compliance" / b.name / f"{i}.json").get("valid")
-        summary = _our_json(run_dir / "run.json")
+        # the result, written by the package's code: read with bounds too
+        rep = read_log(reproduced.result(system, b.name, i))
+        compliant = _our_json(reproduced.verdict(system, b.name, i)).get("valid")
+        summary = _our_json(reproduced.summary(system, b.name, i))
         sub = submitted[i]
         runs.append({
             "index": i, "seed": seed, "reproduced_seed": rep.seed, "submitted_file": Path(sub.file).name,
@@ -252,7 +255,7 @@ def compare_benchmark(b: BenchmarkPlan, org_dir: Path, reproduced_dir: Path, sys
         division=division, ruleset=ruleset, bs=bs, tolerance=tolerance, hardware_comparable=same_class)
     reasons.extend(figures["reasons"])
     dataset = None
-    manifest_file = reproduced_dir / "data" / b.name / DATA_MANIFEST
+    manifest_file = reproduced.root / "data" / b.name / DATA_MANIFEST  # reproduce_data's
     if manifest_file.is_file():
         dataset = {"submitted_sha256": b.dataset_sha256, "reproduced_sha256": sha256_file(manifest_file)}
         dataset["identical"] = dataset["submitted_sha256"] == dataset["reproduced_sha256"]
@@ -292,7 +295,7 @@ def compare(p: Plan, reproduced_dir: Path, ruleset: str, package_changes: list[s
     ``tolerance``: the time to train's (a fraction; None: numeric.default_tolerance per benchmark)."""
     org_dir = Path(p.package)
     desc = _system_description(org_dir, p.system)
-    benchmarks = [compare_benchmark(b, org_dir, reproduced_dir, desc, ruleset, tolerance)
+    benchmarks = [compare_benchmark(b, org_dir, Outputs(reproduced_dir), p.system, desc, ruleset, tolerance)
                   for b in p.benchmarks.values()]
     verdicts = {b["verdict"] for b in benchmarks}
     overall = ("not comparable" if "not comparable" in verdicts or package_changes else

@@ -1,8 +1,8 @@
-"""A benchmark's reproduced runs: its config file captured, and their launch file, as rules/runs.smk has them made.
+"""A benchmark's reproduced runs: their job shape and launch spec, from the staged copy's captured config file.
 
-The staged copy's config file is sourced by bash in a job (``reproduce_capture``), in the package's image with a
-container engine (mlrepro.runs.capture.source_in_image), natively otherwise (source_native), never while the DAG is
-built; the record gives the runs' job shape (rules/reproduce.smk, their resources) and the launch file's variables.
+The staged copy's config file is sourced by bash in the pipeline's capture job (rules/runs.smk ``capture``), in the
+package's image with a container engine (mlrepro.runs.capture.source_in_image), natively otherwise, never while the
+DAG is built; its record gives the runs' job shape and the launch spec's variables (mlrepro/reproduce/run_stage.py).
 """
 
 from __future__ import annotations
@@ -40,26 +40,12 @@ def shape(b: BenchmarkPlan, record: capture.Record) -> Captured:
     return found
 
 
-def capture_config(b: BenchmarkPlan, staged: Path, out: Path, image_record: Path | None = None) -> None:
-    """Source the staged copy's config file (in the image of ``image_record``, else natively), check its job shape
-    and write its record to ``out``."""
-    config = staged_run_folder(b, staged) / b.config_file
-    try:
-        record = (capture.source_native(config) if image_record is None
-                  else capture.source_in_image(image_record, config, staged))
-    except capture.CaptureError as e:
-        raise ReproduceError(f"{b.name}: {e}") from None
-    shape(b, record)
-    capture.write(record, out)
-
-
-def launch_spec(b: BenchmarkPlan, staged: Path, data_dir: Path, record: capture.Record, *, threads: int,
+def launch_spec(b: BenchmarkPlan, staged: Path, data_dir: Path, found: Captured, *, threads: int,
                 device: str) -> LaunchSpec:
-    """The launch file mlrepro.runs.driver reads, for the staged copy of the package's implementation, with its
-    config file's captured variables. With a container engine the driver mounts the staged copy (``code``)
-    read-only and runs it there."""
+    """The launch spec mlrepro.runs.driver runs, for the staged copy of the package's implementation, with its
+    config file's captured variables and job shape (:func:`shape`). With a container engine the driver mounts the
+    staged copy (``code``) read-only and runs it there."""
     run_folder = staged_run_folder(b, staged)
-    found = shape(b, record)
     env = dict(found.env)
     if b.kind == MINI:  # its training code is the package's: the staged copy comes first on the path
         env["PYTHONPATH"] = str(staged)
@@ -68,9 +54,3 @@ def launch_spec(b: BenchmarkPlan, staged: Path, data_dir: Path, record: capture.
                       data_dir=str(data_dir), data_mount=DATA_MOUNTS.get(b.name, "/data"), log_mount=LOG_MOUNT,
                       gpus=found.gpus, threads=threads, nodes=found.nodes, tasks_per_node=1, device=device,
                       drop_caches=False, submission=b.submission, code=str(staged))
-
-
-def write_launch(b: BenchmarkPlan, staged: Path, data_dir: Path, record: Path, out: Path, *, threads: int,
-                 device: str) -> None:
-    launch_spec(b, staged.resolve(), data_dir.resolve(), capture.read(record), threads=threads,
-                device=device).write(out)

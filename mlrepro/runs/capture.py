@@ -2,7 +2,7 @@
 
 A config file is a shell script: only bash knows what it exports. It is sourced by bash in a clean environment
 (``set -a``: plain assignments too), in a job, never while the DAG is built: the pipeline's ``capture`` rule
-(rules/runs.smk) sources it natively, reproduce mode's ``reproduce_capture`` (rules/reproduce.smk) in the package's
+(rules/runs.smk) sources it natively, or, for a reproduction (rules/reproduce.smk), its staged copy in the package's
 image where a container engine is configured. The job writes a :class:`Record` (what bash exported, less what bash
 and the clean environment set themselves; the files the config file sourced) to a JSON file, atomically; planning
 reads that file (mlrepro/planning/plan.py), and nothing of the config file is interpreted anywhere else.

@@ -1,12 +1,13 @@
 """The pipeline's capture job (rules/runs.smk ``capture``, through mlrepro/jobs.py).
 
-Sources one config file natively (mlrepro/runs/capture.py), checks every (system, benchmark) that reads it against
-its variables (mlrepro.runs.implementation.unit_problems: the messages planning gives once the record exists), runs
-each of their run.sub files as a run would run it to find what it needs set that neither the config file nor the
-config sets (mlrepro/runs/demands.py: a job's work, never planning's) and, on a Slurm cluster, checks their job shapes
-against the partition (mlrepro.slurm.checks, the preflight the onstart hook runs for the shapes it knows), and writes
-the record, atomically, only where nothing stops them: a failed check fails the job, naming each variable with the
-file and line that reads it and the mount it feeds, and the next plan runs it again.
+Sources one config file natively (mlrepro/runs/capture.py), or a reproduced package's staged copy in its image
+(the inputs rules/reproduce.smk gives the rule: mlrepro/reproduce/run_stage.py), checks every (system, benchmark)
+that reads it against its variables (mlrepro.runs.implementation.unit_problems: the messages planning gives once the
+record exists), runs each of their run.sub files as a run would run it to find what it needs set that neither the
+config file nor the config sets (mlrepro/runs/demands.py: a job's work, never planning's) and, on a Slurm cluster,
+checks their job shapes against the partition (mlrepro.slurm.checks, the preflight the onstart hook runs for the
+shapes it knows), and writes the record, atomically, only where nothing stops them: a failed check fails the job,
+naming each variable with the file and line that reads it and the mount it feeds, and the next plan runs it again.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 
 from mlrepro.core.job import Job
 from mlrepro.runs import demands, runsub
-from mlrepro.runs.capture import CaptureError, Record, source_native, write
+from mlrepro.runs.capture import CaptureError, Record, source_in_image, source_native, write
 from mlrepro.runs.implementation import captured, unit_problems
 from mlrepro.slurm import trace
 from mlrepro.slurm.checks import PreflightError, check
@@ -24,12 +25,13 @@ from mlrepro.slurm.resources import JobShape, unit_shape
 
 
 def capture(config: Path, out: Path, checks: list[dict[str, Any]], preflight: dict[str, Any] | None = None,
-            runs: list[dict[str, Any]] | None = None) -> Record:
-    """Source ``config``, check each unit of ``checks`` against its variables, run each run.sub of ``runs`` (Plan's
-    capture_runs) with them to find what it needs set (and, ``preflight``: Plan's capture_preflight, check their shapes
-    against the Slurm partition), write the record to ``out``; CaptureError with what to do where it cannot be sourced
-    or a check fails (then nothing is written)."""
-    record = source_native(config)
+            runs: list[dict[str, Any]] | None = None, image: Path | None = None, code: Path | None = None) -> Record:
+    """Source ``config`` (in the image of the build record ``image``, with only the folder ``code`` that holds it
+    mounted; none: natively), check each unit of ``checks`` against its variables, run each run.sub of ``runs``
+    (Plan's capture_runs) with them to find what it needs set (and, ``preflight``: Plan's capture_preflight, check
+    their shapes against the Slurm partition), write the record to ``out``; CaptureError with what to do where it
+    cannot be sourced or a check fails (then nothing is written)."""
+    record = source_native(config) if image is None or code is None else source_in_image(image, config, code)
     problems = [line for unit in checks for line in unit_problems(record.env, **unit)]
     if not problems:
         problems = [line for run in runs or [] for line in run_problems(record, run)]
@@ -72,8 +74,10 @@ def run_problems(record: Record, run: dict[str, Any]) -> list[str]:
 def job(job: Job) -> None:
     """The capture rule's job: params config (the file to source), checks (the units that read it), runs (their
     run.sub files, as runs give them their variables), preflight (on a Slurm cluster: the partition, threads, engine
-    and each unit's shape; else none); output: the record."""
-    p, out = job.params, job.output.first
-    record = capture(Path(p["config"]), out, p["checks"], p["preflight"], p["runs"])  # CaptureError: its one line
+    and each unit's shape; else none); inputs image and stage, where given (a reproduction with a container engine:
+    the image's build record, the staged copy); output: the record."""
+    p, out, stage = job.params, job.output.first, job.input.get("stage")
+    record = capture(Path(p["config"]), out, p["checks"], p["preflight"], p["runs"],  # CaptureError: its one line
+                     job.input.get("image"), stage.resolve() if stage else None)
     print(f"{out}: {len(record.env)} variables of {p['config']}" + (
         f", which sourced {', '.join(record.sourced)}" if record.sourced else ""))

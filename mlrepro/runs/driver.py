@@ -224,13 +224,6 @@ def job(job: Job) -> None:
     drive(launch, int(job.params["seed"]), Path(job.params["run_dir"]), _options(job))
 
 
-def file_job(job: Job) -> None:
-    """rules/reproduce.smk reproduce_run: a run of a launch file (input launch), with the run rule's params but the
-    spec (seed, run_dir, locked, gpu_locks, gpus, hz, backend) and its input image. Served by the driver's warm
-    parent as :func:`job` is."""
-    drive(read_launch(job.input["launch"]), int(job.params["seed"]), Path(job.params["run_dir"]), _options(job))
-
-
 def _options(job: Job) -> Options:
     p = job.params
     return Options(job.input.get("image"), bool(p["locked"]), p["gpu_locks"], str(p["gpus"]), float(p["hz"]),
