@@ -2,8 +2,9 @@
 
 A test (mlrepro/inference/rounds.py ``Audits``: TEST01, TEST04 and TEST05 at v2.0; TEST01 and TEST04 at v6.1, as
 the round's checker requires them of the model) is one or more LoadGen performance runs, each in a working folder
-of its own holding its ``audit.config`` (LoadGen reads it over the submission's settings), then the round's
-verification. The settings are the submission run's: its user.conf and the statement its calibration made.
+of its own holding its ``audit.config`` (LoadGen reads it over the submission's settings, all but the seeds,
+which are set by hand as for every run), then the round's verification. The settings are the submission run's:
+its user.conf, the round's seeds and the statement its calibration made.
 
 - With ``inference.mlcommons_inference`` (a checkout of mlcommons/inference at the round's tag) its files are used
   as they ship: the test's ``audit.config`` copied byte for byte, and its ``run_verification.py`` run on copies of
@@ -174,9 +175,22 @@ def verify_official(script: Path, test: str, benchmark: str, work: Path, results
     atomic.write_text(work / "run_verification.log", proc.stdout + proc.stderr)
     print(f"{script.parent.name}/run_verification.py exited {proc.returncode}:\n{(proc.stdout + proc.stderr)[-3000:]}",
           flush=True)
-    first = script.parent.name
-    kinds = ("accuracy", "performance") if test == "TEST01" else ("performance",)
-    return {kind: _passes(out / first / f"verify_{kind}.txt") for kind in kinds}
+    # each verify_*.txt is written in the working folder first, then copied: v2.0's scripts stop before the copy
+    # when a check fails (their grep for PASS raises), so the verdict is read where it was written, and the copy,
+    # which the checker reads, must be there too
+    decided, copied = official_verdicts(work, test), out / script.parent.name
+    return {kind: decided.get(kind, False) and _passes(copied / f"verify_{kind}.txt") for kind in _kinds(test)}
+
+
+def _kinds(test: str) -> tuple[str, ...]:
+    return ("accuracy", "performance") if test == "TEST01" else ("performance",)
+
+
+def official_verdicts(work: Path, test: str) -> dict[str, bool]:
+    """What the official scripts decided, from the files they write in their working folder: the checks they
+    reached (v2.0's TEST01 stops after a failed accuracy check)."""
+    return {kind: _passes(work / f"verify_{kind}.txt") for kind in _kinds(test)
+            if (work / f"verify_{kind}.txt").is_file()}
 
 
 def _passes(path: Path) -> bool:
@@ -199,6 +213,14 @@ def accuracy_fallback(served: Any, rnd: rounds.Round, benchmark: str, accuracy_l
     atomic.write_text(out / "accuracy.txt", served.accuracy_line(comp) + "\n")
     return {"baseline": base, "compliance": comp, "samples": len(baseline), "delta_percent": delta,
             "allowed_percent": allowed, "passed": bool(base and comp and delta <= allowed)}
+
+
+def set_seeds(ts: Any, audit_text: str, model: str, scenario: str, seeds: dict[str, int]) -> None:
+    """The seeds an audit.config states (TEST05), else ``seeds`` (the round's), set on ``ts`` by hand: LoadGen
+    reads seeds from its built-in mlperf.conf only and ignores them in an audit.config (seen with 6.0.17: a
+    TEST05 run kept the submission's seeds)."""
+    for key, seed in seeds.items():
+        setattr(ts, key, int(calibrate.stated(audit_text, model, scenario, key) or seed))
 
 
 def warm_up(served: Any) -> None:
@@ -253,6 +275,8 @@ def _audit(job: Job) -> None:
                     shutil.copyfile(official_file(checkout, rnd, name, benchmark), work / "audit.config")
                 else:
                     atomic.write_text(work / "audit.config", audit_config(rnd, name, benchmark))
+                set_seeds(ts, (work / "audit.config").read_text(errors="replace"), rnd.loadgen_model(benchmark),
+                          scenario, rnd.seeds())
                 warm_up(served)
                 start_test(served.predict, served.count, ts, work, audit_config=work / "audit.config")
             out = tmp / "compliance"
