@@ -212,3 +212,34 @@ def test_the_accuracy_verdict_compares_the_first_element_of_each_response_as_its
     assert not audit_verify.accuracy(acc, other, "int32", need_match=False)
     assert audit_verify.accuracy(acc, unknown, "int32", need_match=False)  # v2.0: nothing to compare passes
     assert not audit_verify.accuracy(acc, unknown, "int32", need_match=True)  # v6.1 needs a sample in common
+
+
+class _Classes:
+    """A served model's accuracy interface over int32 class answers (ResNetServed's), labels i % 10."""
+
+    def accuracy(self, responses: dict[int, bytes]) -> float:
+        good = sum(int.from_bytes(d[:4], "little") == i % 10 for i, d in responses.items())
+        return 100.0 * good / len(responses) if responses else 0.0
+
+    @staticmethod
+    def accuracy_line(value: float) -> str:
+        return f"accuracy={value:.3f}%"
+
+
+@pytest.mark.parametrize(("wrong", "passed"), [(2, True), (8, False)])
+def test_test01s_accuracy_fallback_holds_the_audits_accuracy_to_the_models_margin(
+        tmp_path: Path, wrong: int, passed: bool) -> None:
+    """Responses that differ (non-determinism the rules allow): the accuracy on the accuracy run's responses to the
+    audited samples against the audit's, within 1% for a 99% model: 2 wrong of 400 (0.5%) pass, 8 (2%) do not."""
+    def log(path: Path, answers: dict[int, int]) -> Path:
+        path.write_text(json.dumps([{"seq_id": n, "qsl_idx": i, "data": a.to_bytes(4, "little").hex().upper()}
+                                    for n, (i, a) in enumerate(answers.items())]))
+        return path
+    accuracy_log = log(tmp_path / "acc.json", {i: i % 10 for i in range(1000)})
+    audit = log(tmp_path / "audit.json", {i: (i % 10) + (1 if i < 2 * wrong else 0) for i in range(0, 800, 2)})
+    out = tmp_path / "TEST01" / "accuracy"
+    verdict = audit_tests.accuracy_fallback(_Classes(), rounds.get("v6.1"), "resnet", accuracy_log, audit, out)
+    assert verdict["samples"] == 400 and verdict["baseline"] == 100.0
+    assert verdict["compliance"] == pytest.approx(100.0 * (400 - wrong) / 400) and verdict["passed"] is passed
+    assert sorted(p.name for p in out.iterdir()) == ["accuracy.txt", "baseline_accuracy.txt", "compliance_accuracy.txt"]
+    assert (out / "baseline_accuracy.txt").read_text() == "accuracy=100.000%\n"
