@@ -47,7 +47,7 @@ ENTRIES: dict[str, str] = {
     "report": "mlrepro.report.submission:job",
     "inference_conf": "mlrepro.inference.settings:job",
     "inference_run": "mlrepro.inference.run:job",
-    "inference_audit_test": "mlrepro.inference.audit_tests:job",
+    "inference_audit_test": "mlrepro.inference.run:audit_job",
     "inference_package": "mlrepro.inference.package:job",
     "inference_check": "mlrepro.inference.check:job",
     "inference_report": "mlrepro.inference.report:job",

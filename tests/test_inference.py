@@ -506,6 +506,28 @@ def test_the_official_run_verification_on_our_audit_runs_agrees_with_ours(audite
         assert audit_tests.official_verdicts(work / "verification", record["test"]) == record["verdicts"], folder
 
 
+@pytest.mark.integration
+def test_an_audit_test_with_a_checkout_of_mlcommons_inference_uses_its_files_as_they_ship(
+        trained: dict[str, Any], served: Any, tmp_path: Path) -> None:
+    """inference.mlcommons_inference: the job copies the round's audit.config byte for byte and runs its
+    run_verification.py (v2.0's, Offline: the summary line it reads is LoadGen 6.0's too)."""
+    if not CHECKER.is_file():
+        pytest.skip(f"{CHECKER} is absent (the official checker is read from ../shared/data)")
+    checkout = extract(CHECKER, tmp_path / "checker") / "v2.0"
+    runs_dir, conf = served("v2.0")
+    out = tmp_path / "TEST01"
+    proc = _run(_audit_job(trained, "resnet", "Offline", "TEST01", conf, runs_dir, out, "v2.0", checkout))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    official = checkout / "compliance" / "nvidia" / "TEST01" / "resnet50" / "audit.config"
+    assert (out / "runs" / "TEST01" / "audit.config").read_bytes() == official.read_bytes()
+    record = json.loads((out / "result.json").read_text())
+    assert record["files"] == f"official: {checkout}" and record["passed"], record
+    assert "TEST01 verification complete" in (out / "verification" / f"try_{len(record['tries'])}" /
+                                              "run_verification.log").read_text()
+    assert {p.name for p in (out / "compliance" / "TEST01").iterdir()} == {
+        "verify_accuracy.txt", "verify_performance.txt", "accuracy", "performance"}
+
+
 @pytest.mark.slow
 def test_an_official_offline_resnet50_run_is_accepted_by_the_official_v2_0_checker(tmp_path: Path) -> None:
     """Not shortened: v2.0's settings (600 s, 24,576 samples at least, 1,024 performance samples, the round's

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from mlrepro.inference import audit_tests, audit_verify, calibrate, rounds, summary
+from mlrepro.inference import audit_tests, audit_verify, calibrate, rounds, run, summary
 from tests.conftest import REPO
 from tests.rounds import DATA, extract
 
@@ -238,7 +238,8 @@ def test_test01s_accuracy_fallback_holds_the_audits_accuracy_to_the_models_margi
     accuracy_log = log(tmp_path / "acc.json", {i: i % 10 for i in range(1000)})
     audit = log(tmp_path / "audit.json", {i: (i % 10) + (1 if i < 2 * wrong else 0) for i in range(0, 800, 2)})
     out = tmp_path / "TEST01" / "accuracy"
-    verdict = audit_tests.accuracy_fallback(_Classes(), rounds.get("v6.1"), "resnet", accuracy_log, audit, out)
+    verdict = audit_tests.accuracy_fallback(_Classes(), rounds.get("v6.1"), "resnet",
+                                            run.accuracy_responses(accuracy_log), run.accuracy_responses(audit), out)
     assert verdict["samples"] == 400 and verdict["baseline"] == 100.0
     assert verdict["compliance"] == pytest.approx(100.0 * (400 - wrong) / 400) and verdict["passed"] is passed
     assert sorted(p.name for p in out.iterdir()) == ["accuracy.txt", "baseline_accuracy.txt", "compliance_accuracy.txt"]

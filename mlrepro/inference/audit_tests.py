@@ -30,6 +30,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -38,10 +39,11 @@ import numpy as np
 from mlrepro.core import atomic
 from mlrepro.core.errors import MlreproError
 from mlrepro.core.job import Job
-from mlrepro.inference import audit_verify, calibrate, rounds, run
+from mlrepro.inference import audit_verify, calibrate, rounds
 from mlrepro.inference.sut import BATCH, start_test
 
 TRIES = 3
+RESULT = "result.json"
 LOGS = ("mlperf_log_summary.txt", "mlperf_log_detail.txt")
 OFFICIAL_TIMEOUT_S = 600
 WARM_UP_CALLS = 5
@@ -197,13 +199,12 @@ def _passes(path: Path) -> bool:
     return path.is_file() and not path.is_symlink() and audit_verify.PASS in path.read_text(errors="replace")
 
 
-def accuracy_fallback(served: Any, rnd: rounds.Round, benchmark: str, accuracy_log: Path, test_log: Path,
-                      out: Path) -> dict[str, Any]:
-    """TEST01's fallback where responses differ: the model's accuracy on the accuracy run's responses to the
-    samples the audit logged (baseline) and on the audit's (compliance), and their difference against the
-    model's margin; the files the checker then reads, under ``out`` (TEST01/accuracy/)."""
-    test = run.accuracy_responses(test_log)
-    everything = run.accuracy_responses(accuracy_log)
+def accuracy_fallback(served: Any, rnd: rounds.Round, benchmark: str, everything: dict[int, bytes],
+                      test: dict[int, bytes], out: Path) -> dict[str, Any]:
+    """TEST01's fallback where responses differ: the model's accuracy on the accuracy run's responses
+    (``everything``, qsl index -> bytes) to the samples the audit logged (``test``) (baseline) and on the audit's
+    (compliance), and their difference against the model's margin; the files the checker then reads, under ``out``
+    (TEST01/accuracy/)."""
     baseline = {i: everything[i] for i in test if i in everything}
     base, comp = served.accuracy(baseline), served.accuracy(test)
     allowed = round((1 - rnd.quality_fraction(benchmark)) * 100, 6)
@@ -232,27 +233,23 @@ def warm_up(served: Any) -> None:
         served.predict(batch)
 
 
-def _settings(job: Job, rnd: rounds.Round, benchmark: str, scenario: str) -> Any:
+def _settings(job: Job, rnd: rounds.Round, benchmark: str, scenario: str, test_settings: Callable[..., Any]) -> Any:
     """The submission run's settings: its user.conf, the round's seeds and what its calibration stated."""
-    ts = run.test_settings(job.input["conf"], rnd.loadgen_model(benchmark), scenario, "performance", rnd)
-    stated = json.loads((job.input["performance"] / run.RESULT).read_text()).get("calibration")
+    ts = test_settings(job.input["conf"], rnd.loadgen_model(benchmark), scenario, "performance", rnd)
+    stated = json.loads((job.input["performance"] / RESULT).read_text()).get("calibration")
     if stated:
         names = {f.name for f in dataclasses.fields(calibrate.Calibration)}
         calibrate.Calibration(**{k: v for k, v in stated.items() if k in names}).apply(ts)
     return ts
 
 
-def job(job: Job) -> None:
-    """rules/inference_audit_tests.smk inference_audit_test: wildcards ibench, scenario, test; input runs (the
-    training runs' records), conf (user.conf), performance and accuracy (the submission's runs); params data,
-    spec, device, round, shortened, mlcommons (a checkout of mlcommons/inference, or empty: ours)."""
-    try:
-        _audit(job)
-    except (ValueError, OSError) as e:
-        sys.exit(f"error: {e}")
-
-
-def _audit(job: Job) -> None:
+def audit(job: Job, served: Any, checkpoint: dict[str, Any], test_settings: Callable[..., Any],
+          responses: Callable[[Path], dict[int, bytes]]) -> None:
+    """rules/inference_audit_tests.smk inference_audit_test (entered by mlrepro/inference/run.py audit_job, whose
+    warm parent serves it): wildcards ibench, scenario, test; input runs (the training runs' records), conf
+    (user.conf), performance and accuracy (the submission's runs); params data, spec, device, round, shortened,
+    mlcommons (a checkout of mlcommons/inference, or empty: ours). ``served`` and ``checkpoint``: the model;
+    ``test_settings`` and ``responses``: run.py's, which read the settings and an accuracy log."""
     benchmark, scenario, test = job.wildcards["ibench"], job.wildcards["scenario"], job.wildcards["test"]
     p = job.params
     rnd = rounds.get(p["round"])
@@ -260,8 +257,7 @@ def _audit(job: Job) -> None:
     if test not in audits.tests(rnd.model(benchmark)):
         raise AuditTestError(f"{rnd.name} requires no {test} of {rnd.model(benchmark)}")
     checkout = Path(p["mlcommons"]).resolve() if p.get("mlcommons") else None
-    served, checkpoint, _ = run.load_served(job)
-    ts = _settings(job, rnd, benchmark, scenario)
+    ts = _settings(job, rnd, benchmark, scenario, test_settings)
     with atomic.atomic_dir(job.output.first) as tmp:
         results = stage_results(job.input["performance"], job.input["accuracy"], tmp / "verification" / "results")
         script = stage_official(checkout, rnd, test, tmp / "mlcommons") if checkout else None
@@ -297,11 +293,11 @@ def _audit(job: Job) -> None:
             "tries": tries, "verdicts": tries[-1]}
         if test == "TEST01" and not tries[-1]["accuracy"]:
             record["accuracy_fallback"] = accuracy_fallback(
-                served, rnd, benchmark, job.input["accuracy"] / "mlperf_log_accuracy.json",
-                tmp / "runs" / "TEST01" / "mlperf_log_accuracy.json", out / "TEST01" / "accuracy")
+                served, rnd, benchmark, responses(job.input["accuracy"] / "mlperf_log_accuracy.json"),
+                responses(tmp / "runs" / "TEST01" / "mlperf_log_accuracy.json"), out / "TEST01" / "accuracy")
         record["passed"] = bool(tries[-1]["performance"]) and (
             tries[-1].get("accuracy", True) or record["accuracy_fallback"]["passed"])
-        atomic.write_json(tmp / run.RESULT, record)
+        atomic.write_json(tmp / RESULT, record)
         if not record["passed"] and not p["shortened"]:
             raise AuditTestError(f"{rnd.model(benchmark)} {scenario}: {test} fails ({json.dumps(record['verdicts'])}"
                                  + (f", accuracy fallback {json.dumps(record['accuracy_fallback'])}"

@@ -21,7 +21,7 @@ from mlrepro.core import atomic
 from mlrepro.core.errors import MlreproError
 from mlrepro.core.hashing import sha256_file
 from mlrepro.core.job import Job
-from mlrepro.inference import calibrate, rounds, summary
+from mlrepro.inference import audit_tests, calibrate, rounds, summary
 from mlrepro.inference.sut import start_test
 
 RESULT = "result.json"
@@ -125,6 +125,16 @@ def job(job: Job) -> None:
     try:
         _serve(job)
     except ValueError as e:  # LoadGen's settings; the project's own errors are one line already (MlreproError)
+        sys.exit(f"error: {e}")
+
+
+def audit_job(job: Job) -> None:
+    """rules/inference_audit_tests.smk inference_audit_test: the round's audit tests of a served (benchmark,
+    scenario) (mlrepro/inference/audit_tests.py), entered here so that this module's warm parent serves them too."""
+    try:
+        served, checkpoint, _ = load_served(job)
+        audit_tests.audit(job, served, checkpoint, test_settings, accuracy_responses)
+    except (ValueError, OSError) as e:  # the project's own errors are one line already (MlreproError)
         sys.exit(f"error: {e}")
 
 
