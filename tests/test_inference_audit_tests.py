@@ -244,3 +244,13 @@ def test_test01s_accuracy_fallback_holds_the_audits_accuracy_to_the_models_margi
     assert verdict["compliance"] == pytest.approx(100.0 * (400 - wrong) / 400) and verdict["passed"] is passed
     assert sorted(p.name for p in out.iterdir()) == ["accuracy.txt", "baseline_accuracy.txt", "compliance_accuracy.txt"]
     assert (out / "baseline_accuracy.txt").read_text() == "accuracy=100.000%\n"
+
+
+def test_the_package_takes_the_audit_tests_of_its_own_round_only(tmp_path: Path) -> None:
+    from mlrepro.inference import package
+    (tmp_path / "tests" / "TEST01" / "compliance" / "TEST01").mkdir(parents=True)
+    (tmp_path / "tests" / "TEST01" / "result.json").write_text(json.dumps({"round": "v6.1"}))
+    with pytest.raises(ValueError, match=r"audit test of inference round v6\.1, the package declares v2\.0"):
+        package.add_audit_tests(tmp_path / "tests", tmp_path / "dest", "v2.0")
+    package.add_audit_tests(tmp_path / "tests", tmp_path / "dest", "v6.1")
+    assert (tmp_path / "dest" / "TEST01").is_dir()

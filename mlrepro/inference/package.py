@@ -88,12 +88,16 @@ def readme(model: str, benchmark: str, scenario: str, rnd: rounds.Round, shorten
             + ("\n**Shortened settings: not submittable.**\n" if shortened else ""))
 
 
-def add_audit_tests(tests_dir: Path, dest: Path) -> None:
+def add_audit_tests(tests_dir: Path, dest: Path, round_name: str) -> None:
     """The audit tests of one (benchmark, scenario) (``tests_dir/<test>/compliance/<TEST0x>/``, as the round's
     run_verification.py wrote them: mlrepro/inference/audit_tests.py) into ``dest``, the folder the round's checker
     reads them from. TEST01's accuracy log is cut as truncate_accuracy_log.py cuts it in compliance folders, the
     full log's hash appended to its accuracy.txt (which it creates where the test has none)."""
     for test in sorted(p for p in tests_dir.iterdir() if p.is_dir()):
+        record = json.loads((test / "result.json").read_text())
+        if record.get("round") != round_name:  # another round's test: its audit.config and verification differ
+            raise ValueError(f"{test / 'result.json'}: audit test of inference round {record.get('round')}, the "
+                             f"package declares {round_name}; run it again")
         for folder in sorted(p for p in (test / "compliance").iterdir() if p.is_dir()):
             shutil.copytree(folder, dest / folder.name)
             log = folder / "accuracy" / "mlperf_log_accuracy.json"
@@ -148,7 +152,7 @@ def build(runs_dir: Path, user_confs: dict[str, Path], out: Path, org: str, divi
                 shutil.copy2(user_confs[benchmark], meas / "user.conf")
                 if audits_dir is not None and (audits_dir / benchmark / scenario).is_dir():
                     add_audit_tests(audits_dir / benchmark / scenario, res if rnd.audits and rnd.audits.in_results
-                                    else root / "compliance" / system / model / scenario)
+                                    else root / "compliance" / system / model / scenario, rnd.name)
                 (meas / "README.md").write_text(readme(model, benchmark, scenario, rnd, bool(record.get("shortened"))))
 
 
