@@ -711,6 +711,7 @@ def test_pipeline_schedules_one_job_per_benchmark_scenario_mode(tmp_path: Path) 
         if len(parts) == 2 and parts[1].isdigit():
             counts[parts[0]] = int(parts[1])
     assert counts["inference_run"] == 4 and counts["inference_package"] == 1 and counts["inference_check"] == 1
+    assert counts["inference_audit_test"] == 2 * 3  # v2.0's TEST01, TEST04 and TEST05 of resnet50, per scenario
 
 
 @pytest.mark.integration
