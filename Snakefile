@@ -66,6 +66,7 @@ else:
     include: "rules/package.smk"
     include: "rules/score.smk"
     include: "rules/report.smk"
+    include: "rules/inference_audit_tests.smk"
     include: "rules/inference.smk"
     include: "rules/preview.smk"
 

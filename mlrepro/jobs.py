@@ -50,6 +50,7 @@ ENTRIES: dict[str, str] = {
     "report": "mlrepro.report.submission:job",
     "inference_conf": "mlrepro.inference.settings:job",
     "inference_run": "mlrepro.inference.run:job",
+    "inference_audit_test": "mlrepro.inference.run:audit_job",
     "inference_package": "mlrepro.inference.package:job",
     "inference_check": "mlrepro.inference.check:job",
     "inference_report": "mlrepro.inference.report:job",
@@ -66,7 +67,8 @@ ENTRIES: dict[str, str] = {
 }
 # rule -> the module whose warm parent runs it (mlrepro/runs/warm.py: standard library only at import)
 # (not reproduce_data: the generator it runs is the reproduced package's, never this one's)
-WARM: dict[str, str] = {"data": warm.DATA, "inference_run": warm.INFERENCE, "run": warm.DRIVER}
+WARM: dict[str, str] = {"data": warm.DATA, "inference_run": warm.INFERENCE, "inference_audit_test": warm.INFERENCE,
+                        "run": warm.DRIVER}
 # Rules whose log is what the user asked for (an audit, verify_data, a reproduction's verdict): on success it goes to
 # the terminal too.
 SHOWN = frozenset({"repair", "launch_preview", "verify_data", "audit_check", "audit_summarize", "inference_audit",

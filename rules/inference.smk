@@ -60,10 +60,12 @@ rule inference_package:
         runs=[PLAN.out.inference_run(b, s, m) for b, scens in PLAN.inference_scenarios.items()
               for s in scens for m in INF_MODES],
         confs=[PLAN.out.user_conf(b) for b in PLAN.inference_benchmarks],
+        audits=[PLAN.out.inference_audit_test(*test) for test in INF_AUDIT_TESTS],  # rules/inference_audit_tests.smk
     output:
         directory(PLAN.out.inference / "package"),
     params:
         runs_dir=PLAN.out.inference / "runs",
+        audits_dir=PLAN.out.inference / "audit_tests" if INF_AUDIT_TESTS else "",
         confs={b: str(PLAN.out.user_conf(b)) for b in PLAN.inference_benchmarks},
         org=PLAN.config["org"],
         division=PLAN.config["division"],

@@ -372,6 +372,197 @@ def test_official_checker_finds_only_a_shortened_runs_errors_in_the_package(
         assert r["benchmark"] == "rnnt" or acc["value"] == pytest.approx(acc["reference"], abs=2e-6), r
 
 
+# The audit tests of the fixtures' runs: resnet in every scenario (every test and verification path of both rounds)
+# and bert Offline (a model TEST04 exempts at v2.0), each test a job and a process of its own, one at a time (its
+# performance is compared with the submission run's, which ran alone).
+AUDITED = ("resnet", "bert")
+# What a shortened run's audit runs make the official checker say besides the results' own (v6.1 checks their
+# performance logs by the results' rules; its compliance check then fails for that reason alone)
+_TEST_DIR = rf"{_DIR}/(?P<test>TEST0\d)"
+SHORTENED_AUDIT_ERRORS = {
+    "v2.0": [],
+    "v6.1": [rf"{_TEST_DIR} {_PSC}",
+             rf"{_TEST_DIR} Test duration less than 600s in user config\. expected=600000, found=1000",
+             rf"{_TEST_DIR} Required minimum samples per query not met by user config, Expected=24576, Found=\d+",
+             rf"Some performance checks Checks failed for: {_TEST_DIR}",
+             rf"Some compliance check Checks failed for: {_DIR}/"],
+}
+# What a closed-division package of these minis makes the official checker say besides: the accuracy of a mini model
+# is not the reference's, and bert runs Offline only
+CLOSED_ERRORS = {
+    "v2.0": [rf"{_DIR}/accuracy, accuracy not valid", r"\S+/results/sys1/(?P<model>[^/]+) does not have all "
+             r"required scenarios, missing \{.*\}", r"NoResults \S+/results/sys1/[^/]+"],
+    "v6.1": [rf"{_DIR}/performance/run_1/mlperf_log_detail\.txt does not have all required scenarios, missing .*",
+             rf"{_DIR}/accuracy/mlperf_log_detail\.txt accuracy not valid.*",
+             r"Some accuracy checks Checks failed for: .*"],
+}
+
+
+def _audit_job(t: dict[str, Any], benchmark: str, scenario: str, test: str, conf: Path, runs_dir: Path, out: Path,
+               round_name: str, mlcommons: Path | None = None) -> Job:
+    """The inference_audit_test rule's job."""
+    runs = runs_dir / benchmark / scenario
+    return make_job("inference_audit_test", input={"runs": [t["run_json"]], "conf": conf,
+                                                   "performance": runs / "performance", "accuracy": runs / "accuracy"},
+                    output={"out": out}, wildcards={"ibench": benchmark, "scenario": scenario, "test": test},
+                    params={"data": t["data"], "spec": json.loads(Path(t["params"]).read_text()), "shortened": True,
+                            "device": "cpu", "round": round_name, "mlcommons": str(mlcommons or "")})
+
+
+@pytest.fixture(scope="module")
+def audited(trained: dict[str, Any], others_trained: dict[str, dict[str, Any]], served: Any, others_served: Any,
+            tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """round -> (runs folder, user.confs, audit tests folder) of AUDITED, every test the round requires of them."""
+    done: dict[str, tuple[Path, dict[str, Path], Path]] = {}
+
+    def get(round_name: str) -> tuple[Path, dict[str, Path], Path]:
+        if round_name in done:
+            return done[round_name]
+        rnd = rounds.get(round_name)
+        assert rnd.audits is not None
+        out = tmp_path_factory.mktemp(f"audited-{round_name}")
+        resnet_runs, conf = served(round_name)
+        other_runs, confs = others_served(round_name)
+        shutil.copytree(resnet_runs, out / "runs")
+        shutil.copytree(other_runs / "bert", out / "runs" / "bert")
+        confs = {"resnet": conf, "bert": confs["bert"]}
+        fitted = {"resnet": trained, "bert": others_trained["bert"]}
+        for benchmark in AUDITED:
+            for scenario in sorted(p.name for p in (out / "runs" / benchmark).iterdir()):
+                for test in rnd.audits.tests(rnd.model(benchmark)):
+                    proc = _run(_audit_job(fitted[benchmark], benchmark, scenario, test, confs[benchmark],
+                                           out / "runs", out / "audits" / benchmark / scenario / test, round_name))
+                    assert proc.returncode == 0, f"{benchmark} {scenario} {test}:\n{proc.stdout[-3000:]}" + \
+                        proc.stderr[-3000:]
+        done[round_name] = (out / "runs", confs, out / "audits")
+        return done[round_name]
+    return get
+
+
+def _unexpected(errors: list[str], round_name: str) -> list[str]:
+    patterns = [re.compile(p) for p in (*SHORTENED_ERRORS[round_name], *SHORTENED_AUDIT_ERRORS[round_name],
+                                        *CLOSED_ERRORS[round_name])]
+    return [e for e in errors if not any(p.fullmatch(e) for p in patterns)]
+
+
+def _owed(round_name: str, failed: list[dict[str, Any]]) -> list[re.Pattern[str]]:
+    """The audit errors the round's checker must report of our failed tests: v2.0's judges a scenario's audits by
+    its last test's verify_performance.txt (check_compliance_dir keeps the last test's verdict only: TEST05) and
+    TEST01's verify_accuracy.txt being there; v6.1's each failed TEST01 and TEST04 performance check."""
+    if round_name == "v2.0":
+        return [re.compile(rf"compliance dir \S+/compliance/sys1/{r['model']}/{r['scenario']} has issues")
+                for r in failed if r["test"] == "TEST05"]
+    return [re.compile(rf"Compliance test performance check in \S+/results/sys1/{r['model']}/{r['scenario']}/"
+                       rf"{r['test']} failed") for r in failed]
+
+
+def judge_audits(round_name: str, runs_dir: Path, confs: dict[str, Path], audits: Path, checker_dir: Path,
+                 tmp_path: Path) -> list[dict[str, Any]]:
+    """A closed-division package of ``runs_dir`` with the audit tests of ``audits`` before the round's official
+    checker: every audit error it reports is one of a test our verification failed (a performance compared with
+    the submission's on a machine whose load changed: timing), and it reports each of those; no other. The failed
+    tests' records."""
+    records = [json.loads(p.read_text()) for p in sorted(audits.glob("*/*/*/result.json"))]
+    assert records and all(r["verdicts"].get("accuracy", True) for r in records)  # the same responses
+    failed = [r for r in records if not r["passed"]]
+    pkg = tmp_path / "package"
+    package.build(runs_dir, confs, pkg, "testorg", "closed", "research", "sys1", "cpu", 1, round_name, audits)
+    errors, output = official_check(round_name, pkg, checker_dir)
+    owed = _owed(round_name, failed)
+    unexplained = [e for e in _unexpected(errors, round_name) if not any(p.fullmatch(e) for p in owed)]
+    assert errors and not unexplained, "\n".join(unexplained) + output[-3000:]
+    assert all(any(p.fullmatch(e) for e in errors) for p in owed), (owed, output[-3000:])
+    return failed
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("round_name", rounds.ROUNDS)
+def test_the_audit_tests_pass_the_official_checker_of_the_round_in_the_closed_division(
+        audited: Any, tmp_path: Path, round_name: str) -> None:
+    """The official checker judges the audit tests in the closed division only: there, our package with them draws
+    no audit error but of a test our verification failed (none on a machine whose load holds still; a shortened
+    run's and a mini model's errors aside), and without them or with a failed one it reports them."""
+    if not CHECKER.is_file():
+        pytest.skip(f"{CHECKER} is absent (the official checker is read from ../shared/data)")
+    checker_dir = extract(CHECKER, tmp_path / "checker")
+    rnd = rounds.get(round_name)
+    assert rnd.audits is not None
+    runs_dir, confs, audits = audited(round_name)
+    records = [json.loads(p.read_text()) for p in sorted(audits.glob("*/*/*/result.json"))]
+    assert len(records) == sum(len(rnd.audits.tests(rnd.model(b))) * len(list((runs_dir / b).iterdir()))
+                               for b in AUDITED) and all(r["files"] == "ours (mlrepro)" for r in records)
+    failed = judge_audits(round_name, runs_dir, confs, audits, checker_dir, tmp_path)
+    print(f"{round_name}: {len(records) - len(failed)} of {len(records)} audit tests passed; failed (timing): "
+          + ", ".join(f"{r['model']} {r['scenario']} {r['test']}" for r in failed))
+
+    # without them, and with one failed, the checker reports the audits
+    bare = tmp_path / "bare"
+    package.build(runs_dir, confs, bare, "testorg", "closed", "research", "sys1", "cpu", 1, round_name)
+    missing, _ = official_check(round_name, bare, checker_dir)
+    assert any(re.search(r"no compliance dir|Missing TEST01", e) for e in missing), missing
+    broken = tmp_path / "broken"
+    shutil.copytree(tmp_path / "package", broken)
+    scen = broken / "closed" / "testorg" / (f"results/sys1/{rnd.model('resnet')}/Offline" if rnd.audits.in_results
+                                           else f"compliance/sys1/{rnd.model('resnet')}/Offline")
+    last = rnd.audits.runs[rnd.audits.tests(rnd.model("resnet"))[-1]][0]  # v2.0's checker judges its last test
+    (scen / last / "verify_performance.txt").write_text("TEST FAIL: Test score invalid\n")
+    failing, output = official_check(round_name, broken, checker_dir)
+    assert any(re.search(r"compliance dir \S+/Offline has issues|Compliance test performance check in \S+/Offline/"
+                         rf"{last} failed", e) for e in failing), output[-3000:]
+
+
+@pytest.mark.integration
+def test_the_official_run_verification_on_our_audit_runs_agrees_with_ours(audited: Any, tmp_path: Path) -> None:
+    """The official v6.1 run_verification.py (detail logs, no format of LoadGen's summary to mind) on the audit
+    runs our jobs made: the verdicts ours recorded."""
+    from mlrepro.inference import audit_tests
+    if not CHECKER.is_file():
+        pytest.skip(f"{CHECKER} is absent (the official checker is read from ../shared/data)")
+    checkout = extract(CHECKER, tmp_path / "checker") / "v6.1"
+    shutil.copyfile(checkout.parent / "v2.0" / "tools" / "submission" / "log_parser.py",  # left out of the archive
+                    checkout / "tools" / "submission" / "log_parser.py")
+    rnd = rounds.get("v6.1")
+    runs_dir, _, audits = audited("v6.1")
+    for record_path in sorted(audits.glob("*/*/*/result.json")):
+        record = json.loads(record_path.read_text())
+        folder = record_path.parent
+        work = tmp_path / folder.relative_to(audits)
+        results = audit_tests.stage_results(runs_dir / record["benchmark"] / record["scenario"] / "performance",
+                                            runs_dir / record["benchmark"] / record["scenario"] / "accuracy",
+                                            work / "results")
+        script = audit_tests.stage_official(checkout, rnd, record["test"], work / "mlcommons")
+        audit_tests.verify_official(script, record["test"], record["benchmark"], work / "verification", results,
+                                    folder / "runs", work / "out")
+        assert audit_tests.official_verdicts(work / "verification", record["test"]) == record["verdicts"], folder
+
+
+@pytest.mark.integration
+def test_an_audit_test_with_a_checkout_of_mlcommons_inference_uses_its_files_as_they_ship(
+        trained: dict[str, Any], served: Any, tmp_path: Path) -> None:
+    """inference.mlcommons_inference: the job copies the round's audit.config byte for byte and runs its
+    run_verification.py (v2.0's, Offline: the summary line it reads is LoadGen 6.0's too)."""
+    if not CHECKER.is_file():
+        pytest.skip(f"{CHECKER} is absent (the official checker is read from ../shared/data)")
+    checkout = extract(CHECKER, tmp_path / "checker") / "v2.0"
+    runs_dir, conf = served("v2.0")
+    out = tmp_path / "TEST01"
+    proc = _run(_audit_job(trained, "resnet", "Offline", "TEST01", conf, runs_dir, out, "v2.0", checkout))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    official = checkout / "compliance" / "nvidia" / "TEST01" / "resnet50" / "audit.config"
+    assert (out / "runs" / "TEST01" / "audit.config").read_bytes() == official.read_bytes()
+    record = json.loads((out / "result.json").read_text())
+    assert record["files"] == f"official: {checkout}" and record["verdicts"]["accuracy"], record
+    # its verdicts are ours on the same files (the performance check passes where the machine's load holds still)
+    from mlrepro.inference import audit_tests
+    ours = audit_tests.verify_ours(rounds.get("v2.0"), "TEST01", "resnet", out / "verification" / "results",
+                                   out / "runs", tmp_path / "ours")
+    assert ours == record["verdicts"], (ours, record)
+    assert "TEST01 verification complete" in (out / "verification" / f"try_{len(record['tries'])}" /
+                                              "run_verification.log").read_text()
+    assert {p.name for p in (out / "compliance" / "TEST01").iterdir()} == {
+        "verify_accuracy.txt", "verify_performance.txt", "accuracy", "performance"}
+
+
 @pytest.mark.slow
 def test_an_official_offline_resnet50_run_is_accepted_by_the_official_v2_0_checker(tmp_path: Path) -> None:
     """Not shortened: v2.0's settings (600 s, 24,576 samples at least, 1,024 performance samples, the round's
@@ -521,6 +712,7 @@ def test_pipeline_schedules_one_job_per_benchmark_scenario_mode(tmp_path: Path) 
         if len(parts) == 2 and parts[1].isdigit():
             counts[parts[0]] = int(parts[1])
     assert counts["inference_run"] == 4 and counts["inference_package"] == 1 and counts["inference_check"] == 1
+    assert counts["inference_audit_test"] == 2 * 3  # v2.0's TEST01, TEST04 and TEST05 of resnet50, per scenario
 
 
 @pytest.mark.integration

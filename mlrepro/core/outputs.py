@@ -128,6 +128,9 @@ class Outputs:
     def inference_run(self, benchmark: str, scenario: str, mode: str) -> Path:
         return self.inference / "runs" / benchmark / scenario / mode
 
+    def inference_audit_test(self, benchmark: str, scenario: str, test: str) -> Path:
+        return self.inference / "audit_tests" / benchmark / scenario / test
+
     @property
     def inference_report(self) -> Path:
         return self.inference / "report.html"

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from mlrepro.core import atomic
+from mlrepro.core.hashing import sha256_file
 from mlrepro.core.job import Job
 from mlrepro.core.workflows import workflow_dir
 from mlrepro.environment import system_desc
@@ -87,9 +88,30 @@ def readme(model: str, benchmark: str, scenario: str, rnd: rounds.Round, shorten
             + ("\n**Shortened settings: not submittable.**\n" if shortened else ""))
 
 
+def add_audit_tests(tests_dir: Path, dest: Path, round_name: str) -> None:
+    """The audit tests of one (benchmark, scenario) (``tests_dir/<test>/compliance/<TEST0x>/``, as the round's
+    run_verification.py wrote them: mlrepro/inference/audit_tests.py) into ``dest``, the folder the round's checker
+    reads them from. TEST01's accuracy log is cut as truncate_accuracy_log.py cuts it in compliance folders, the
+    full log's hash appended to its accuracy.txt (which it creates where the test has none)."""
+    for test in sorted(p for p in tests_dir.iterdir() if p.is_dir()):
+        record = json.loads((test / "result.json").read_text())
+        if record.get("round") != round_name:  # another round's test: its audit.config and verification differ
+            raise ValueError(f"{test / 'result.json'}: audit test of inference round {record.get('round')}, the "
+                             f"package declares {round_name}; run it again")
+        for folder in sorted(p for p in (test / "compliance").iterdir() if p.is_dir()):
+            shutil.copytree(folder, dest / folder.name)
+            log = folder / "accuracy" / "mlperf_log_accuracy.json"
+            if log.is_file():
+                truncate_accuracy_log(log, dest / folder.name / "accuracy" / log.name)
+                with (dest / folder.name / "accuracy" / "accuracy.txt").open("a") as f:
+                    f.write(f"hash={sha256_file(log)}\n")
+
+
 def build(runs_dir: Path, user_confs: dict[str, Path], out: Path, org: str, division: str, status: str,
-          system: str, device: str, threads: int, round_name: str = rounds.DEFAULT) -> None:
-    """``runs_dir/<benchmark>/<scenario>/<mode>/`` -> the package under ``out`` (built atomically)."""
+          system: str, device: str, threads: int, round_name: str = rounds.DEFAULT,
+          audits_dir: Path | None = None) -> None:
+    """``runs_dir/<benchmark>/<scenario>/<mode>/`` -> the package under ``out`` (built atomically), with the audit
+    tests of ``audits_dir/<benchmark>/<scenario>/`` where given."""
     rnd = rounds.get(round_name)
     served = _served(runs_dir, rnd)
     with atomic.atomic_dir(out) as tmp:
@@ -128,6 +150,9 @@ def build(runs_dir: Path, user_confs: dict[str, Path], out: Path, org: str, divi
                     (meas / "mlperf.conf").write_text(rnd.conf())
                 atomic.write_json(meas_json, measurements(benchmark, record))
                 shutil.copy2(user_confs[benchmark], meas / "user.conf")
+                if audits_dir is not None and (audits_dir / benchmark / scenario).is_dir():
+                    add_audit_tests(audits_dir / benchmark / scenario, res if rnd.audits and rnd.audits.in_results
+                                    else root / "compliance" / system / model / scenario, rnd.name)
                 (meas / "README.md").write_text(readme(model, benchmark, scenario, rnd, bool(record.get("shortened"))))
 
 
@@ -137,6 +162,7 @@ def job(job: Job) -> None:
     p = job.params
     try:
         build(Path(p["runs_dir"]), {b: Path(c) for b, c in p["confs"].items()}, job.output.first, p["org"],
-              p["division"], p["status"], p["system"], p["device"], int(p["threads"]), p["round"])
+              p["division"], p["status"], p["system"], p["device"], int(p["threads"]), p["round"],
+              Path(p["audits_dir"]) if p.get("audits_dir") else None)
     except ValueError as e:
         raise SystemExit(f"error: {e}") from None

@@ -101,6 +101,52 @@ def builtin_mlperf_conf() -> str:
 
 
 @dataclass(frozen=True)
+class Audits:
+    """A round's audit tests as its checker requires them (mlcommons/inference compliance/ at the round's
+    commit). A test is verified as one unit (its run_verification.py) from one or more LoadGen runs, each in a
+    working folder of its own holding its audit.config; the runs' names are the folders the checker reads."""
+
+    folder: str  # where the tests lie in a checkout of mlcommons/inference
+    runs: dict[str, tuple[str, ...]]  # test -> its LoadGen runs (v2.0's TEST04: TEST04-A and TEST04-B)
+    models: dict[str, tuple[str, ...] | None]  # test -> the package models it is required of (None: all)
+    settings: dict[str, str]  # LoadGen run -> its audit.config lines ("{sampling}": TEST01's per-model target)
+    sampling: dict[str, int]  # LoadGen model -> TEST01's accuracy_log_sampling_target (its own audit.config)
+    in_results: bool  # v6.0 on: TEST0x/ in the results scenario folder; before: compliance/<sys>/<model>/<scen>/
+    scripts: str  # the verification scripts the round ships, "v2.0" or "v6.1" (mlrepro/inference/audit_verify.py)
+
+    def tests(self, model: str) -> list[str]:
+        """The tests the round's checker requires of ``model`` (a package model name), in order."""
+        return [t for t, models in self.models.items() if models is None or model in models]
+
+    def audit_config(self, run: str, loadgen_model: str) -> str:
+        """The lines of ``run``'s audit.config for ``loadgen_model`` (the values of the round's own file)."""
+        return self.settings[run].format(sampling=self.sampling.get(loadgen_model, 0))
+
+
+# TEST01 (every model): responses logged in performance mode; TEST04 (v2.0: A unique samples, B one sample again
+# and again): no result caching; TEST05 (v2.0): other seeds. The values are those of the round's audit.config files.
+_TEST01 = """\
+*.*.mode = 2
+*.*.accuracy_log_rng_seed = 720381539243781796
+*.*.accuracy_log_sampling_target = {sampling}
+"""
+_SCENARIO_LINES = ("MultiStream", "Offline", "SingleStream", "Server")
+_UNIQUE = "".join(f"*.{s}.mode = 2\n*.{s}.performance_issue_unique = 1\n*.{s}.performance_issue_same = 0\n"
+                  for s in _SCENARIO_LINES)
+_SAME = "".join(f"*.{s}.mode = 2\n*.{s}.performance_issue_unique = 0\n*.{s}.performance_issue_same = 1\n"
+                f"*.{s}.performance_issue_same_index = 3\n" for s in _SCENARIO_LINES)
+_TEST05 = """\
+*.*.mode = 2
+*.*.qsl_rng_seed = 313588358309856706
+*.*.sample_index_rng_seed = 471397156132239067
+*.*.schedule_rng_seed = 413914573387865862
+"""
+# TEST01's accuracy_log_sampling_target per model folder of compliance/.../TEST01/ (the same at both rounds for
+# the models served)
+_SAMPLING = {"resnet50": 4096, "ssd-resnet34": 256, "bert": 4096, "dlrm": 4096, "rnnt": 4096, "3d-unet": 64}
+
+
+@dataclass(frozen=True)
 class Round:
     name: str
     models: dict[str, str]  # our benchmark -> its folder in the package (the name the round's checker knows)
@@ -112,6 +158,7 @@ class Round:
     code_dir: str  # "code" (v2.0 to v5.1) or "src" (v6.0 on)
     system_fields: tuple[str, ...]  # system JSON fields the round adds to v2.0's
     conf_text: str | None  # the round's mlperf.conf values; None: LoadGen's built-in conf is this round's
+    audits: Audits | None = None  # the round's audit tests (compliance/ of mlcommons/inference)
 
     def model(self, benchmark: str) -> str:
         if benchmark not in self.models:
@@ -213,7 +260,13 @@ ROUND_FACTS = {
         # dev-clean, KiTS19's 42 validation cases); DLRM's Criteo day 23 is not stated by the v2.0 checker
         dataset_size={"resnet50": 50_000, "ssd-resnet34": 5_000, "bert-99": 10_833, "rnnt": 2_513, "3d-unet-99": 42},
         server_result="result_scheduled_samples_per_sec",
-        results_hold_measurements=False, code_dir="code", system_fields=(), conf_text=V2_0_CONF),
+        results_hold_measurements=False, code_dir="code", system_fields=(), conf_text=V2_0_CONF,
+        # submission-checker.py check_compliance_dir: TEST04 exempt for rnnt, bert, dlrm and 3d-unet
+        audits=Audits(folder="compliance/nvidia",
+                      runs={"TEST01": ("TEST01",), "TEST04": ("TEST04-A", "TEST04-B"), "TEST05": ("TEST05",)},
+                      models={"TEST01": None, "TEST04": ("resnet50", "ssd-resnet34", "ssd-mobilenet"), "TEST05": None},
+                      settings={"TEST01": _TEST01, "TEST04-A": _UNIQUE, "TEST04-B": _SAME, "TEST05": _TEST05},
+                      sampling=_SAMPLING, in_results=False, scripts="v2.0")),
     "v6.1": Round(
         name="v6.1",
         # v6.1 keeps resnet, bert and 3d-unet of the seed's six (retinanet, dlrm-v2 and rnnt were retired)
@@ -223,7 +276,13 @@ ROUND_FACTS = {
         dataset_size={"resnet": 50_000, "bert-99": 10_833, "3d-unet-99": 43},
         server_result="result_completed_samples_per_sec",
         results_hold_measurements=True, code_dir="src",
-        system_fields=("host_network_card_count", "system_type_detail"), conf_text=None),
+        system_fields=("host_network_card_count", "system_type_detail"), conf_text=None,
+        # submission_checker/constants.py models_TEST01 and models_TEST04 (TEST06 to TEST09: LLMs and DLRMv3)
+        audits=Audits(folder="compliance", runs={"TEST01": ("TEST01",), "TEST04": ("TEST04",)},
+                      models={"TEST01": ("resnet", "bert-99", "bert-99.9", "3d-unet-99", "3d-unet-99.9"),
+                              "TEST04": ("resnet",)},
+                      settings={"TEST01": _TEST01, "TEST04": _SAME}, sampling=_SAMPLING, in_results=True,
+                      scripts="v6.1")),
 }
 
 

@@ -21,7 +21,7 @@ from mlrepro.core import atomic
 from mlrepro.core.errors import MlreproError
 from mlrepro.core.hashing import sha256_file
 from mlrepro.core.job import Job
-from mlrepro.inference import calibrate, rounds, summary
+from mlrepro.inference import audit_tests, calibrate, rounds, summary
 from mlrepro.inference.sut import start_test
 
 RESULT = "result.json"
@@ -128,18 +128,36 @@ def job(job: Job) -> None:
         sys.exit(f"error: {e}")
 
 
-def _serve(job: Job) -> None:
+def audit_job(job: Job) -> None:
+    """rules/inference_audit_tests.smk inference_audit_test: the round's audit tests of a served (benchmark,
+    scenario) (mlrepro/inference/audit_tests.py), entered here so that this module's warm parent serves them too."""
+    try:
+        served, checkpoint, _ = load_served(job)
+        audit_tests.audit(job, served, checkpoint, test_settings, accuracy_responses)
+    except (ValueError, OSError) as e:  # the project's own errors are one line already (MlreproError)
+        sys.exit(f"error: {e}")
+
+
+def load_served(job: Job) -> tuple[Any, dict[str, Any], Any]:
+    """The model a job serves (its input runs, params data, spec and device; threads): (served, checkpoint,
+    device)."""
     import torch
 
     from mlrepro.inference import serve
 
-    benchmark, scenario, mode = job.wildcards["ibench"], job.wildcards["scenario"], job.wildcards["mode"]
-    user_conf, out, p = job.input["conf"], job.output.first, job.params
+    p = job.params
     torch.set_num_threads(job.threads)
     checkpoint = pick_checkpoint(job.input.many("runs"))
     device = torch.device("cuda" if p["device"] == "auto" and torch.cuda.is_available() else
                           ("cpu" if p["device"] == "auto" else p["device"]))
-    served = serve.load(benchmark, Path(p["data"]), p["spec"], Path(checkpoint["path"]), device)
+    return serve.load(job.wildcards["ibench"], Path(p["data"]), p["spec"], Path(checkpoint["path"]), device), \
+        checkpoint, device
+
+
+def _serve(job: Job) -> None:
+    benchmark, scenario, mode = job.wildcards["ibench"], job.wildcards["scenario"], job.wildcards["mode"]
+    user_conf, out, p = job.input["conf"], job.output.first, job.params
+    served, checkpoint, device = load_served(job)
     rnd = rounds.get(p["round"])
     model = rnd.loadgen_model(benchmark)
     ts = test_settings(user_conf, model, scenario, mode, rnd)

@@ -63,9 +63,12 @@ class QueueSUT:
         self.lg.DestroySUT(self.handle)
 
 
-def start_test(predict: Predict, count: int, test_settings: Any, out_dir: Path, batch: int = BATCH) -> None:
+def start_test(predict: Predict, count: int, test_settings: Any, out_dir: Path, batch: int = BATCH,
+               audit_config: Path | None = None) -> None:
     """One LoadGen test over a QSL of ``count`` in-memory samples; its logs land in ``out_dir`` (which must
-    exist). LoadGen may run several tests in one process; only FromConfig must be called once."""
+    exist). LoadGen may run several tests in one process; only FromConfig must be called once. ``audit_config``:
+    an audit test's settings, which LoadGen applies over ``test_settings`` (by default it reads audit.config from
+    the working folder)."""
     import mlperf_loadgen as lg
 
     log = lg.LogSettings()
@@ -75,7 +78,10 @@ def start_test(predict: Predict, count: int, test_settings: Any, out_dir: Path, 
     sut = QueueSUT(predict, batch)
     qsl = lg.ConstructQSL(count, count, lambda idx: None, lambda idx: None)  # the samples live in memory
     try:
-        lg.StartTestWithLogSettings(sut.handle, qsl, test_settings, log)
+        if audit_config is None:
+            lg.StartTestWithLogSettings(sut.handle, qsl, test_settings, log)
+        else:
+            lg.StartTestWithLogSettings(sut.handle, qsl, test_settings, log, str(audit_config))
     finally:
         lg.DestroyQSL(qsl)
         sut.close()
