@@ -48,7 +48,7 @@ def suite(workdir: Path, full: bool) -> dict[str, Any]:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--repeat", type=int, default=3)
-    p.add_argument("--full", action="store_true", help="with config/v6.1-full.yaml (--keep-going)")
+    p.add_argument("--full", action="store_true", help="with config/v6.1-full.yaml (--keep-going), 56 runs")
     p.add_argument("--workdir", type=Path, help="keep the outputs here (default: a temporary folder)")
     p.add_argument("--json", type=Path, default=Path("v61_suite.json"))
     args = p.parse_args()

@@ -177,3 +177,63 @@ def test_the_grpo_mini_logs_what_it_uses_and_validates_on_the_rules_schedule(tmp
     start = gbs * math.ceil(2.5 + 3840 / gbs)
     assert [e["metadata"]["samples_count"] for e in evals] == [start + i * gbs for i in range(len(evals))]
     assert evals[-1]["value"] > params["target"] and all(e["value"] <= params["target"] for e in evals[:-1])
+
+
+# ----------------------------------------------------------------------- config/v6.1-full.yaml
+dlrmv4 = load_module("dlrmv4")
+# The keys the 6.1.0 open rules pin to full-scale values these minis cannot honestly have (docs/current-round.md has
+# the arithmetic): their logs state their own values and the checker rejects exactly these keys.
+PINNED = {"deepseekv3_671b": {"global_batch_size", "max_sequence_length"},
+          "dlrmv4": {"train_samples", "eval_samples", "opt_base_learning_rate", "opt_sparse_base_learning_rate"}}
+
+
+def test_rowwise_adagrad_updates_the_touched_rows_with_one_accumulator_each() -> None:
+    table = torch.nn.Parameter(torch.zeros(4, 3))
+    opt = dlrmv4.RowWiseAdagrad([table], lr=0.5, eps=0.0)
+    table.grad = torch.tensor([[1.0, 2.0, 2.0], [0.0, 0.0, 0.0], [3.0, 0.0, 0.0], [0.0, 0.0, 0.0]])
+    opt.step()
+    state = opt.state[table]["sum"]
+    torch.testing.assert_close(state, torch.tensor([3.0, 0.0, 3.0, 0.0]))  # the mean of each row's squares
+    torch.testing.assert_close(table[0], -0.5 * torch.tensor([1.0, 2.0, 2.0]) / math.sqrt(3.0))
+    assert torch.all(table[1] == 0) and torch.all(table[3] == 0)  # untouched rows stay as they were
+    torch.testing.assert_close(table[2], torch.tensor([-0.5 * 3.0 / math.sqrt(3.0), 0.0, 0.0]))
+
+
+def test_hstu_attends_causally_within_each_users_own_length() -> None:
+    torch.manual_seed(0)
+    layer = dlrmv4.HSTULayer(dim=8, heads=2, max_length=10)
+    torch.nn.init.normal_(layer.rab)
+    x = torch.randn(2, 10, 8)
+    lengths = torch.tensor([6, 10])
+    y = layer(x, lengths)
+    changed = x.clone()
+    changed[0, 6:] = torch.randn(4, 8)  # the first user's padding
+    changed[1, 7:] = torch.randn(3, 8)  # the second user's later events
+    z = layer(changed, lengths)
+    torch.testing.assert_close(z[0, :6], y[0, :6])
+    torch.testing.assert_close(z[1, :7], y[1, :7])
+    # pointwise attention: no softmax, the weights are SiLU(scores) / n and need not sum to one
+    torch.testing.assert_close(layer(x[:1, :6], lengths[:1]), y[:1, :6])
+
+
+def test_jagged_histories_end_in_their_candidate() -> None:
+    data = {"items": torch.tensor([5, 6, 7, 8, 9]), "actions": torch.tensor([1, 0, 1, 1, 0]),
+            "offsets": torch.tensor([0, 2, 5]), "candidates": torch.tensor([3, 4]), "labels": torch.tensor([1.0, 0.0])}
+    w = object.__new__(dlrmv4.Workload)
+    items, actions, lengths, labels = w._padded(data, torch.tensor([0, 1]))
+    assert items.tolist() == [[5, 6, 3, 0], [7, 8, 9, 4]] and lengths.tolist() == [3, 4]
+    assert actions.tolist() == [[1, 0, dlrmv4.UNKNOWN, dlrmv4.UNKNOWN], [1, 1, 0, dlrmv4.UNKNOWN]]
+    assert labels.tolist() == [1.0, 0.0]
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("benchmark", sorted(PINNED))
+def test_the_full_rounds_minis_converge_and_fail_only_the_pinned_keys(tmp_path: Path, benchmark: str) -> None:
+    params, run, result = train(benchmark, tmp_path, 11)
+    assert run["status"] == "success", f"{benchmark} did not reach {params['target']}: {run['metrics']}"
+    status, failed, output = judge(result)
+    assert status != 0 and failed == PINNED[benchmark], output
+    assert "Required" not in output, output  # every key the rules ask is there
+    logged = {r["key"]: r["value"] for r in records(result)}
+    assert logged["train_samples"] == params["data"]["train_samples"]
+    assert logged["eval_samples"] == params["data"]["eval_samples"]
