@@ -30,6 +30,7 @@ import sys
 import tarfile
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -81,7 +82,13 @@ def suite(workdir: Path, release: Path, full: bool) -> dict[str, Any]:
     wall = time.perf_counter() - start
     reap_orphans()
     cpu = children_cpu() - cpu
-    out = workdir / "results-v6.0"
+    return {"wall_s": wall, "cpu_s": cpu, "exit": proc.returncode, "load_1min_before": load,
+            "load_1min_after": os.getloadavg()[0], **collect(workdir / "results-v6.0")}
+
+
+def collect(out: Path) -> dict[str, Any]:
+    """What a suite's outputs in ``out`` say: per benchmark its runs, job time and gate verdicts; cold starts; the
+    package checker's verdict and release."""
     benchmarks: dict[str, dict[str, Any]] = {}
     cold: list[str] = []
     for record_file in sorted(out.glob("runs/*/*/*/run.json"), key=lambda p: (p.parts[-3], int(p.parts[-2]))):
@@ -105,8 +112,7 @@ def suite(workdir: Path, release: Path, full: bool) -> dict[str, Any]:
             cold.append(f"{benchmark}/{index}: {reasons[0]}")
     verdict_file = out / "package_check.json"
     package = json.loads(verdict_file.read_text()) if verdict_file.exists() else {}
-    return {"wall_s": wall, "cpu_s": cpu, "exit": proc.returncode, "load_1min_before": load,
-            "load_1min_after": os.getloadavg()[0], "benchmarks": benchmarks, "cold_starts": cold,
+    return {"benchmarks": benchmarks, "cold_starts": cold,
             "package_valid": package.get("valid"), "package_errors": package.get("errors"),
             "judged_by": package.get("judged_by"),
             "runs": sum(len(b["runs"]) for b in benchmarks.values()),
@@ -142,12 +148,19 @@ def main() -> None:
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1)
     base = args.workdir or Path(tempfile.mkdtemp(prefix="mlrepro-v60-"))
     release = (args.release or unpack_release(base / "releases")).resolve()
+    sys.exit(0 if repeat(args, "v6.0", lambda workdir: suite(workdir, release, args.full), base) else 1)
+
+
+def repeat(args: argparse.Namespace, label: str, run: Callable[[Path], dict[str, Any]], base: Path) -> bool:
+    """``args.repeat`` runs of the suite from clean, each in its own empty folder below ``base``; their medians
+    written to ``args.json``; True when the median wall time is within the budget and every run exited 0 (with
+    ``args.full``: whatever the exit)."""
     rows = []
     for i in range(args.repeat):
         workdir = base / f"suite{i}"
         shutil.rmtree(workdir, ignore_errors=True)
         workdir.mkdir(parents=True)
-        row = suite(workdir, release, args.full)
+        row = run(workdir)
         rows.append(row)
         print_repeat(i, row)
     summary = {"repeat": args.repeat, "cores": os.cpu_count(), "budget_s": BUDGET_S, "full": args.full,
@@ -155,12 +168,10 @@ def main() -> None:
                "cpu_s": [r["cpu_s"] for r in rows], "cpu_s_median": statistics.median(r["cpu_s"] for r in rows),
                "load_1min_before": [r["load_1min_before"] for r in rows], "rows": rows}
     args.json.write_text(json.dumps(summary, indent=1) + "\n")
-    print(f"v6.0 suite{' (full)' if args.full else ''} from clean: median {summary['wall_s_median']:.1f} s "
+    print(f"{label} suite{' (full)' if args.full else ''} from clean: median {summary['wall_s_median']:.1f} s "
           f"(budget {BUDGET_S:.0f} s), {summary['cpu_s_median']:.1f} s of CPU, over {args.repeat}; "
           f"{os.cpu_count()} cores; load before {summary['load_1min_before']}; wrote {args.json}")
-    ok = summary["wall_s_median"] <= BUDGET_S and all(r["exit"] == 0 or args.full for r in rows)
-    sys.exit(0 if ok else 1)
-
+    return summary["wall_s_median"] <= BUDGET_S and all(r["exit"] == 0 or args.full for r in rows)
 
 if __name__ == "__main__":
     main()

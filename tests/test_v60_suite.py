@@ -22,23 +22,10 @@ import pytest
 
 from mlrepro.core import rulesets
 from tests.conftest import snakemake
-from tests.v60 import TAG, extract_release
+from tests.v60 import TAG, extract_release, official_checks
 
 SUITE = ("gpt_oss_20b", "dlrm_dcnv2")
 
-# In an interpreter that sees the release alone: its compliance checker CLI on each file, its package checker CLI.
-OFFICIAL = r'''
-import json, subprocess, sys
-package, files = sys.argv[1], sys.argv[2:]
-verdicts = {}
-for f in files:
-    p = subprocess.run([sys.executable, "-m", "mlperf_logging.compliance_checker", "--usage", "training",
-                        "--ruleset", "6.0.0", "--log_output", "/dev/null", f], capture_output=True, text=True)
-    verdicts[f] = p.returncode == 0 and "SUCCESS" in (p.stdout + p.stderr)
-p = subprocess.run([sys.executable, "-m", "mlperf_logging.package_checker", package, "training", "6.0.0",
-                    "--log_output", "/dev/null"], capture_output=True, text=True)
-print(json.dumps({"files": verdicts, "package": p.stdout + p.stderr}))
-'''
 
 
 @pytest.mark.integration
@@ -74,8 +61,8 @@ def test_the_v6_0_suite_converges_and_passes_the_6_0_0_checkers(tmp_path: Path) 
     org = copy / "mlrepro"
     results = sorted(str(p) for p in org.glob("results/*/*/result_*.txt"))
     assert len(results) == len(records)
-    proc = subprocess.run([sys.executable, "-c", OFFICIAL, str(org), *results], env={"PYTHONPATH": str(release)},
-                          capture_output=True, text=True, check=True, cwd=tmp_path)
+    proc = subprocess.run([sys.executable, "-c", official_checks("6.0.0"), str(org), *results],
+                          env={"PYTHONPATH": str(release)}, capture_output=True, text=True, check=True, cwd=tmp_path)
     official = json.loads(proc.stdout)
     assert all(official["files"].values()), [f for f, ok in official["files"].items() if not ok]
     assert "PACKAGE CHECKER FOUND NO ERRORS" in official["package"], official["package"][-3000:]

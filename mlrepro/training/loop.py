@@ -87,6 +87,37 @@ def train_epoch(workload: Workload, epoch: int) -> None:
         workload.scheduler.step()
 
 
+# The names the rules give the dtypes (common.yaml's lowest_numerical_precision_* lists).
+PRECISION = {torch.float64: "fp64", torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bfloat16"}
+
+
+def run_config(workload: Workload, params: dict[str, Any], device: torch.device) -> dict[str, Any]:
+    """What a run discloses of its precision, parallelism and config: mandatory from ruleset 6.1.0 (common.yaml),
+    optional and checked the same way before, ignored by earlier checkers. Measured, not declared: the lowest
+    floating dtype of the model's parameters (TF32 where CUDA's matmuls may use it), the gradients reduced in
+    it across data-parallel ranks; no tensor, pipeline, context or expert parallelism (every rank holds the
+    whole model); the micro-batch is the global batch's share of one rank and accumulation step. A workload's
+    own hyperparameters win (one value per key)."""
+    model = getattr(workload, "model", None)
+    dtypes = [p.dtype for p in model.parameters() if p.is_floating_point()] if isinstance(model, torch.nn.Module) \
+        else []
+    lowest = min(dtypes, key=lambda d: torch.finfo(d).bits, default=torch.float32)
+    precision = PRECISION.get(lowest, "fp32")
+    if precision == "fp32" and device.type == "cuda" and torch.backends.cuda.matmul.allow_tf32:
+        precision = "tf32"
+    disclosed: dict[str, Any] = {
+        "lowest_numerical_precision_in_linear": precision, "lowest_numerical_precision_in_attn": precision,
+        "lowest_numerical_precision_in_comm": PRECISION.get(lowest, "fp32"),
+        "tensor_parallelism": 1, "pipeline_parallelism": 1, "context_parallelism": 1, "expert_parallelism": 1,
+        "config_filename": f"config_{os.environ['DGXSYSTEM']}.sh" if os.environ.get("DGXSYSTEM") else "defaults.yaml",
+    }
+    batch = workload.hyperparameters.get("global_batch_size")
+    if isinstance(batch, int):
+        shares = distributed.current().world_size * int(params.get("gradient_accumulation_steps", 1))
+        disclosed["micro_batch_size"] = max(1, batch // shares)
+    return {k: v for k, v in disclosed.items() if k not in workload.hyperparameters}
+
+
 def pick_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -138,7 +169,7 @@ def train(
     for tensor in workload.initialized_tensors():
         log.event(c.WEIGHTS_INITIALIZATION, tensor=tensor)
     log.event(c.GRADIENT_ACCUMULATION_STEPS, int(params.get("gradient_accumulation_steps", 1)))
-    for key, value in workload.hyperparameters.items():
+    for key, value in {**workload.hyperparameters, **run_config(workload, params, device)}.items():
         log.event(key, value)
     log.event(c.TRAIN_SAMPLES, workload.train_samples)
     log.event(c.EVAL_SAMPLES, workload.eval_samples)

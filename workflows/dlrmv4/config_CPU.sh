@@ -1,0 +1,6 @@
+# The mini dlrmv4 on one CPU host (the embedded default). The job shape in NVIDIA's convention;
+# the hyperparameters are defaults.yaml merged with the pipeline config (MLREPRO_PARAMS).
+export DGXSYSTEM=CPU
+export DGXNNODES=1
+export DGXNGPU=0
+export WALLTIME=10
