@@ -50,7 +50,13 @@ def test_workload_converges_reproducibly_with_a_compliant_log(tmp_path: Path, be
     assert {"global_batch_size", "seed", "train_samples", "eval_samples", "eval_accuracy"} <= keys
 
 
-@pytest.mark.parametrize("benchmark", implemented_benchmarks())
+# Their data stage trains the base model the benchmark starts from (supervised: LoRA's and GRPO's base), three times
+# here: a training each, so in the integration tier (beside the fast tier in CI), not among the units.
+TRAINS_A_BASE = {"llama2_70b_lora", "qwen35_397b_grpo"}
+
+
+@pytest.mark.parametrize("benchmark", [pytest.param(b, marks=pytest.mark.integration) if b in TRAINS_A_BASE else b
+                                       for b in implemented_benchmarks()])
 def test_generated_data_is_deterministic(tmp_path: Path, benchmark: str) -> None:
     params = yaml.safe_load((workflow_dir(benchmark) / "defaults.yaml").read_text())
     one = generated.generate(benchmark, tmp_path / "one", {"data": params["data"]}, seed=3)
