@@ -18,9 +18,10 @@ the real LoadGen instead of a TensorRT engine, and writes what NVIDIA's handlers
   the logs, and ``audit_test``/``audit_success`` added to metadata.json.
 
 What it stands in for is named in every file it writes that a reader could take for NVIDIA's (tensorrt_version,
-README.md). Its settings come from the JSON file ``$MLREPRO_NVIDIA_STANDIN`` names: ``system_id``, ``min_spq``
-(the round's minimum samples per Offline query, which NVIDIA's harness takes from the checker's
-OFFLINE_MIN_SPQ), ``min_duration_ms``, and per NVIDIA benchmark name the mini serving it (``mini``, ``data``,
+README.md). Its settings come from the JSON file ``$MLREPRO_NVIDIA_STANDIN`` names: ``system_id``,
+``query_constraints`` (per scenario the round's minimum that harness.py takes from the checker: samples per Offline
+query, queries otherwise), ``min_duration_ms``, ``min_query_count`` (per scenario: a shortened run's, enough for
+LoadGen's early stopping), and per NVIDIA benchmark name the mini serving it (``mini``, ``data``,
 ``params``, ``checkpoint``); the rate it states is measured before each run.
 """
 
@@ -42,8 +43,12 @@ EXEMPT = {"TEST04": {"bert", "dlrm-v2", "3d-unet", "retinanet", "gptj", "llama2-
           "TEST05": {"gptj", "llama2-70b", "mixtral-8x7b", "stable-diffusion-xl"},
           "TEST01": {"gptj", "llama2-70b", "mixtral-8x7b"}}
 ACTIONS = ("generate_conf_files", "generate_engines", "calibrate", "run_harness", "run_audit_harness")
-SCENARIO_KEY = {"Offline": "result_samples_per_second"}  # harness.py's get_loadgen_log_keys, served scenarios
-QUERY_METRIC = {"Offline": "effective_samples_per_query"}  # harness.py's QUERY_METRIC_CONSTRAINTS
+# harness.py's get_loadgen_log_keys and QUERY_METRIC_CONSTRAINTS for the scenarios served
+SCENARIO_KEY = {"Offline": "result_samples_per_second", "SingleStream": "result_90.00_percentile_latency_ns",
+                "MultiStream": "result_99.00_percentile_per_query_latency_ns"}
+QUERY_METRIC = {"Offline": "effective_samples_per_query", "SingleStream": "effective_min_query_count",
+                "MultiStream": "effective_min_query_count"}
+MS_SAMPLES = 8  # LoadGen's samples per MultiStream query
 BATCH = 1024  # samples per call of the mini
 
 
@@ -87,8 +92,12 @@ class StandIn:
         out = Path("build/loadgen-configs") / self.system / benchmark / scenario
         out.mkdir(parents=True, exist_ok=True)
         shutil.copyfile("build/inference/mlperf.conf", out / "mlperf.conf")
-        lines = [f"*.{scenario}.target_qps = {rate}", f"*.{scenario}.performance_sample_count_override = {samples}",
+        lines = [f"*.{scenario}.target_qps = {rate}" if scenario == "Offline"
+                 else f"*.{scenario}.target_latency = {1000 / rate * (MS_SAMPLES if scenario == 'MultiStream' else 1)}",
+                 f"*.{scenario}.performance_sample_count_override = {samples}",
                  f"*.{scenario}.min_duration = {self.conf['min_duration_ms']}"]
+        if scenario in self.conf["min_query_count"]:
+            lines.append(f"*.{scenario}.min_query_count = {self.conf['min_query_count'][scenario]}")
         if self.args["server_target_qps_adj_factor"] and scenario == "Server":
             raise SystemExit("stand-in: Server is not served")
         (out / "user.conf").write_text("\n".join(lines) + "\n")
@@ -104,9 +113,13 @@ class StandIn:
             "weight_data_types": "fp32", "weight_transformations": "No"}, indent=4))
         return out
 
-    def rate(self, served: Any) -> float:
+    def rate(self, served: Any, scenario: str) -> float:
+        """Samples per second to state: Offline's in batches (see run), the others' one query at a time."""
+        if scenario != "Offline":
+            return calibrate(served.predict, served.count, MS_SAMPLES if scenario == "MultiStream" else 1)
         secs = self.conf["min_duration_ms"] / 1000
-        return max(1.5 * calibrate(served.predict, served.count), math.ceil(self.conf["min_spq"] / 1.1 / secs))
+        return max(1.5 * calibrate(served.predict, served.count, BATCH),
+                   math.ceil(self.conf["query_constraints"]["Offline"] / 1.1 / secs))
 
     def run(self, benchmark: str, scenario: str, log_root: Path) -> tuple[Path, dict[str, Any]]:
         """One LoadGen test of the mini serving ``benchmark``; its logs and metadata.json in the full log dir."""
@@ -128,9 +141,9 @@ class StandIn:
         mdir = Path("build/loadgen-configs") / self.system / benchmark / scenario
         if self.args["test_mode"] != "PerformanceOnly" or self.args["audit_test"]:
             if not (mdir / "user.conf").is_file():
-                mdir = self.measurements(benchmark, scenario, served.count, self.rate(served))
+                mdir = self.measurements(benchmark, scenario, served.count, self.rate(served, scenario))
         else:
-            mdir = self.measurements(benchmark, scenario, served.count, self.rate(served))
+            mdir = self.measurements(benchmark, scenario, served.count, self.rate(served, scenario))
         log_dir = log_root / self.system / benchmark / scenario  # harness.py get_full_log_dir
         log_dir.mkdir(parents=True, exist_ok=True)
         ts = lg.TestSettings()
@@ -160,7 +173,7 @@ class StandIn:
             "scenario": scenario, "test_mode": mode, "scenario_key": key,
             "tensorrt_version": "none: mlrepro stand-in (mini model on CPU, no TensorRT)",
             "detected_system": "mlrepro stand-in", "satisfies_query_constraint":
-                float(detail.get(query_key) or 0) >= self.conf["min_spq"],
+                float(detail.get(query_key) or 0) >= self.conf["query_constraints"][scenario],
             "config_name": f"{self.system}-{benchmark}-{scenario}"}
         md["summary_string"] = f"{key}: {md[key]}, Result is {md['result_validity']}"
         if mode == "AccuracyOnly":
@@ -195,6 +208,8 @@ class StandIn:
         md = json.loads((log_dir / "metadata.json").read_text())
         md.update(audit_test=test, audit_success=success)
         (log_dir / "metadata.json").write_text(json.dumps(md, indent=4, sort_keys=True))
+        if success is False:  # run_audit.py's handle_failure: the Makefile's retries run it again
+            raise SystemExit(f"stand-in: {test} verification failed for {benchmark} {scenario}")
 
     def verify(self, test: str, test_dir: Path, log_dir: Path, benchmark: str, scenario: str) -> bool:
         """auditing.py's verifier call with the round's run_verification.py (its output in <log_dir>/<test>/)."""
@@ -202,27 +217,30 @@ class StandIn:
         results = Path("build/submission-staging/closed") / submitter / "results" / self.system / benchmark / scenario
         script = test_dir / "run_verification.py" if (test_dir / "run_verification.py").is_file() \
             else test_dir.parent / "run_verification.py"
-        argv = [sys.executable, str(script), f"--results_dir={results}", f"--compliance_dir={log_dir}",
-                f"--output_dir={log_dir}"]
-        proc = subprocess.run(argv, capture_output=True, text=True, cwd=script.parent)
+        argv = [sys.executable, str(script), f"--results_dir={results.resolve()}",
+                f"--compliance_dir={log_dir.resolve()}", f"--output_dir={log_dir.resolve()}"]
+        proc = subprocess.run(argv, capture_output=True, text=True)
         print(proc.stdout + proc.stderr)
+        for name in ("verify_accuracy.txt", "verify_performance.txt", "mlperf_log_accuracy_baseline.json",
+                     "accuracy.txt", "predictions.json"):  # auditing.py's cleanup() of the working folder
+            Path(name).unlink(missing_ok=True)
         out = proc.stdout
         if test == "TEST01":
             return "Accuracy check pass: True" in out and "Performance check pass: True" in out
         return proc.returncode == 0 and "Performance check pass: True" in out
 
 
-def calibrate(predict: Any, count: int, seconds: float = 0.5) -> float:
-    """Samples per second the mini serves in batches of the SUT's size, measured for ``seconds``."""
+def calibrate(predict: Any, count: int, batch: int, seconds: float = 0.5) -> float:
+    """Samples per second the mini serves in calls of ``batch`` samples, measured for ``seconds``."""
     import time
 
     import numpy as np
 
-    indices = np.arange(BATCH) % count
+    indices = np.arange(batch) % count
     done, start = 0, time.perf_counter()
     while (elapsed := time.perf_counter() - start) < seconds:
         predict(indices)
-        done += BATCH
+        done += batch
     return done / elapsed
 
 
@@ -243,18 +261,24 @@ def main(argv: list[str]) -> int:
     if not conf_path:
         raise SystemExit("stand-in: set MLREPRO_NVIDIA_STANDIN to the JSON file of its settings")
     standin = StandIn(args, json.loads(Path(conf_path).read_text()))
-    benchmarks = (args["benchmarks"] or "").split(",")
-    scenarios = (args["scenarios"] or "").split(",")
-    for benchmark in filter(None, benchmarks):
-        for scenario in filter(None, scenarios):
-            if args["action"] == "run_harness":
-                standin.run(benchmark, scenario, Path(args["log_dir"]))
-            elif args["action"] == "run_audit_harness":
-                if not args["audit_test"]:
-                    raise SystemExit("stand-in: run_audit_harness needs --audit_test")
-                standin.audit(args["audit_test"], benchmark, scenario)
-            else:
-                print(f"stand-in: {args['action']} has nothing to do without TensorRT")
+    pairs = [(b, s) for b in filter(None, (args["benchmarks"] or "").split(","))
+             for s in filter(None, (args["scenarios"] or "").split(","))]
+    if len(pairs) > 1:  # one process each, as NVIDIA's harness runs (LoadGen reads its settings once per process)
+        rest = [a for a in argv if not a.startswith(("--benchmarks", "--scenarios"))]
+        for benchmark, scenario in pairs:
+            argv1 = [sys.executable, "-m", "code.main", f"--benchmarks={benchmark}", f"--scenarios={scenario}", *rest]
+            if subprocess.run(argv1).returncode != 0:
+                raise SystemExit(f"stand-in: {benchmark} {scenario} failed")
+        return 0
+    for benchmark, scenario in pairs:
+        if args["action"] == "run_harness":
+            standin.run(benchmark, scenario, Path(args["log_dir"]))
+        elif args["action"] == "run_audit_harness":
+            if not args["audit_test"]:
+                raise SystemExit("stand-in: run_audit_harness needs --audit_test")
+            standin.audit(args["audit_test"], benchmark, scenario)
+        else:
+            print(f"stand-in: {args['action']} has nothing to do without TensorRT")
     return 0
 
 
