@@ -109,7 +109,7 @@ class StandIn:
         (out / "calibration_process.adoc").write_text(
             "The mini's samples per second measured on this machine before the run; no quantization.\n")
         (out / f"{self.system}_{scenario}.json").write_text(json.dumps({
-            "input_data_types": "fp32", "retraining": "No", "starter_weights_filename": "mlrepro mini checkpoint",
+            "input_data_types": "fp32", "retraining": "No", "starting_weights_filename": "mlrepro mini checkpoint",
             "weight_data_types": "fp32", "weight_transformations": "No"}, indent=4))
         return out
 
