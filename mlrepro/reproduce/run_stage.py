@@ -95,6 +95,11 @@ class ReproducedRuns:
         """The build record of the image the package's code runs in (reproduce_image); none natively."""
         return [] if self.native else [self.root / "containers" / f"{benchmark}.json"]
 
+    def sqsh_record(self, system: str, benchmark: str) -> list[str]:
+        """None: a reproduction runs in the image reproduce_image builds from the package, never a registry image
+        imported per system (mlrepro/containers/sqsh.py)."""
+        return []
+
     def dataset_dir(self, benchmark: str) -> Path:
         given = self.benchmarks[benchmark].data_dir
         return Path(given) if given else (self.root / "data" / benchmark).resolve()
