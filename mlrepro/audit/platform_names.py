@@ -127,7 +127,7 @@ def same_org(logged: Any, *names: Any) -> bool:
     want = norm(logged)
     if not want:
         return True
-    parts = {norm(p) for n in names if n for p in [n, *re.split(r"[-_\s/]+", str(n))]} - {""}
+    parts = {p for n in names if n for p in name_parts(n)}
     return any(want == p or (min(len(want), len(p)) >= 3 and (want in p or p in want)) for p in parts)
 
 
@@ -168,4 +168,10 @@ class Names:
 def _named(org: str, key: str) -> bool:
     """Whether the normalised ``key`` holds the organisation's name or one of its parts (Intel-HabanaLabs:
     "habanalabs")."""
-    return any(len(part) >= 3 and part in key for part in {norm(p) for p in [org, *re.split(r"[-_\s/]+", org)]})
+    return any(len(part) >= 3 and part in key for part in name_parts(org))
+
+
+def name_parts(name: Any) -> set[str]:
+    """A name, normalised, and each of its parts split at ``-``, ``_``, ``/`` and spaces (``Intel-HabanaLabs``:
+    the whole, "intel" and "habanalabs"); empty parts left out."""
+    return {norm(p) for p in [name, *re.split(r"[-_\s/]+", str(name))]} - {""}
