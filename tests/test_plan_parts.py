@@ -205,3 +205,37 @@ def test_the_run_stage_rules_read_names_both_plans_give(tmp_path: Path) -> None:
         if len(set(kinds.values())) > 1:
             missing.append(f"{'.'.join(names)} is not the same kind: {kinds}")
     assert not missing, "the shared run rules read names a plan does not give: " + "; ".join(missing)
+
+
+PLACEHOLDER = re.compile(r"<[^<>\s]*>|\bTBD\b")
+
+
+def _strings(value: Any) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            yield from _strings(k)
+            yield from _strings(v)
+    elif isinstance(value, list | tuple):
+        for v in value:
+            yield from _strings(v)
+
+
+def test_a_plan_holds_no_placeholder_an_image_still_to_build_is_none(tmp_path: Path) -> None:
+    """A vendor folder with run.sub whose image is built from its Dockerfile: what the capture job runs run.sub with
+    says so by ``cont: None`` (the job names it), not by a made-up image name; the capture job takes it."""
+    from tests.conftest import captured
+    from tests.test_vendor_launch import _config, _folder, _uncaptured
+
+    (_folder(tmp_path) / "Dockerfile").write_text("FROM nvcr.io/nvidia/pytorch:24.09-py3\n")
+    raw = _config(tmp_path, {"EXTRADIR": "/x"})
+    del raw["benchmarks"]["resnet"]["image"]
+    raw["engine"] = "podman"
+    plan = _uncaptured(raw, tmp_path)
+    keys = sorted(set(plan.captures.keys.values()))
+    planned = [plan.capture_runs(k) for k in keys] + [plan.capture_checks(k) for k in keys]
+    assert planned[0] and all(run["cont"] is None for run in planned[0])
+    assert not [s for s in _strings(planned) if PLACEHOLDER.search(s)]
+    captured(plan)  # the capture job: run.sub traced with the image it would build as CONT
+    assert plan.launches.spec("sim_n1", "resnet").container is None and plan.launch_params("sim_n1", "resnet")
