@@ -239,3 +239,30 @@ def test_a_plan_holds_no_placeholder_an_image_still_to_build_is_none(tmp_path: P
     assert not [s for s in _strings(planned) if PLACEHOLDER.search(s)]
     captured(plan)  # the capture job: run.sub traced with the image it would build as CONT
     assert plan.launches.spec("sim_n1", "resnet").container is None and plan.launch_params("sim_n1", "resnet")
+
+
+def _tracked(plan: Plan) -> dict[str, Any]:
+    """What the rules track of each unit's runs and of the package and the report (mlrepro/planning/rerun_keys.py)."""
+    units = {f"{s}/{b}": (plan.rerun.launch_digest(s, b), plan.rerun.basis(lambda p, s=s, b=b: p.launch_params(s, b)))
+             for s, b in plan.ordered_units}
+    return {**units, "package": plan.rerun.basis(lambda p: p.package_spec()),
+            "report": plan.rerun.basis(lambda p: p.report_spec())}
+
+
+def test_rerun_keys_change_with_what_a_run_computes_from_and_not_with_its_capture(tmp_path: Path) -> None:
+    """In-process, what Snakemake's rerun decisions rest on: the tracked keys are the same before and after the capture
+    jobs write their records (else every run would run again at the next invocation); a hyperparameter changes its
+    benchmark's run key only; the number of runs (a pipeline key) changes none."""
+    from tests.conftest import captured
+
+    config = {"only": ["resnet", "dlrm"], "allow_fewer_runs": True, "inference": {"benchmarks": []},
+              "benchmarks": {"resnet": {"runs": 1}, "dlrm": {"runs": 1}}}
+    before = _tracked(plan_config(tmp_path, config)[0])
+    plan = captured(plan_config(tmp_path, config)[0])
+    after = plan_config(tmp_path, config)[0]
+    assert _tracked(after) == before and after.launch_params(*after.ordered_units[0])  # now known, its key unchanged
+    changed = _tracked(plan_config(tmp_path, config, {"benchmarks": {"resnet": {"lr": 0.05}}})[0])
+    resnet, dlrm = (f"{plan.system}/{b}" for b in ("resnet", "dlrm"))
+    assert changed[resnet][0] != before[resnet][0] and changed[dlrm] == before[dlrm]
+    more = _tracked(plan_config(tmp_path, config, {"benchmarks": {"resnet": {"runs": 2}}})[0])
+    assert more[resnet][0] == before[resnet][0] and more[dlrm] == before[dlrm]
