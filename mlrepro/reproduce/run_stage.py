@@ -1,9 +1,9 @@
 """A reproduction as the run stage's rules read it: rules/runs.smk (capture, launch, run) and rules/compliance.smk.
 
-Those rules take every path, param and resource from ``PLAN`` (mlrepro/planning/plan.py; tests/test_plan_parts.py
-checks that both give every name they read); rules/reproduce.smk includes them with a :class:`ReproducedRuns` as
-``PLAN`` instead, so that a reproduced run is a submission's run with other inputs and outputs, through the same jobs
-(mlrepro/jobs.py). Each chosen benchmark of the package is a
+Those rules take every path, param and resource from ``PLAN`` (mlrepro/planning/plan.py); rules/reproduce.smk
+includes them with a :class:`ReproducedRuns` as ``PLAN`` instead, so that a reproduced run is a submission's run
+with other inputs and outputs, through the same jobs (mlrepro/jobs.py); tests/test_plan_parts.py checks that both give
+every name those rules read. Each chosen benchmark of the package is a
 unit (the package's system, the benchmark): its config file the staged copy's (captured by the pipeline's capture
 job, in the package's image with a container engine), its launch spec the staged copy's with what the capture
 recorded (mlrepro/reproduce/launch.py), its seeds the submitted ones; everything under reproduce_out in the
