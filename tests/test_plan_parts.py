@@ -152,6 +152,7 @@ def test_planning_writes_nothing_and_starts_nothing(configs: tuple[str, ...], tm
     overrides = [yaml.safe_load((REPO / c).read_text()) for c in configs]
     workdir = tmp_path / "work"
     workdir.mkdir()
+    monkeypatch.chdir(workdir)  # where the rules are evaluated: the outdir's relative paths read from there
     with no_side_effects(monkeypatch, tmp_path) as seen:
         plan, prepare = plan_config(workdir, *overrides)
         count = _every_value(plan)
@@ -249,12 +250,14 @@ def _tracked(plan: Plan) -> dict[str, Any]:
             "report": plan.rerun.basis(lambda p: p.report_spec())}
 
 
-def test_rerun_keys_change_with_what_a_run_computes_from_and_not_with_its_capture(tmp_path: Path) -> None:
+def test_rerun_keys_change_with_what_a_run_computes_from_and_not_with_its_capture(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """In-process, what Snakemake's rerun decisions rest on: the tracked keys are the same before and after the capture
     jobs write their records (else every run would run again at the next invocation); a hyperparameter changes its
     benchmark's run key only; the number of runs (a pipeline key) changes none."""
     from tests.conftest import captured
 
+    monkeypatch.chdir(tmp_path)  # the capture jobs write under the relative outdir: here
     config = {"only": ["resnet", "dlrm"], "allow_fewer_runs": True, "inference": {"benchmarks": []},
               "benchmarks": {"resnet": {"runs": 1}, "dlrm": {"runs": 1}}}
     before = _tracked(plan_config(tmp_path, config)[0])
