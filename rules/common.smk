@@ -10,7 +10,7 @@ from mlrepro.core import smk
 
 
 wildcard_constraints:
-    benchmark="|".join(PLAN.benchmarks) or "none",
+    benchmark=smk.one_of(PLAN.benchmarks),
     system=PLAN.system_pattern,
     run=r"\d+",
 

@@ -23,7 +23,7 @@ rule container_image:
         platform=lambda w: PLAN.image_platform(w.image) or "",
         # The content of the build context, so that an edit rebuilds even where time stamps do not tell
         # (Snakemake skips an input that is only newer when its checksum is unchanged).
-        context=lambda w: PLAN.build_context_digest(w.image),
+        context=lambda w: PLAN.rerun.build_context(w.image),
     script:
         "dispatch.py"
 

@@ -22,9 +22,9 @@ rule package:
         verdict=PLAN.out.package_verdict,
     params:
         # read from the capture records: a function of the input, which Snakemake does not track (<TBD> until
-        # they exist); tracked: the spec as it would be for stand-in records (PLAN.basis)
+        # they exist); tracked: the spec as it would be for stand-in records (PLAN.rerun.basis)
         spec=lambda w, input: PLAN.package_spec(),
-        basis=lambda w: PLAN.basis(lambda plan: plan.package_spec()),
+        basis=lambda w: PLAN.rerun.basis(lambda plan: plan.package_spec()),
         release=PLAN.logging_release,
     log:
         PLAN.out.log("package_checker"),

@@ -18,9 +18,9 @@ rule report:
         PLAN.out.report,
     params:
         # read from the capture records: a function of the input, which Snakemake does not track (<TBD> until
-        # they exist); tracked: the spec as it would be for stand-in records (PLAN.basis)
+        # they exist); tracked: the spec as it would be for stand-in records (PLAN.rerun.basis)
         spec=lambda w, input: PLAN.report_spec(),
-        basis=lambda w: PLAN.basis(lambda plan: plan.report_spec()),
+        basis=lambda w: PLAN.rerun.basis(lambda plan: plan.report_spec()),
         outdir=PLAN.out.root,
     log:
         PLAN.out.log("report"),

@@ -114,7 +114,7 @@ def _image(wildcards):
 
 
 wildcard_constraints:
-    benchmark="|".join(REPRO.benchmarks) or "none",
+    benchmark=_smk.one_of(REPRO.benchmarks),
     system=PLAN.system_pattern,
     run=r"\d+",
 

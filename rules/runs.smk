@@ -48,9 +48,9 @@ rule launch:
         PLAN.out.launch("{system}", "{benchmark}"),
     params:
         # the spec, a function of the input (not tracked: <TBD> until the record exists); what is tracked is known
-        # before (PLAN.basis: the spec of a stand-in record; the record is the input, named by what it captured)
+        # before (PLAN.rerun.basis: the spec of a stand-in record; the record is the input, named by what it captured)
         spec=signature_once(lambda w, input: PLAN.launch_params(w.system, w.benchmark)),
-        basis=signature_once(lambda w: PLAN.basis(lambda plan: plan.launch_params(w.system, w.benchmark))),
+        basis=signature_once(lambda w: PLAN.rerun.basis(lambda plan: plan.launch_params(w.system, w.benchmark))),
     log:
         PLAN.out.log("launch_{system}_{benchmark}"),
     localrule: True
@@ -67,7 +67,7 @@ rule run:
         summary=PLAN.out.summary("{system}", "{benchmark}", "{run}"),
     params:
         # In params, so that they re-run a run when they change; the pipeline keys stay out (the launch spec).
-        computes=signature_once(lambda w: PLAN.launch_digest(w.system, w.benchmark)),
+        computes=signature_once(lambda w: PLAN.rerun.launch_digest(w.system, w.benchmark)),
         seed=signature_once(lambda w: PLAN.run_seed(w.benchmark, int(w.run))),
         device=PLAN.config["device"],
         drop_caches=PLAN.config["drop_caches"],

@@ -213,7 +213,7 @@ def captured(plan: Plan) -> Plan:
     """``plan`` with each of its config files captured as its capture job does it (rules/runs.smk ``capture``: the
     config file sourced, each unit that reads it checked, the record written under the plan's outdir), for the tests
     that build a plan without Snakemake."""
-    for key in sorted(set(plan.capture_keys.values())):
+    for key in sorted(set(plan.captures.keys.values())):
         capture_job.capture(plan.capture_source(key), plan.out.capture(key), plan.capture_checks(key),
                             runs=plan.capture_runs(key))
     return plan

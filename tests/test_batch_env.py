@@ -49,7 +49,7 @@ def test_a_run_sub_that_would_find_another_folder_through_slurm_is_refused(tmp_p
     run_sub.write_text(run_sub.read_text().replace(
         "set -euxo pipefail", 'set -euxo pipefail\nRUNSUB_DIR=$(dirname $(scontrol show job "${SLURM_JOB_ID}" | '
         "awk -F= '/Command=/{print $2}'))"))
-    spec = _plan(_config(tmp_path, {"EXTRADIR": "/extra"}), tmp_path).launch_spec("sim_n1", "resnet")
+    spec = _plan(_config(tmp_path, {"EXTRADIR": "/extra"}), tmp_path).launches.spec("sim_n1", "resnet")
     with pytest.raises(driver.RunFailed, match=r"names /spool/slurmd/job77 for this job, not .*vendor"):
         driver.execute_run_sub(spec, 1, "img.sqsh", tmp_path / "run", tmp_path / "log", None)
     assert not (tmp_path / "log").exists()  # run.sub never started

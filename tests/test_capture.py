@@ -121,7 +121,7 @@ def test_on_slurm_the_capture_job_checks_the_shapes_it_gives(tmp_path: Path, mon
     w = type("W", (), {"system": "sim_n2", "benchmark": "resnet"})()
     with pytest.raises(FileNotFoundError):
         resources["nodes"](w)
-    keys = {unit: plan.capture_keys[unit] for unit in plan.ordered_units}
+    keys = {unit: plan.captures.keys[unit] for unit in plan.ordered_units}
     n1, n2 = keys[("sim_n1", "resnet")], keys[("sim_n2", "resnet")]
     assert plan.capture_preflight(n2)["units"] == {"sim_n2/resnet": {"configured": None, "nodes": 2,
                                                                       "sbatch": ("--exclusive", "--mem=0")}}
@@ -132,7 +132,7 @@ def test_on_slurm_the_capture_job_checks_the_shapes_it_gives(tmp_path: Path, mon
         capture_job.capture(plan.capture_source(n2), plan.out.capture(n2), plan.capture_checks(n2),
                             plan.capture_preflight(n2))
     assert plan.out.capture(n1).is_file() and not plan.out.capture(n2).exists()
-    assert plan.run_shapes == {"sim_n1/resnet": plan.run_shape("sim_n1", "resnet")}  # what onstart checks now
+    assert plan.run_shapes == {"sim_n1/resnet": plan.launches.shape("sim_n1", "resnet")}  # what onstart checks now
     assert resources["nodes"](type("W", (), {"system": "sim_n1", "benchmark": "resnet"})()) == 1
 
 

@@ -209,7 +209,7 @@ def test_preview_steps_are_run_sub_steps(rounds: dict[str, Path], ruleset: str, 
         assert entry["allocation"]["nodes"] == nodes
         assert entry["node_hours"] == pytest.approx(nodes * entry["allocation"]["time_minutes"] / 60, abs=1e-3)
         # CONT: the system's .sqsh of the registry image, imported once (mlrepro/containers/sqsh.py)
-        env = {"CONT": str(plan.launch_spec(system, benchmark).container), "DATADIR": str(data),
+        env = {"CONT": str(plan.launches.spec(system, benchmark).container), "DATADIR": str(data),
                "LOGDIR": str(plan.out.run_dir(system, benchmark, 0).resolve()),
                "NEXP": "1", "SEED": str(plan.run_seed(benchmark, 0)), "DATESTAMP": "DATESTAMP", **given}
         if "DGXSYSTEM" not in shape:  # the README names the system; its config files export it themselves

@@ -44,12 +44,12 @@ def test_planning_names_each_systems_environment_and_refuses_one_its_nodes_canno
     plan = _plan(raw, tmp_path)
     with pytest.raises(node_env.NodeEnvError, match=r"systems\.sim_n2: .*set slurm\.node_venvs"):
         _ = plan.node_environments
-    assert "set slurm.node_venvs" in plan.cluster_preview("sim_n2", "resnet")["node_environment"]["error"]
+    assert "set slurm.node_venvs" in plan.launches.cluster_preview("sim_n2", "resnet")["node_environment"]["error"]
     raw["slurm"] = {"node_venvs": str(tmp_path / "venvs")}
     envs = _plan(raw, tmp_path).node_environments
     assert envs["sim_n2"].venv == str(tmp_path / "venvs" / node_env.machine(other))
     assert envs["sim_n1"].venv == str(tmp_path / "venvs" / node_env.machine(None))
-    shown = _plan(raw, tmp_path).cluster_preview("sim_n2", "resnet")["node_environment"]
+    shown = _plan(raw, tmp_path).launches.cluster_preview("sim_n2", "resnet")["node_environment"]
     assert shown["machine"] == node_env.machine(other) and shown["built"] is False
 
 

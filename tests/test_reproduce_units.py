@@ -155,7 +155,7 @@ def test_launch_file_takes_the_staged_configs_capture_and_its_shape(tmp_path: Pa
     assert runs.run_seed("resnet", 1) == 8 and runs.all_runs(runs.out.result) == [
         tmp_path / "reproduction" / "runs" / SYSTEM / "resnet" / str(i) / "result.txt" for i in range(2)]
     # what the rules track is known before the capture (a stand-in's spec), and is not the captured one
-    assert runs.basis(lambda p: p.launch_params(SYSTEM, "resnet")) != runs.basis(lambda p: spec.to_dict())
+    assert runs.rerun.basis(lambda p: p.launch_params(SYSTEM, "resnet")) != runs.rerun.basis(lambda p: spec.to_dict())
     assert plan.from_json(json.loads(json.dumps(plan.to_json(_plan(org))))) == _plan(org)
     runs2 = _runs(_package(tmp_path / "b", "export DGXNNODES=0\nexport DGXNGPU=0\n"), tmp_path / "b" / "reproduction")
     with pytest.raises(capture.CaptureError, match=r"benchmarks\.resnet\.system_config: .*config_sys1\.sh: "

@@ -102,17 +102,17 @@ def test_each_system_imports_its_registry_image_once_and_its_runs_get_the_file(t
     raw = _config(tmp_path, {"EXTRADIR": "/extra"})
     raw["systems"]["sim_n2"]["platform"] = "linux/arm64"
     plan = _plan(raw, tmp_path)
-    imports = plan.image_imports
+    imports = plan.launches.image_imports
     assert sorted(imports) == [("sim_n1", "resnet"), ("sim_n2", "resnet")]
     n1, n2 = imports[("sim_n1", "resnet")], imports[("sim_n2", "resnet")]
     assert Path(n1.sqsh).parent.name == "sim_n1" and n1.arch is None and n2.arch == "aarch64"
     for (system, benchmark), job in imports.items():
-        launch = plan.launch_spec(system, benchmark)
+        launch = plan.launches.spec(system, benchmark)
         assert launch.container == str(Path(job.sqsh).resolve())  # CONT: the system's file, for every run
         assert plan.sqsh_record(system, benchmark) == [job.record]  # each run's input: the import's record
     assert plan.sqsh_job("sim_n2", Path(n2.sqsh).name)["arch"] == "aarch64"
-    assert plan.cluster_preview("sim_n2", "resnet")["image_import"] == plan.image_import("sim_n2", "resnet")
-    shown = plan.image_import("sim_n2", "resnet")
+    shown = plan.launches.image_import("sim_n2", "resnet")
+    assert plan.launches.cluster_preview("sim_n2", "resnet")["image_import"] == shown
     assert shown is not None and shown["argv"] == n2.argv and shown["imported"] is False and \
         shown["size_bytes"] is None and "sim_n2 (aarch64)" in shown["runs_on"]
 
@@ -122,7 +122,8 @@ def test_a_sqsh_file_or_another_engine_imports_nothing(tmp_path: Path) -> None:
     raw = _config(tmp_path, {"EXTRADIR": "/extra"})
     raw["benchmarks"]["resnet"]["image"] = "/lustre/images/vendor.sqsh"
     plan = _plan(raw, tmp_path)
-    assert plan.image_imports == {} and plan.launch_spec("sim_n1", "resnet").container == "/lustre/images/vendor.sqsh"
+    assert plan.launches.image_imports == {}
+    assert plan.launches.spec("sim_n1", "resnet").container == "/lustre/images/vendor.sqsh"
     raw = _config(tmp_path, {"EXTRADIR": "/extra"})
     raw["engine"] = "apptainer"
-    assert _plan(raw, tmp_path).image_imports == {}
+    assert _plan(raw, tmp_path).launches.image_imports == {}

@@ -52,11 +52,11 @@ def _vendor(base: Path, second: str, nodes: int) -> dict[str, Any]:
 def test_each_system_and_benchmark_has_its_own_runs_shape_and_launch(tmp_path: Path) -> None:
     plan = _plan({**MINI, "outdir": str(tmp_path / "out")}, tmp_path)
     assert plan.ordered_units == [("cpu_n1", "dlrm"), ("cpu_n1", "resnet"), ("cpu_n2", "dlrm")]
-    assert plan.run_shape("cpu_n2", "dlrm").nodes == 2 and plan.run_shape("cpu_n1", "dlrm").nodes == 1
-    assert plan.system_nodes("cpu_n1") == 1 and plan.system_nodes("cpu_n2") == 2
-    launch = plan.launch_spec("cpu_n2", "dlrm")
+    assert plan.launches.shape("cpu_n2", "dlrm").nodes == 2 and plan.launches.shape("cpu_n1", "dlrm").nodes == 1
+    assert plan.launches.system_nodes("cpu_n1") == 1 and plan.launches.system_nodes("cpu_n2") == 2
+    launch = plan.launches.spec("cpu_n2", "dlrm")
     assert (launch.nodes, launch.tasks_per_node, launch.submission["platform"]) == (2, 1, "cpu_n2")
-    assert plan.launch_spec("cpu_n1", "dlrm").submission["platform"] == "cpu_n1"
+    assert plan.launches.spec("cpu_n1", "dlrm").submission["platform"] == "cpu_n1"
     assert plan.all_runs(plan.out.result)[-1] == tmp_path / "out" / "runs" / "cpu_n2" / "dlrm" / "1" / "result.txt"
     assert plan.out.verdict("cpu_n2", "dlrm", 0) == tmp_path / "out" / "compliance" / "cpu_n2" / "dlrm" / "0.json"
     package = plan.package_spec()
@@ -78,10 +78,11 @@ def test_the_shorthand_is_one_system_of_every_benchmark(tmp_path: Path) -> None:
 def test_a_vendor_folder_takes_each_systems_config_file(tmp_path: Path) -> None:
     plan = _plan(_vendor(tmp_path, "n2", 2), tmp_path)
     assert plan.units[("n2", "resnet")].implementation.config_file.name == "config_DGXA100_2x8x56.sh"
-    assert (plan.run_shape("n1", "resnet").nodes, plan.run_shape("n2", "resnet").nodes) == (1, 2)
-    assert plan.run_shape("n2", "resnet").tasks_per_node == 8 and plan.run_gpus("n2", "resnet") == 16
-    assert plan.launch_spec("n2", "resnet").config_file == "config_DGXA100_2x8x56.sh"
-    assert plan.launch_digest("n1", "resnet") != plan.launch_digest("n2", "resnet")  # the config file's content
+    assert (plan.launches.shape("n1", "resnet").nodes, plan.launches.shape("n2", "resnet").nodes) == (1, 2)
+    assert plan.launches.shape("n2", "resnet").tasks_per_node == 8 and plan.launches.gpus("n2", "resnet") == 16
+    assert plan.launches.spec("n2", "resnet").config_file == "config_DGXA100_2x8x56.sh"
+    # the config file's content
+    assert plan.rerun.launch_digest("n1", "resnet") != plan.rerun.launch_digest("n2", "resnet")
 
 
 @pytest.mark.parametrize(("systems", "expected"), [
@@ -112,7 +113,7 @@ def test_system_and_systems_together_and_a_config_file_of_other_nodes_are_refuse
     raw["systems"]["n4"]["nodes"] = 4
     full, benchmarks = mlconfig.load({"outdir": str(tmp_path / "results"), **raw}, "test", base_dir=tmp_path)
     systems, units = mlsystems.load(full, benchmarks, tmp_path, "test")
-    problems = Plan(full, benchmarks, {}, systems, units, REPO).capture_problems()
+    problems = Plan(full, benchmarks, {}, systems, units, REPO).captures.problems()
     assert problems and re.search(refusal, problems[0]), problems
 
 

@@ -90,7 +90,7 @@ def test_a_variable_run_sub_needs_stops_its_capture_naming_it_the_line_and_the_m
     # no longer sets it
     _plan(_config(tmp_path, {"EXTRADIR": "/x"}), tmp_path)
     plan = _uncaptured(_config(tmp_path), tmp_path)
-    assert plan.capture_problems() == []
+    assert plan.captures.problems() == []
     launch_preview(plan, tmp_path / "p.json")
     entry = json.loads((tmp_path / "p.json").read_text())[0]
     assert entry["unset_variables"] == ["EXTRADIR"] and entry["demands"][0]["mounts"] == ["/extra"]
@@ -101,8 +101,8 @@ def test_planned_on_a_host_without_gpus_the_runs_ask_for_the_nodes_gpus(tmp_path
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     _folder(tmp_path)
     monkeypatch.setattr(accelerators, "machine_gpus", lambda: 0)  # the login node
-    import mlrepro.planning.plan as plan_module
-    monkeypatch.setattr(plan_module, "machine_gpus", lambda: 0)
+    import mlrepro.planning.launches as launches_module
+    monkeypatch.setattr(launches_module, "machine_gpus", lambda: 0)
     plan = _plan(_config(tmp_path, {"EXTRADIR": "/extra/data"}), tmp_path)
     assert plan.ordered_units == [("sim_n1", "resnet"), ("sim_n2", "resnet")]  # bert (a mini) is not planned
     assert plan.local_gpus == 0
@@ -113,7 +113,7 @@ def test_planned_on_a_host_without_gpus_the_runs_ask_for_the_nodes_gpus(tmp_path
     # no --mem at all (the executor plugin refuses one in slurm_extra and passes none for mem_mb 0)
     assert value["slurm_extra"].split() == ["--exclusive"] and value["mem_mb"] == 0
     assert value["runtime"] == 20 and value["cpus_per_task"] == -1 and value["tasks_per_gpu"] == 0
-    launch = plan.launch_spec("sim_n2", "resnet")
+    launch = plan.launches.spec("sim_n2", "resnet")
     # the registry image: imported once per system into a .sqsh, which is CONT (mlrepro/containers/sqsh.py)
     assert launch.gpus == 8 and launch.container == str(tmp_path / "out" / "sqsh" / "sim_n2" /
                                                         "registry.example+vendor+1.sqsh")
@@ -269,7 +269,7 @@ def test_the_driver_runs_one_experiment_of_run_sub_in_the_allocation(tmp_path: P
     for var in ("SLURM_JOB_NUM_NODES", "SLURM_JOB_NODELIST", "SLURM_NNODES", "SLURM_NODELIST"):
         monkeypatch.delenv(var, raising=False)
     plan = _plan(_config(tmp_path, {"EXTRADIR": "/extra/data"}), tmp_path)
-    launch = plan.launch_spec("sim_n1", "resnet")
+    launch = plan.launches.spec("sim_n1", "resnet")
     path = tmp_path / "launch.json"
     launch.write(path)
     run_dir = tmp_path / "run0"
@@ -326,7 +326,7 @@ def test_every_round_plans_a_vendor_folder_of_its_own(tmp_path: Path, ruleset: s
                                       "runs": 1, "env": {"EXTRADIR": "/x"}}},
            "systems": {"sim_n1": {"config_files": {benchmark: "config_SIM_1x4.sh"}}}}
     plan = _plan(raw, tmp_path)
-    assert plan.ordered_units == [("sim_n1", benchmark)] and plan.launch_spec("sim_n1", benchmark).run_sub
+    assert plan.ordered_units == [("sim_n1", benchmark)] and plan.launches.spec("sim_n1", benchmark).run_sub
 
 
 def test_planning_runs_nothing_of_the_folder_its_capture_job_does(tmp_path: Path) -> None:
@@ -335,7 +335,7 @@ def test_planning_runs_nothing_of_the_folder_its_capture_job_does(tmp_path: Path
     # a redirection that bash itself makes (the one write the sandbox cannot keep inside): it shows run.sub ran
     (folder / "run.sub").write_text(RUN_SUB.replace("set -euxo pipefail\n", f"set -euxo pipefail\necho >> {marker}\n"))
     plan = _uncaptured(_config(tmp_path, {"EXTRADIR": "/x"}), tmp_path)
-    assert plan.capture_problems() == [] and plan.capture_runs(plan.capture_keys[("sim_n1", "resnet")])
+    assert plan.captures.problems() == [] and plan.capture_runs(plan.captures.keys[("sim_n1", "resnet")])
     assert not marker.exists()  # planning: the capture keys, problems and the jobs' params
     captured(plan)
     assert marker.exists()  # the capture jobs

@@ -6,7 +6,7 @@ from __future__ import annotations
 import inspect
 import os
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -20,6 +20,16 @@ def signature_once(func: F) -> F:
     function's ``__signature__`` when it has one (Python's documented protocol), instead of computing it again."""
     func.__signature__ = inspect.signature(func)  # type: ignore[attr-defined]
     return func
+
+
+# A wildcard constraint that no value matches: the constraint of a wildcard with no allowed value (no system, no
+# capture record), rather than a placeholder name that a folder could be given
+NOTHING = "(?!)"
+
+
+def one_of(patterns: Iterable[str]) -> str:
+    """A wildcard constraint matching exactly one of ``patterns`` (regular expressions); :data:`NOTHING` for none."""
+    return "|".join(patterns) or NOTHING
 
 
 SLURM_EXECUTOR = "slurm"

@@ -51,7 +51,7 @@ def start(workflow: Any, config: dict[str, Any]) -> tuple[Plan, Preparation]:
         raise PlanningError(f"invalid configuration: inference: {error}") from None
     plan = Plan(full, benchmarks, choices, systems, units, Path(workflow.basedir))
     try:  # what the captured config files say against the config (a record not written yet: its job checks)
-        problems = plan.capture_problems()
+        problems = plan.captures.problems()
     except capture.CaptureError as error:
         raise PlanningError(str(error)) from None
     if problems:

@@ -2,7 +2,8 @@
 
 Those rules take every path, param and resource from ``PLAN`` (mlrepro/planning/plan.py); rules/reproduce.smk
 includes them with a :class:`ReproducedRuns` as ``PLAN`` instead, so that a reproduced run is a submission's run
-with other inputs and outputs, through the same jobs (mlrepro/jobs.py). Each chosen benchmark of the package is a
+with other inputs and outputs, through the same jobs (mlrepro/jobs.py); tests/test_plan_parts.py checks that both give
+every name those rules read. Each chosen benchmark of the package is a
 unit (the package's system, the benchmark): its config file the staged copy's (captured by the pipeline's capture
 job, in the package's image with a container engine), its launch spec the staged copy's with what the capture
 recorded (mlrepro/reproduce/launch.py), its seeds the submitted ones; everything under reproduce_out in the
@@ -21,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mlrepro.core import smk
 from mlrepro.core.outputs import Outputs
 from mlrepro.datasets.manifest import MANIFEST
 from mlrepro.reproduce import launch
@@ -115,7 +117,7 @@ class ReproducedRuns:
     # --- capture: a record per benchmark, of the staged copy's config file
     @property
     def capture_pattern(self) -> str:
-        return "|".join(re.escape(b) for b in self.benchmarks) or "none"
+        return smk.one_of(re.escape(b) for b in self.benchmarks)
 
     def capture_file(self, system: str, benchmark: str) -> Path:
         return self.out.capture(benchmark)
@@ -151,23 +153,16 @@ class ReproducedRuns:
         return self._captured[benchmark]
 
     # --- launch and run
+    @property
+    def rerun(self) -> RerunKeys:
+        """What the run stage's rules track to run a reproduced job again (mlrepro/planning/rerun_keys.py)."""
+        return RerunKeys(self)
+
     def launch_params(self, system: str, benchmark: str) -> dict[str, Any]:
         """The launch spec of the staged copy with its captured variables, as a JSON object."""
         return launch.launch_spec(self.benchmarks[benchmark], self.staged(benchmark).resolve(),
                                   self.dataset_dir(benchmark), self.captured(system, benchmark),
                                   threads=self.config["threads_per_run"], device=self.config["device"]).to_dict()
-
-    def basis(self, value: Callable[[Any], Any]) -> str:
-        """The sha256 of ``value(plan)`` as it would be with every config file captured as exporting nothing: what the
-        rules track of a value read from capture records (mlrepro.planning.plan.Plan.basis)."""
-        made = value(_StandIn(self.repro, self.config, self.root, self.logging_release, self.release_stamps))
-        text = made if isinstance(made, str) else json.dumps(made, sort_keys=True, default=str)
-        return hashlib.sha256(text.encode()).hexdigest()
-
-    def launch_digest(self, system: str, benchmark: str) -> str:
-        """What a reproduced run computes from: the benchmark's plan (implementation, config file, params, dataset)."""
-        doc = dataclasses.asdict(self.benchmarks[benchmark])
-        return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
 
     def run_seed(self, benchmark: str, run: int) -> int:
         """The submitted run's seed, as its log gave it."""
@@ -182,8 +177,26 @@ class ReproducedRuns:
                              lambda unit: shape_from_config_sh(self.captured(*unit).env))
 
 
+@dataclass(frozen=True)
+class RerunKeys:
+    runs: ReproducedRuns
+
+    def basis(self, value: Callable[[Any], Any]) -> str:
+        """The sha256 of ``value(plan)`` as it would be with every config file captured as exporting nothing: what the
+        rules track of a value read from capture records (mlrepro.planning.rerun_keys.RerunKeys.basis)."""
+        r = self.runs
+        made = value(_StandIn(r.repro, r.config, r.root, r.logging_release, r.release_stamps))
+        text = made if isinstance(made, str) else json.dumps(made, sort_keys=True, default=str)
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    def launch_digest(self, system: str, benchmark: str) -> str:
+        """What a reproduced run computes from: the benchmark's plan (implementation, config file, params, dataset)."""
+        doc = dataclasses.asdict(self.runs.benchmarks[benchmark])
+        return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
+
+
 class _StandIn(ReproducedRuns):
-    """A reproduction whose config files all export nothing (:meth:`ReproducedRuns.basis`)."""
+    """A reproduction whose config files all export nothing (:meth:`RerunKeys.basis`)."""
 
     def captured(self, system: str, benchmark: str) -> Captured:
         return Captured(env={}, nodes=1, gpus_per_node=0, walltime_minutes=None)

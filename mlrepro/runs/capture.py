@@ -5,7 +5,7 @@ A config file is a shell script: only bash knows what it exports. It is sourced 
 (rules/runs.smk) sources it natively, or, for a reproduction (rules/reproduce.smk), its staged copy in the package's
 image where a container engine is configured. The job writes a :class:`Record` (what bash exported, less what bash
 and the clean environment set themselves; the files the config file sourced) to a JSON file, atomically; planning
-reads that file (mlrepro/planning/plan.py), and nothing of the config file is interpreted anywhere else.
+reads that file (mlrepro/planning/captures.py), and nothing of the config file is interpreted anywhere else.
 
 The pipeline's records are named by :func:`key`: what a capture reads, as content (the folder's files, the config
 file's name, the clean environment, this module's VERSION), so that a changed file of the folder makes a new record

@@ -63,7 +63,8 @@ def run_problems(record: Record, run: dict[str, Any]) -> list[str]:
     config, run_sub = Path(run["config_file"]), Path(run["run_sub"])
     shape = captured(record.env, config, run_sub.parent, "folder")
     given = {"DGXSYSTEM": runsub.dgx_system(config, record.env), **run["given"]}
-    env = runsub.run_env(record.env, given, run["cont"], run["data_dir"], run["log_dir"], run["seed"],
+    cont = run["cont"] or runsub.unbuilt_image(run_sub.parent)  # None: built from the folder's Dockerfile
+    env = runsub.run_env(record.env, given, cont, run["data_dir"], run["log_dir"], run["seed"],
                          run["submission"])
     node = trace.Node.of(shape.nodes, shape.gpus_per_node, given["DGXSYSTEM"], **run["node"])
     found = demands.find(run_sub, env, node)

@@ -41,7 +41,7 @@ def cont_for(launch: LaunchSpec, image_record: Path | None) -> str:
 
 def entry(system: str, launch: LaunchSpec, runs: int, seed: int, image_record: Path | None,
           log_dir: str, node: dict[str, Any] | None = None, fills: dict[str, str] | None = None) -> dict[str, Any]:
-    """The preview of one (system, benchmark); ``node``: Plan.trace_node's (the node the stand-ins describe);
+    """The preview of one (system, benchmark); ``node``: WhatRuns.trace_node's (the node the stand-ins describe);
     ``fills``: the container-side destinations the benchmark's data recipe fills (mlrepro.datasets.vendor_fills)."""
     found: dict[str, Any] = {"system": system, "benchmark": launch.benchmark, "implementation": launch.folder,
                              "config_file": launch.config_file, "runs": runs}
@@ -121,8 +121,9 @@ def write(out: Path, entries: list[dict[str, Any]]) -> None:
 
 
 def job(job: Job) -> None:
-    """The launch_preview rule's job (rules/preview.smk): params units (mlrepro.planning.plan.Plan.preview_units);
-    the entries to its output, the node-hours table to its log (shown on the terminal)."""
+    """The launch_preview rule's job (rules/preview.smk): params units
+    (mlrepro.planning.launches.Launches.preview_units); the entries to its output, the node-hours table to its log
+    (shown on the terminal)."""
     entries = []
     for u in job.params["units"]:
         launch = LaunchSpec.from_dict(u["launch"], f"the launch spec of {u['system']}/{u['launch'].get('benchmark')}")
