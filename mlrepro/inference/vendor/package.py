@@ -98,7 +98,8 @@ def checker_argv(checkout: Path, package: Path, round_name: str, submitter: str,
 
 
 def check(package: Path, checkout: Path, round_name: str, submitter: str, work: Path) -> dict[str, Any]:
-    """The official checker on a copy of ``package`` in ``work`` (which must not exist): its errors and output."""
+    """The official checker on a copy of ``package`` in ``work`` (which must not exist): its errors and its whole
+    output."""
     copy = work / "package"
     shutil.copytree(package, copy, symlinks=True)
     argv, cwd = checker_argv(checkout, copy, round_name, submitter, work / "summary.csv")
@@ -106,7 +107,7 @@ def check(package: Path, checkout: Path, round_name: str, submitter: str, work: 
     output = proc.stdout + proc.stderr
     errors = [m.group(1).strip() for m in _ERROR.finditer(output)]
     return {"checker": str(checkout), "round": round_name, "argv": argv, "exit_status": proc.returncode,
-            "errors": errors, "passed": proc.returncode == 0 and not errors, "output_tail": output[-20_000:]}
+            "errors": errors, "passed": proc.returncode == 0 and not errors, "output": output}
 
 
 def package_job(job: Job) -> None:
@@ -128,6 +129,9 @@ def check_job(job: Job) -> None:
     out = Path(job.output.first)
     with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}.") as tmp:
         record = check(job.input.first, Path(p["checkout"]), str(p["round"]), str(p["submitter"]), Path(tmp) / "w")
+    output = record.pop("output")
+    print(output)  # the whole of it in the job's log; its end in the record
+    record["output_tail"] = output[-20_000:]
     if not record["passed"]:
         rejected = out.with_name(out.stem + ".rejected.json")
         atomic.write_json(rejected, record)
