@@ -149,3 +149,13 @@ def test_the_vendor_report_puts_energy_beside_throughput_per_accelerator_with_ev
         assert cell in row, (cell, row)
     row = next(r for r in html.split("<tr>") if "<td>bert</td>" in r)
     assert "62.50" in row and "not sampled" in row and "INVALID" in row
+
+
+def test_the_package_job_writes_the_rules_output_folder(tmp_path: Path) -> None:
+    work = _folder(tmp_path)
+    _staged(work / "build" / "submission-staging" / "closed" / ORG)
+    out = tmp_path / "inference_vendor" / "package"
+    package.package_job(make_job("vendor_package", output={"out": out},
+                                 params={"workdir": str(work), "submitter": ORG, "round": "v6.1"}))
+    assert (out / "closed" / ORG / "results" / RUN / "measurements.json").is_file()
+    assert (out / "relayout.txt").is_file() and sorted(p.name for p in out.parent.iterdir()) == ["package"]
