@@ -1,9 +1,10 @@
 """NVIDIA's own flow on a CPU (issue 45 item 4): a copy of NVIDIA's v4.1 folder with the stand-in harness
-(tests/nvidia_standin/main.py) at code/main.py, run by the folder's own Makefile targets; NVIDIA's staging and
-truncation scripts stage the runs, the audit tests run and are verified by mlcommons/inference's
-run_verification.py, and the official v6.1 checker judges the package (after mlrepro's relayout), which it must
-accept but for a shortened run's errors. NVIDIA's and MLCommons' code is unpacked from ../shared/data, never copied
-into the project."""
+(tests/nvidia_standin/main.py) at code/main.py, run by the folder's own Makefile targets: its engines (the stand-in's
+device), the runs, NVIDIA's staging, every audit test verified by mlcommons/inference's run_verification.py within
+the Makefile's own retries, compliance staging and truncation; then the package as vendor_package makes it (relaid
+out for v6.1) and the official v6.1 checker as vendor_check runs it, which must accept it but for a shortened run's
+errors; and Server, staged by NVIDIA's staging for a datacenter system. NVIDIA's and MLCommons' code is unpacked from
+../shared/data, never copied into the project."""
 
 from __future__ import annotations
 
