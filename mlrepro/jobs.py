@@ -62,6 +62,8 @@ ENTRIES: dict[str, str] = {
     **{f"vendor_{step}": "mlrepro.inference.vendor.jobs:step_job" for step in (
         "image", "build", "data", "engines", "run", "stage", "audit", "compliance", "truncate", "export")},
     "vendor_report": "mlrepro.inference.vendor.jobs:report_job",
+    "vendor_package": "mlrepro.inference.vendor.package:package_job",
+    "vendor_check": "mlrepro.inference.vendor.package:check_job",
     **{f"reproduce_{step}": f"mlrepro.reproduce.steps:{step}_job"
        for step in ("verify", "plan", "stage", "image", "data", "report")},
 }

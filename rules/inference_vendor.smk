@@ -6,14 +6,19 @@
 #   vendor_run:         one job per (benchmark, scenario, mode): performance, accuracy, then each audit test the round
 #                       requires of the benchmark (one after another: LoadGen reads audit.config from the folder)
 #   vendor_stage, vendor_compliance, vendor_truncate, vendor_export: the round's post-run targets in its order
-#   vendor_report:      throughput per accelerator and accelerator energy of each performance run
+#   vendor_package:     the staging with the folder's code/ and systems/, in the declared round's layout (relayout.py)
+#   vendor_check:       the declared round's official checker on it, from inference.mlcommons_inference (a hard gate)
+#   vendor_report:      throughput per accelerator and accelerator energy of each performance run (CSV, HTML)
 # Every step is the folder's own `make TARGET ...` (mlrepro/inference/vendor/steps.py), on the host or in the image.
 from mlrepro.inference.vendor import steps as vendor_steps
 
 VENDOR = PLAN.config["inference"].get("vendor")
 VDIR = PLAN.out.root / "inference_vendor"
-# what `snakemake` (rule all) makes of the vendor flow: its exported package and its report
-VENDOR_TARGETS = [VDIR / "jobs" / "export.json", VDIR / "report.csv"] if VENDOR else []
+VCHECKER = PLAN.config["inference"].get("mlcommons_inference")
+# what `snakemake` (rule all) makes of the vendor flow: its exported package, the package in the declared round's
+# layout (checked by the round's official checker where inference.mlcommons_inference names one) and its report
+VENDOR_TARGETS = [VDIR / "jobs" / "export.json", VDIR / "report.csv",
+                  VDIR / "check.json" if VCHECKER else VDIR / "package"] if VENDOR else []
 
 
 rule inference_preview:
@@ -24,6 +29,8 @@ rule inference_preview:
     params:
         vendor=VENDOR,
         org=PLAN.config["org"],
+        round=PLAN.config["inference"]["round"],
+        checker=VCHECKER or "",
     log:
         PLAN.out.log("inference_preview"),
     localrule: True
@@ -229,11 +236,42 @@ if VENDOR:
         script:
             "dispatch.py"
 
+    rule vendor_package:
+        input:
+            truncate=rules.vendor_truncate.output[0],
+        output:
+            directory(VDIR / "package"),
+        params:
+            workdir=str(VWORK),
+            submitter=VPLAN.spec.submitter,
+            round=PLAN.config["inference"]["round"],
+        log:
+            PLAN.out.log("vendor_package"),
+        localrule: True
+        script:
+            "dispatch.py"
+
+    rule vendor_check:
+        input:
+            rules.vendor_package.output[0],
+        output:
+            VDIR / "check.json",
+        params:
+            checkout=VCHECKER or "",
+            round=PLAN.config["inference"]["round"],
+            submitter=VPLAN.spec.submitter,
+        log:
+            PLAN.out.log("vendor_check"),
+        localrule: True
+        script:
+            "dispatch.py"
+
     rule vendor_report:
         input:
             [VJOBS / f"run/{u.key}.json" for u in VUNITS if u.mode == "performance"],
         output:
-            VDIR / "report.csv",
+            table=VDIR / "report.csv",
+            html=VDIR / "report.html",
         log:
             PLAN.out.log("vendor_report"),
         localrule: True

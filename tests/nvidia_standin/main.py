@@ -22,20 +22,34 @@ README.md). Its settings come from the JSON file ``$MLREPRO_NVIDIA_STANDIN`` nam
 ``query_constraints`` (per scenario the round's minimum that harness.py takes from the checker: samples per Offline
 query, queries otherwise), ``min_duration_ms``, ``min_query_count`` (per scenario: a shortened run's, enough for
 LoadGen's early stopping), and per NVIDIA benchmark name the mini serving it (``mini``, ``data``,
-``params``, ``checkpoint``); the rate it states is measured before each run.
+``params``, ``checkpoint``).
+
+- ``generate_engines``: its "engine" for each (benchmark, scenario): the accelerator it emulates (``Device``), a
+  fixed service time per call set once from the mini's speed on this machine, in
+  ``build/engines/<system>/<benchmark>/<scenario>/standin-device.json``; a run without one is refused, as harness.py
+  refuses a missing engine. Every run of the engine serves at that time (the audits compare their runs' timing
+  with the performance run's), with the node to itself where the machine allows it (``dedicate``).
+
+Scenarios: Offline, SingleStream, MultiStream and Server (Poisson arrivals; the audits' own
+``--server_target_qps_adj_factor`` scales the stated rate as NVIDIA's audit targets ask).
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import math
 import os
 import shutil
 import subprocess
 import sys
+import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
+
+import numpy as np
 
 # v4.1's audit tests, and the benchmarks each exempts (code/actionhandler/run_audit.py's is_exempt)
 AUDIT_TESTS = ("TEST01", "TEST04", "TEST05", "TEST06")
@@ -45,9 +59,11 @@ EXEMPT = {"TEST04": {"bert", "dlrm-v2", "3d-unet", "retinanet", "gptj", "llama2-
 ACTIONS = ("generate_conf_files", "generate_engines", "calibrate", "run_harness", "run_audit_harness")
 # harness.py's get_loadgen_log_keys and QUERY_METRIC_CONSTRAINTS for the scenarios served
 SCENARIO_KEY = {"Offline": "result_samples_per_second", "SingleStream": "result_90.00_percentile_latency_ns",
-                "MultiStream": "result_99.00_percentile_per_query_latency_ns"}
+                "MultiStream": "result_99.00_percentile_per_query_latency_ns",
+                "Server": "result_completed_samples_per_sec"}
 QUERY_METRIC = {"Offline": "effective_samples_per_query", "SingleStream": "effective_min_query_count",
-                "MultiStream": "effective_min_query_count"}
+                "MultiStream": "effective_min_query_count", "Server": "effective_min_query_count"}
+SERVER_LOAD = 0.25  # Server's stated arrival rate, as a share of what the device serves a query at a time
 MS_SAMPLES = 8  # LoadGen's samples per MultiStream query
 BATCH = 1024  # samples per call of the mini
 
@@ -92,14 +108,12 @@ class StandIn:
         out = Path("build/loadgen-configs") / self.system / benchmark / scenario
         out.mkdir(parents=True, exist_ok=True)
         shutil.copyfile("build/inference/mlperf.conf", out / "mlperf.conf")
-        lines = [f"*.{scenario}.target_qps = {rate}" if scenario == "Offline"
+        lines = [f"*.{scenario}.target_qps = {rate}" if scenario in ("Offline", "Server")
                  else f"*.{scenario}.target_latency = {1000 / rate * (MS_SAMPLES if scenario == 'MultiStream' else 1)}",
                  f"*.{scenario}.performance_sample_count_override = {samples}",
                  f"*.{scenario}.min_duration = {self.conf['min_duration_ms']}"]
         if scenario in self.conf["min_query_count"]:
             lines.append(f"*.{scenario}.min_query_count = {self.conf['min_query_count'][scenario]}")
-        if self.args["server_target_qps_adj_factor"] and scenario == "Server":
-            raise SystemExit("stand-in: Server is not served")
         (out / "user.conf").write_text("\n".join(lines) + "\n")
         run = f'RUN_ARGS="--benchmarks={benchmark} --scenarios={scenario} --test_mode=%s"'
         (out / "README.md").write_text(
@@ -113,56 +127,91 @@ class StandIn:
             "weight_data_types": "fp32", "weight_transformations": "No"}, indent=4))
         return out
 
-    def rate(self, served: Any, scenario: str) -> float:
-        """Samples per second to state: Offline's in batches (see run), the others' one query at a time."""
-        if scenario != "Offline":  # 4 x as measured: LoadGen schedules enough queries however fast they run
-            return 4 * calibrate(served.predict, served.count, MS_SAMPLES if scenario == "MultiStream" else 1)
+    def rate(self, device: Device, scenario: str) -> float:
+        """Samples per second to state: Offline's at the device's rate (at least what holds the round's samples in
+        the minimum duration), the others' a query at a time, 4 x the device's so that LoadGen schedules enough
+        queries for the minimum duration (they take the device's time whatever is stated); Server's Poisson arrivals
+        at a quarter of what the device serves a query at a time, so that queueing keeps within the latency bound."""
+        if scenario == "Server":
+            return SERVER_LOAD / device.service(1)
+        if scenario != "Offline":
+            n = MS_SAMPLES if scenario == "MultiStream" else 1
+            return 4 * n / device.service(n)
         secs = self.conf["min_duration_ms"] / 1000
-        return max(1.5 * calibrate(served.predict, served.count, BATCH),
-                   math.ceil(self.conf["query_constraints"]["Offline"] / 1.1 / secs))
+        return max(device.rate, math.ceil(self.conf["query_constraints"]["Offline"] / 1.1 / secs))
+
+    def engine(self, benchmark: str, scenario: str) -> Path:
+        """Where generate_engines puts the (benchmark, scenario)'s engine: build/engines/<system>/<bm>/<scenario>."""
+        return Path("build/engines") / self.system / benchmark / scenario / "standin-device.json"
+
+    def served(self, benchmark: str) -> Any:
+        import torch
+
+        from mlrepro.inference import serve
+
+        bconf = self.conf["benchmarks"].get(benchmark)
+        if bconf is None:
+            raise SystemExit(f"stand-in: no mini serves {benchmark} (served: {', '.join(self.conf['benchmarks'])})")
+        return serve.load(bconf["mini"], Path(bconf["data"]), json.loads(Path(bconf["params"]).read_text()),
+                          Path(bconf["checkpoint"]), torch.device("cpu"))
+
+    def generate_engine(self, benchmark: str, scenario: str) -> None:
+        """generate_engines: the stand-in's "engine" is the device it emulates, fixed once from the mini's speed on
+        this machine (every run of the (benchmark, scenario) then has the same service time, as every run of a
+        TensorRT engine runs the same kernels)."""
+        if scenario not in SCENARIO_KEY:
+            raise SystemExit(f"stand-in: scenario {scenario} is not served (served: {', '.join(SCENARIO_KEY)})")
+        dedicate()
+        served = self.served(benchmark)
+        device = Device.measure(served.predict, served.count, scenario)
+        path = self.engine(benchmark, scenario)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"rate": device.rate, "latency_s": device.latency_s}, indent=1))
+        print(f"stand-in: engine {path}: {device}")
 
     def run(self, benchmark: str, scenario: str, log_root: Path) -> tuple[Path, dict[str, Any]]:
         """One LoadGen test of the mini serving ``benchmark``; its logs and metadata.json in the full log dir."""
         import mlperf_loadgen as lg
-        import torch
 
-        from mlrepro.inference import serve, sut
+        from mlrepro.inference import sut
 
         if scenario not in SCENARIO_KEY:
             raise SystemExit(f"stand-in: scenario {scenario} is not served (served: {', '.join(SCENARIO_KEY)})")
-        bconf = self.conf["benchmarks"].get(benchmark)
-        if bconf is None:
-            raise SystemExit(f"stand-in: no mini serves {benchmark} (served: {', '.join(self.conf['benchmarks'])})")
-        served = serve.load(bconf["mini"], Path(bconf["data"]), json.loads(Path(bconf["params"]).read_text()),
-                            Path(bconf["checkpoint"]), torch.device("cpu"))
-        # Offline: one query of target_qps x min_duration x 1.1 samples (LoadGen), stated so that the query holds
-        # the round's minimum samples and, above what the mini serves (1.5 x as measured), lasts the minimum
-        # (the accuracy run and the audits run at the performance run's settings: its user.conf, where there is one)
+        engine = self.engine(benchmark, scenario)
+        if not engine.is_file():  # as harness.py refuses a missing engine
+            raise SystemExit(f"stand-in: no engine {engine}: run `make generate_engines` for {benchmark} {scenario}")
+        device = Device(**json.loads(engine.read_text()))
+        dedicate()  # before any thread is made: LoadGen's and the SUT's inherit it
+        served = self.served(benchmark)
+        # the accuracy run and the audits run at the performance run's settings (its user.conf, where there is one)
         mdir = Path("build/loadgen-configs") / self.system / benchmark / scenario
-        if self.args["test_mode"] != "PerformanceOnly" or self.args["audit_test"]:
-            if not (mdir / "user.conf").is_file():
-                mdir = self.measurements(benchmark, scenario, served.count, self.rate(served, scenario))
-            else:  # the same warm-up as the measurement gives the performance run: audits compare their timing
-                self.rate(served, scenario)
-        else:
-            mdir = self.measurements(benchmark, scenario, served.count, self.rate(served, scenario))
+        if (self.args["test_mode"] == "PerformanceOnly" and not self.args["audit_test"]) or \
+                not (mdir / "user.conf").is_file():
+            mdir = self.measurements(benchmark, scenario, served.count, self.rate(device, scenario))
+        predict = device.paced(served.predict)
+        warm_up(predict, served.count, scenario)  # a fresh process's first calls: before LoadGen's clock
         log_dir = log_root / self.system / benchmark / scenario  # harness.py get_full_log_dir
         log_dir.mkdir(parents=True, exist_ok=True)
         ts = lg.TestSettings()
         if ts.FromConfig(str(mdir / "user.conf"), benchmark, scenario) != 0:
             raise SystemExit(f"stand-in: LoadGen could not read {mdir / 'user.conf'}")
         ts.scenario = getattr(lg.TestScenario, scenario)
+        if scenario == "Server" and self.args["server_target_qps_adj_factor"]:  # the audits' (run_audit_test*)
+            ts.server_target_qps *= self.args["server_target_qps_adj_factor"]
         mode = self.args["test_mode"]
         ts.mode = lg.TestMode.AccuracyOnly if mode == "AccuracyOnly" else lg.TestMode.PerformanceOnly
         log = lg.LogSettings()
         log.log_output.outdir = str(log_dir)
         log.log_output.copy_summary_to_stdout = True
         log.enable_trace = True  # scripts/update_results stages only runs with mlperf_log_trace.json
-        handle = sut.QueueSUT(served.predict, BATCH)
+        handle = sut.QueueSUT(predict, BATCH)
         qsl = lg.ConstructQSL(served.count, served.count, lambda idx: None, lambda idx: None)
+        gc.collect()  # no collector pauses inside LoadGen's clock (a device has none; its few objects are freed)
+        gc.disable()
         try:
             lg.StartTestWithLogSettings(handle.handle, qsl, ts, log)
         finally:
+            gc.enable()
             lg.DestroyQSL(qsl)
             handle.close()
         detail = loadgen_detail(log_dir)
@@ -234,16 +283,78 @@ class StandIn:
 
 def calibrate(predict: Any, count: int, batch: int, seconds: float = 0.5) -> float:
     """Samples per second the mini serves in calls of ``batch`` samples, measured for ``seconds``."""
-    import time
-
-    import numpy as np
-
     indices = np.arange(batch) % count
     done, start = 0, time.perf_counter()
     while (elapsed := time.perf_counter() - start) < seconds:
         predict(indices)
         done += batch
     return done / elapsed
+
+
+@dataclass(frozen=True)
+class Device:
+    """The accelerator the stand-in emulates: a call of n samples takes ``latency_s + n / rate`` seconds, one call
+    at a time, whatever the CPU's own time for it (it computes the mini's answers in that time and waits out the
+    rest). A GPU's service time does not move with the host's other work; a shared CPU's does, and the audits
+    compare an audit run's timing with the performance run's (within 10 or 20 %): the device gives every run of
+    an engine the same service, so that they measure the harness, not the machine's load. Fixed once per engine
+    from the mini's speed here, with headroom, and a floor per scenario that scheduling jitter stays well under."""
+
+    rate: float  # samples per second
+    latency_s: float  # per call
+
+    HEADROOM: ClassVar[float] = 1.25  # the device's time over the CPU's own
+    LATENCY_FLOOR_S: ClassVar[dict[str, float]] = {"SingleStream": 0.008, "MultiStream": 0.003, "Server": 0.0005,
+                                                   "Offline": 0.0}
+
+    @classmethod
+    def measure(cls, predict: Any, count: int, scenario: str) -> Device:
+        rate = calibrate(predict, count, BATCH)
+        n = MS_SAMPLES if scenario == "MultiStream" else 1
+        per_call = sorted(_timed(predict, np.arange(n) % count) for _ in range(51))[25]
+        return cls(rate=rate / cls.HEADROOM,
+                   latency_s=max(cls.LATENCY_FLOOR_S[scenario], cls.HEADROOM * per_call - n / rate))
+
+    def service(self, n: int) -> float:
+        return self.latency_s + n / self.rate
+
+    def paced(self, predict: Any) -> Any:
+        free_at = 0.0
+
+        def call(indices: np.ndarray) -> Any:
+            nonlocal free_at
+            start = max(time.perf_counter(), free_at)  # one call at a time, as a device's queue
+            out = predict(indices)
+            done = start + self.service(len(indices))
+            if (wait := done - time.perf_counter()) > 0:
+                time.sleep(wait)
+            free_at = max(done, time.perf_counter())
+            return out
+
+        return call
+
+
+def _timed(predict: Any, indices: np.ndarray) -> float:
+    start = time.perf_counter()
+    predict(indices)
+    return time.perf_counter() - start
+
+
+def warm_up(predict: Any, count: int, scenario: str) -> None:
+    """A few calls of the size the run makes (a fresh process's first calls allocate)."""
+    n = {"Offline": BATCH, "MultiStream": MS_SAMPLES}.get(scenario, 1)
+    for _ in range(3):
+        predict(np.arange(n) % count)
+
+
+def dedicate() -> None:
+    """The node to itself, as NVIDIA's harness has its GPUs: real-time round-robin scheduling for this process
+    where the machine allows it (root with CAP_SYS_NICE), so that other processes on a shared CPU do not stall its
+    queries; the threads made afterwards (LoadGen's, the SUT's) inherit it."""
+    try:
+        os.sched_setscheduler(0, os.SCHED_RR, os.sched_param(1))
+    except (PermissionError, AttributeError, OSError) as exc:
+        print(f"stand-in: not dedicated ({exc}): other processes share its CPU and stall its queries")
 
 
 def audit_config(test: str, benchmark: str) -> Path:
@@ -265,6 +376,10 @@ def main(argv: list[str]) -> int:
     standin = StandIn(args, json.loads(Path(conf_path).read_text()))
     pairs = [(b, s) for b in filter(None, (args["benchmarks"] or "").split(","))
              for s in filter(None, (args["scenarios"] or "").split(","))]
+    if args["action"] == "generate_engines":  # no LoadGen: every pair in this process
+        for benchmark, scenario in pairs:
+            standin.generate_engine(benchmark, scenario)
+        return 0
     if len(pairs) > 1:  # one process each, as NVIDIA's harness runs (LoadGen reads its settings once per process)
         rest = [a for a in argv if not a.startswith(("--benchmarks", "--scenarios"))]
         for benchmark, scenario in pairs:

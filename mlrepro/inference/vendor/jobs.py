@@ -22,6 +22,7 @@ from mlrepro.core.job import Job
 from mlrepro.engines import Engine, Mount, get_engine
 from mlrepro.inference import summary
 from mlrepro.inference.vendor.steps import Planner, Spec
+from mlrepro.report.render import render
 
 CONTAINER_ROOT = "/work"  # where NVIDIA's launch_docker mounts the project root; the recipes' paths assume it
 # Steps that hold the node's GPUs: telemetry samples beside them.
@@ -128,18 +129,38 @@ def result(run_dir: Path, telemetry: dict[str, Any] | None, accelerators: int) -
     return out
 
 
-def report_job(job: Job) -> None:
-    """vendor_report: throughput per accelerator and energy beside each performance run, as CSV."""
-    rows = ["benchmark,scenario,metric,value,unit,valid,accelerators,per_accelerator,accelerator_energy_j"]
-    for path in job.input:
-        r = json.loads(path.read_text()).get("result")
+def report_rows(records: list[Path]) -> list[dict[str, Any]]:
+    """Each performance run's headline from its job record (<jobs>/run/<bm>/<scenario>/performance.json), per
+    accelerator, beside the accelerator energy and mean power its telemetry measured over the run step."""
+    rows = []
+    for path in records:
+        rec = json.loads(path.read_text())
+        r = rec.get("result")
         if not r:
             continue
-        bm = path.parent.parent.name
-        rows.append(",".join(str(x) for x in (bm, r["scenario"], r["metric"], r["value"], r["unit"], r["valid"],
-                                              r["accelerators"], r.get("per_accelerator", ""),
-                                              r.get("accelerator_energy_j", ""))))
-    atomic.write_text(job.output.first, "\n".join(rows) + "\n")
+        tel = rec.get("telemetry") or {}
+        seconds = sum(float(s.get("seconds") or 0) for s in rec.get("steps", []) if s.get("target") in GPU_TARGETS)
+        energy = r.get("accelerator_energy_j")
+        rows.append({"benchmark": path.parent.parent.name, "scenario": r["scenario"], "metric": r["metric"],
+                     "value": r["value"], "unit": r["unit"], "valid": r["valid"], "accelerators": r["accelerators"],
+                     "per_accelerator": r.get("per_accelerator"), "accelerator_energy_j": energy,
+                     "mean_power_w": energy / seconds if energy is not None and seconds > 0 else None,
+                     "seconds": seconds, "telemetry": tel.get("nvml") if tel else None,
+                     "gpus": len(tel.get("gpus") or []), "summary": r.get("summary", "")})
+    return rows
+
+
+def report_job(job: Job) -> None:
+    """vendor_report: throughput per accelerator and energy beside each performance run, as CSV (output table) and
+    as the vendor flow's HTML report (output html)."""
+    rows = report_rows(list(job.input))
+    lines = ["benchmark,scenario,metric,value,unit,valid,accelerators,per_accelerator,accelerator_energy_j"]
+    for r in rows:
+        lines.append(",".join("" if r[k] is None else str(r[k]) for k in (
+            "benchmark", "scenario", "metric", "value", "unit", "valid", "accelerators", "per_accelerator",
+            "accelerator_energy_j")))
+    atomic.write_text(job.output["table"], "\n".join(lines) + "\n")
+    render("inference_vendor.html.j2", job.output["html"], rows=rows)
 
 
 def planner(vendor: dict[str, Any], org: str) -> Planner:

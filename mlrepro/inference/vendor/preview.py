@@ -14,6 +14,7 @@ from typing import Any
 
 from mlrepro.core import atomic
 from mlrepro.core.job import Job
+from mlrepro.inference import rounds
 from mlrepro.inference.vendor.nvconfig import ConfigError, user_conf
 from mlrepro.inference.vendor.steps import Planner, Spec, Unit
 
@@ -45,11 +46,30 @@ def table(preview: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def package_plan(round_name: str, checker: str) -> dict[str, Any]:
+    """What becomes of the staging: the declared round's layout (vendor_package) and the checker that judges it
+    (vendor_check), not the folder's check_submission (it clones mlcommons/inference at run time)."""
+    new_layout = rounds.get(round_name).results_hold_measurements
+    return {"round": round_name,
+            "layout": "relaid out for the round: measurements/<sys>/<model>/<scenario>/<sys>_<scenario>.json -> "
+                      "results/.../measurements.json (with user.conf, README.md), compliance/.../<TEST> -> "
+                      "results/.../<TEST>, code -> src; each change in the package's relayout.txt"
+                      if new_layout else "as staged (measurements/, compliance/ and code/ beside results/)",
+            "checker": checker or None,
+            "check": f"the official {round_name} checker of {checker} (tools/submission), on a copy of the package"
+                     if checker else "not run: set inference.mlcommons_inference to a checkout or unpacked tarball "
+                     f"of mlcommons/inference at the {round_name} tag (the folder's check_submission clones it at run "
+                     "time, which clusters and CI cannot reach)"}
+
+
 def job(job: Job) -> None:
-    """The inference_preview rule's job (rules/inference_vendor.smk): params vendor (inference.vendor) and org."""
+    """The inference_preview rule's job (rules/inference_vendor.smk): params vendor (inference.vendor), org, round
+    (inference.round) and checker (inference.mlcommons_inference, or empty)."""
     if not job.params.get("vendor"):
         raise ConfigError("inference.vendor is not set: the preview shows a vendor's code folder's flow; set "
                           "inference.vendor.code, system_id, benchmarks and scenarios (docs/submitter.md)")
     preview = entries(Spec.from_config(job.params["vendor"], job.params["org"]))
+    preview["package"] = package_plan(str(job.params["round"]), str(job.params.get("checker") or ""))
     atomic.write_text(job.output.first, json.dumps(preview, indent=1, default=repr) + "\n")
     print(table(preview))
+    print(f"package: {preview['package']['layout']}\ncheck: {preview['package']['check']}")
