@@ -11,8 +11,9 @@ import yaml
 
 from mlrepro.datasets import stamps
 from mlrepro.datasets.manifest import MANIFEST
+from mlrepro.planning import PlanningError
 from tests import dataset_sources as src
-from tests.conftest import refused, snakemake
+from tests.conftest import plan_config, snakemake
 
 pytestmark = pytest.mark.integration
 
@@ -32,14 +33,17 @@ def test_every_recipe_through_the_pipeline(tmp_path: Path) -> None:
         config = _config(tmp_path, {b: {"recipe": r} for b, r in recipes.items()})
         work = tmp_path / "run"
 
-        # ImageNet and Criteo are manual: the first start names every missing file and runs no job
-        first = snakemake(work, "datasets", "--configfile", config, check=False)
-        refused(first, "datasets to download by hand")
+        # ImageNet and Criteo are manual: planning (the first start's, in this process) names every missing file,
+        # before any job
+        work.mkdir()
+        with pytest.raises(PlanningError, match="datasets to download by hand") as refusal:
+            plan_config(work, yaml.safe_load(Path(config).read_text()))
+        first = str(refusal.value)
         downloads = {b: tmp_path / "shared" / b / "downloads" for b in ("resnet", "dlrm")}
         for name in ("ILSVRC2012_img_train.tar", "ILSVRC2012_img_val.tar"):
-            assert f"{downloads['resnet'] / name}: get it from https://image-net.org/" in first.stderr
-        assert f"{downloads['dlrm'] / 'day_1.gz'}: get it from https://ailab.criteo.com/" in first.stderr
-        assert "no checksum is published: its sha256 is recorded" in first.stderr
+            assert f"{downloads['resnet'] / name}: get it from https://image-net.org/" in first
+        assert f"{downloads['dlrm'] / 'day_1.gz'}: get it from https://ailab.criteo.com/" in first
+        assert "no checksum is published: its sha256 is recorded" in first
         assert server.requests == [] and not (work / "results" / "data_receipts").exists()
 
         for b, folder in downloads.items():
@@ -94,8 +98,10 @@ def test_prepared_read_only_folder_is_used_in_place(tmp_path: Path) -> None:
     (folder / "val.rec").chmod(0o644)
     with (folder / "val.rec").open("ab") as f:
         f.write(b"!")
-    changed = snakemake(work, "datasets", "--configfile", config, check=False)
-    refused(changed, f"{folder / 'val.rec'}: changed since it was verified (size differs)", "snakemake verify_data")
+    with pytest.raises(PlanningError) as changed:  # planning refuses (the next start's, in this process)
+        plan_config(work, yaml.safe_load(Path(config).read_text()))
+    for said in (f"{folder / 'val.rec'}: changed since it was verified (size differs)", "snakemake verify_data"):
+        assert said in str(changed.value)
     full = snakemake(work, "verify_data", "--configfile", config, check=False)
     assert full.returncode != 0 and f"MISMATCH {folder / 'val.rec'}: sha256 is" in full.stderr
     assert "train.rec" not in full.stderr

@@ -35,9 +35,10 @@ def nvidia(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root / "mlperf_inference_nvidia_code_v4.1"
 
 
-def _env(nvidia: Path, scratch: Path) -> dict[str, str]:
-    """trace.sh's environment: the stand-ins first on PATH, an external user, no driver check."""
-    return {**os.environ, "PATH": f"{nvidia / 'standin' / 'bin'}:{os.environ['PATH']}", "EXTERNAL_USER": "1",
+def _env(nvidia: Path, scratch: Path, python: Path) -> dict[str, str]:
+    """trace.sh's environment: the stand-ins first on PATH, then ``python`` (a folder whose python3 is this
+    interpreter), an external user, no driver check."""
+    return {**os.environ, "PATH": f"{nvidia / 'standin' / 'bin'}:{python}:{os.environ['PATH']}", "EXTERNAL_USER": "1",
             "SKIP_DRIVER_CHECK": "1", "SUBMITTER": "NVIDIA", "MLPERF_SCRATCH_PATH": str(scratch)}
 
 
@@ -78,66 +79,99 @@ def test_not_a_vendor_folder(tmp_path: Path) -> None:
         flow.Flow.read(tmp_path)
 
 
-def _trace(nvidia: Path, folder: Path, out: Path, run_args: str, scratch: Path) -> dict[str, list[str]]:
-    subprocess.run(["bash", str(nvidia / "standin" / "trace.sh"), str(folder), str(out), run_args],
-                   env=_env(nvidia, scratch), check=True, capture_output=True, timeout=600)
-    return {p.stem: p.read_text().splitlines() for p in out.glob("*.txt") if p.stem != "rc"}
+class NvidiaOracle:
+    """What NVIDIA's code says, on one copy of its folder shared by the cases of this module: trace.sh's traces, the
+    ``make -n`` of a step and the config resolve_config.py resolves each depend only on their arguments (the folder
+    and the scratch path being the same, and none of them writing into the folder), so each distinct one is computed
+    once, however many cases ask for it (seven of each case's steps are the same in all three)."""
+
+    def __init__(self, nvidia: Path, root: Path) -> None:
+        self.nvidia, self.root = nvidia, root
+        self.folder = root / "copy" / "closed" / "NVIDIA"
+        shutil.copytree(nvidia / "closed" / "NVIDIA", self.folder, symlinks=True)
+        self.scratch = root / "scratch"
+        self.scratch.mkdir()
+        # NVIDIA's Makefiles run python3 seven times per make (Makefile.const, included by each of them): python3 is
+        # the interpreter itself, not a version manager's shim (pyenv's costs about 40 processes a call), which
+        # prints the same, in half the CPU time of a make -n
+        self.python = root / "python"
+        self.python.mkdir()
+        (self.python / "python3").symlink_to(Path(sys.executable).resolve())
+        self._traces: dict[str, dict[str, list[str]]] = {}
+        self._expanded: dict[tuple[str, ...], list[str]] = {}
+        self._fields: dict[tuple[str, str], dict[str, object]] = {}
+
+    def env(self) -> dict[str, str]:
+        return _env(self.nvidia, self.scratch, self.python)
+
+    def trace(self, run_args: str) -> dict[str, list[str]]:
+        """standin/trace.sh's ``make -n`` of its 21 targets with these RUN_ARGS: target -> lines."""
+        if run_args not in self._traces:
+            out = self.root / f"trace_{len(self._traces)}"
+            subprocess.run(["bash", str(self.nvidia / "standin" / "trace.sh"), str(self.folder), str(out), run_args],
+                           env=self.env(), check=True, capture_output=True, timeout=600)
+            self._traces[run_args] = {p.stem: p.read_text().splitlines() for p in out.glob("*.txt") if p.stem != "rc"}
+        return self._traces[run_args]
+
+    def make_n(self, argv: list[str]) -> list[str]:
+        key = tuple(argv)
+        if key not in self._expanded:
+            assert argv[0] == "make"
+            done = subprocess.run(["make", "-n", *argv[1:], "TIMESTAMP=T"], cwd=self.folder, env=self.env(),
+                                  capture_output=True, text=True, timeout=120)
+            self._expanded[key] = done.stdout.splitlines()
+        return self._expanded[key]
+
+    def user_conf(self, benchmark: str, scenario: str, flags: dict[str, object], out: Path) -> str:
+        """What NVIDIA's code writes: resolve_config.py (in its own process) names the config and its fields;
+        code/common/submission.py's generate_user_conf (in another) writes them, with the LoadGen flags the harness
+        passes (build_default_flags: LOADGEN_ARGS and the scenario's keys) and a stand-in sample count."""
+        env = {**self.env(), "OUTSIDE_MLPINF_ENV": "1"}
+        if (benchmark, scenario) not in self._fields:
+            done = subprocess.run([sys.executable, str(self.nvidia / "standin" / "resolve_config.py"), benchmark,
+                                   scenario, SYSTEM], cwd=self.folder, env=env, capture_output=True, text=True,
+                                  timeout=300, check=True)
+            fields = {}
+            for line in done.stdout.splitlines()[1:]:
+                key, _, value = line.strip().partition(" = ")
+                try:
+                    fields[key] = ast.literal_eval(value)
+                except (ValueError, SyntaxError):
+                    continue  # benchmark, scenario: enum members
+            self._fields[benchmark, scenario] = fields
+        script = (
+            "import json, sys\nsys.path.insert(0, '.')\n"
+            "from code.common.submission import generate_user_conf\n"
+            "from code.common.constants import Scenario\n"
+            "from code.common.arguments import LOADGEN_ARGS, getScenarioMetricArgs\n"
+            "fields, scenario, flags = json.loads(sys.argv[1]), Scenario.get_match(sys.argv[2]), "
+            "json.loads(sys.argv[3])\n"
+            "keys = set(LOADGEN_ARGS) | set(getScenarioMetricArgs(scenario))\n"
+            "flag_dict = {k: v for k, v in {**fields, **flags}.items() if k in keys}\n"
+            "flag_dict['performance_sample_count_override'] = 'PENDING'\n"
+            "generate_user_conf(sys.argv[4], scenario, flag_dict)\n")
+        subprocess.run([sys.executable, "-c", script, json.dumps(self._fields[benchmark, scenario]), scenario,
+                        json.dumps(flags), str(out)], cwd=self.folder, env=env, capture_output=True, text=True,
+                       timeout=300, check=True)
+        return out.read_text()
 
 
-def _make_n(nvidia: Path, folder: Path, argv: list[str], scratch: Path) -> list[str]:
-    assert argv[0] == "make"
-    done = subprocess.run(["make", "-n", *argv[1:], "TIMESTAMP=T"], cwd=folder, env=_env(nvidia, scratch),
-                          capture_output=True, text=True, timeout=120)
-    return done.stdout.splitlines()
+@pytest.fixture(scope="module")
+def oracle(nvidia: Path, tmp_path_factory: pytest.TempPathFactory) -> NvidiaOracle:
+    return NvidiaOracle(nvidia, tmp_path_factory.mktemp("nvidia_oracle"))
 
 
-def _oracle_user_conf(nvidia: Path, folder: Path, benchmark: str, scenario: str, flags: dict[str, object],
-                      scratch: Path) -> str:
-    """What NVIDIA's code writes: resolve_config.py (in its own process) names the config and its fields;
-    code/common/submission.py's generate_user_conf (in another) writes them, with the LoadGen flags the harness
-    passes (build_default_flags: LOADGEN_ARGS and the scenario's keys) and a stand-in sample count."""
-    env = {**_env(nvidia, scratch), "OUTSIDE_MLPINF_ENV": "1"}
-    done = subprocess.run([sys.executable, str(nvidia / "standin" / "resolve_config.py"), benchmark, scenario, SYSTEM],
-                          cwd=folder, env=env, capture_output=True, text=True, timeout=300, check=True)
-    fields = {}
-    for line in done.stdout.splitlines()[1:]:
-        key, _, value = line.strip().partition(" = ")
-        try:
-            fields[key] = ast.literal_eval(value)
-        except (ValueError, SyntaxError):
-            continue  # benchmark, scenario: enum members
-    script = (
-        "import json, sys\nsys.path.insert(0, '.')\n"
-        "from code.common.submission import generate_user_conf\n"
-        "from code.common.constants import Scenario\n"
-        "from code.common.arguments import LOADGEN_ARGS, getScenarioMetricArgs\n"
-        "fields, scenario, flags = json.loads(sys.argv[1]), Scenario.get_match(sys.argv[2]), json.loads(sys.argv[3])\n"
-        "keys = set(LOADGEN_ARGS) | set(getScenarioMetricArgs(scenario))\n"
-        "flag_dict = {k: v for k, v in {**fields, **flags}.items() if k in keys}\n"
-        "flag_dict['performance_sample_count_override'] = 'PENDING'\n"
-        "generate_user_conf(sys.argv[4], scenario, flag_dict)\n")
-    out = folder / "oracle.user.conf"
-    subprocess.run([sys.executable, "-c", script, json.dumps(fields), scenario, json.dumps(flags), str(out)],
-                   cwd=folder, env=env, capture_output=True, text=True, timeout=300, check=True)
-    text = out.read_text()
-    out.unlink()
-    return text
-
-
-@pytest.mark.integration  # trace.sh runs make -n of 21 targets per case: a minute each on CI's two cores
+@pytest.mark.integration  # trace.sh runs make -n of 21 targets per case (NvidiaOracle: each distinct one once)
 @pytest.mark.parametrize(("benchmark", "scenario"), CASES)
-def test_preview_equals_nvidia_traces(nvidia: Path, tmp_path: Path, benchmark: str, scenario: str) -> None:
-    folder = tmp_path / "copy" / "closed" / "NVIDIA"
-    shutil.copytree(nvidia / "closed" / "NVIDIA", folder, symlinks=True)
-    scratch = tmp_path / "scratch"
-    scratch.mkdir()
+def test_preview_equals_nvidia_traces(oracle: NvidiaOracle, tmp_path: Path, benchmark: str, scenario: str) -> None:
+    nvidia, folder, scratch = oracle.nvidia, oracle.folder, oracle.scratch
     preview = entries(Spec(code=folder, system_id=SYSTEM, benchmarks=(benchmark,), scenarios=(scenario,),
                            submitter="NVIDIA"))
     assert preview["round"]["version"] == "v4.1"
     by_mode = {e["mode"]: e for e in preview["entries"]}
     assert set(by_mode) >= {"performance", "accuracy", "TEST01" if benchmark != "llama2-70b" else "TEST06"}
     ra = f"--benchmarks={benchmark} --scenarios={scenario}"
-    traces = {"performance": _trace(nvidia, folder, tmp_path / "trace_perf", ra, scratch)}
+    traces = {"performance": oracle.trace(ra)}
     if benchmark == "resnet50":  # NVIDIA's own stored traces: trace.sh ran as it did for them
         stored = nvidia / "traces" / "resnet50_Offline"
         for target in ("run_harness", "run_audit_test01", "stage_results", "generate_engines"):
@@ -145,16 +179,15 @@ def test_preview_equals_nvidia_traces(nvidia: Path, tmp_path: Path, benchmark: s
             norm = [line.replace(str(folder), "$(PROJECT_ROOT)").replace(str(scratch), "$(MLPERF_SCRATCH_PATH)")
                     for line in traces["performance"][target] if not DIRECTORY_NOTE.match(line)]
             assert norm == (stored / f"{target}.txt").read_text().splitlines(), target
-        traces["accuracy"] = _trace(nvidia, folder, tmp_path / "trace_acc", ra + " --test_mode=AccuracyOnly", scratch)
-    expanded: dict[tuple[str, ...], list[str]] = {}  # the shared steps (image, data, engines, staging) once
+        traces["accuracy"] = oracle.trace(ra + " --test_mode=AccuracyOnly")
+    expanded: set[tuple[str, ...]] = set()  # the distinct steps of this case
     for mode, entry in by_mode.items():
         if mode == "accuracy" and "accuracy" not in traces:
             continue
         for step in entry["steps"]:
             key = tuple(step["argv"])
-            if key not in expanded:
-                expanded[key] = _make_n(nvidia, folder, step["argv"], scratch)
-            ours = expanded[key]
+            expanded.add(key)
+            ours = oracle.make_n(step["argv"])
             # the unit's own run as trace.sh traced its RUN_ARGS; the shared steps as the performance run's
             trace = traces[mode] if step["job"].startswith("run/") and mode in traces else traces["performance"]
             expected = trace[step["target"]]
@@ -174,10 +207,10 @@ def test_preview_equals_nvidia_traces(nvidia: Path, tmp_path: Path, benchmark: s
             flags = {k: float(v) for k, v in re.findall(r"--(server_target_qps_adj_factor)=(\S+)", harness)}
         if mode == "accuracy":
             flags["test_mode"] = "AccuracyOnly"
-        oracle = _oracle_user_conf(nvidia, folder, benchmark, scenario, flags, scratch)
+        nvidias = oracle.user_conf(benchmark, scenario, flags, tmp_path / f"{mode}.user.conf")
         pending = f"*.{scenario}.performance_sample_count_override = PENDING\n"
-        assert pending in oracle
-        assert entry["user_conf"] == oracle.replace(pending, ""), mode
+        assert pending in nvidias
+        assert entry["user_conf"] == nvidias.replace(pending, ""), mode
         assert set(entry["user_conf_pending"]) == {"performance_sample_count_override"}
     assert len(expanded) >= 10
 
