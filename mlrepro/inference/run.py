@@ -146,7 +146,8 @@ def load_served(job: Job) -> tuple[Any, dict[str, Any], Any]:
     from mlrepro.inference import serve
 
     p = job.params
-    torch.set_num_threads(job.threads)
+    # compute_threads: what the model computes on where the job holds more cores (the machine, for its timing)
+    torch.set_num_threads(min(int(p.get("compute_threads") or job.threads), job.threads))
     checkpoint = pick_checkpoint(job.input.many("runs"))
     device = torch.device("cuda" if p["device"] == "auto" and torch.cuda.is_available() else
                           ("cpu" if p["device"] == "auto" else p["device"]))
