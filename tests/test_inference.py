@@ -713,7 +713,7 @@ def test_pipeline_schedules_one_job_per_benchmark_scenario_mode(tmp_path: Path) 
     cfg = tmp_path / "c.yaml"
     cfg.write_text("only: [resnet]\nallow_fewer_runs: true\nbenchmarks: {resnet: {runs: 1}}\n"
                    "inference: {benchmarks: [resnet], scenarios: [SingleStream, Offline], shortened: true}\n")
-    out = snakemake(tmp_path, "-n", "--quiet", "rules", "--configfile", str(cfg)).stdout
+    out = snakemake(tmp_path, "-n", "--configfile", str(cfg)).stdout
     counts: dict[str, Any] = {}
     for line in out.splitlines():
         parts = line.split()
@@ -721,6 +721,17 @@ def test_pipeline_schedules_one_job_per_benchmark_scenario_mode(tmp_path: Path) 
             counts[parts[0]] = int(parts[1])
     assert counts["inference_run"] == 4 and counts["inference_package"] == 1 and counts["inference_check"] == 1
     assert counts["inference_audit_test"] == 2 * 3  # v2.0's TEST01, TEST04 and TEST05 of resnet50, per scenario
+    # as NVIDIA's flow: a performance run (after its accuracy run) and its audit tests each have the machine (the
+    # 2 cores given) to themselves, and the tests outrank the runs, to run right after the one they compare with
+    jobs = [dict(re.findall(r"^\s+(\w+): (.*)$", block, re.M)) for block in re.split(r"\nrule ", out)
+            if block.startswith(("inference_run:", "inference_audit_test:"))]
+    performance = [j for j in jobs if j["output"].endswith("/performance")]
+    audits = [j for j in jobs if "/audit_tests/" in j["output"]]
+    assert len(performance) == 2 and len(audits) == 6
+    assert all(j["output"].replace("/performance", "/accuracy") in j["input"].split(", ") and j["threads"] == "2"
+               for j in performance), performance
+    assert all(j["threads"] == "2" and j["priority"] == "10" for j in audits), audits
+    assert all("threads" not in j for j in jobs if j["output"].endswith("/accuracy"))  # threads_per_run: 1
 
 
 @pytest.mark.integration
