@@ -104,6 +104,7 @@ rule inference_report:
     input:
         check=rules.inference_check.output[0],
         runs=rules.inference_package.input.runs,
+        audits=rules.inference_package.input.audits,  # each test's tries, in the report
     output:
         html=PLAN.out.inference / "report.html",
         table=PLAN.out.inference / "table.csv",

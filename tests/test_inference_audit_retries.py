@@ -78,3 +78,28 @@ def test_changed_responses_fail_test01_once_without_a_retry_and_the_fallback_fai
     record = _record(folder)
     assert len(record["attempts"]) == 1 and record["verdicts"]["accuracy"] is False, record
     assert record["accuracy_fallback"]["passed"] is False and not record["passed"], record
+
+
+def test_the_report_names_each_test_tried_again_and_why(tmp_path: Path) -> None:
+    from mlrepro.inference import report
+    from tests.conftest import make_job
+
+    (tmp_path / "runs").mkdir()
+    folder = tmp_path / "audit_tests" / "resnet" / "Offline" / "TEST05"
+    folder.mkdir(parents=True)
+    slow = "reference score = 1000; test score = 900 <slow>; TEST FAIL: Test score invalid"
+    (folder / "result.json").write_text(json.dumps({
+        "model": "resnet", "scenario": "Offline", "test": "TEST05", "passed": True, "verdicts": {"performance": True},
+        "attempts": [{"try": 1, "verdicts": {"performance": False}, "performance": slow, "kept": "attempts/1"},
+                     {"try": 2, "verdicts": {"performance": True}, "performance": "TEST PASS"}]}))
+    assert report.audit_rows(tmp_path / "audit_tests") == [
+        {"model": "resnet", "scenario": "Offline", "test": "TEST05", "passed": True, "tries": 2,
+         "retried": [f"try 1: {slow}"], "fallback": None}]
+    (tmp_path / "check.json").write_text(json.dumps({
+        "results": [], "findings": [], "package": str(tmp_path / "none"), "round": "v2.0", "checker": "mlrepro",
+        "passed": True, "submittable": False, "expected_errors": []}))
+    report.job(make_job("inference_report", input={"check": tmp_path / "check.json"},
+                        output={"html": tmp_path / "report.html", "table": tmp_path / "table.csv"},
+                        params={"runs_dir": tmp_path / "runs"}))
+    html = (tmp_path / "report.html").read_text()
+    assert "try 1: reference score = 1000; test score = 900 &lt;slow&gt;" in html and ">TEST05<" in html
