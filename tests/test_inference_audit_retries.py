@@ -103,3 +103,20 @@ def test_the_report_names_each_test_tried_again_and_why(tmp_path: Path) -> None:
                         params={"runs_dir": tmp_path / "runs"}))
     html = (tmp_path / "report.html").read_text()
     assert "try 1: reference score = 1000; test score = 900 &lt;slow&gt;" in html and ">TEST05<" in html
+
+
+@pytest.mark.integration
+def test_a_shortened_server_run_schedules_test05s_seeds_within_its_tolerance_at_any_rate(tmp_path: Path) -> None:
+    """A shortened Server run is its query count, not a second (mlrepro/inference/settings.py): the schedule of
+    v2.0's seeds and TEST05's then differ by the same fraction at any rate, well within TEST05's 5%, where a
+    second's worth of queries differed by 7.6% at 1,200 queries/s and 10.6% at 1,600."""
+    ratios = []
+    for qps in (600.0, 1600.0, 20000.0):
+        proc = subprocess.run([sys.executable, "-P", str(REPO / "tests" / "loadgen_server_schedule.py"),
+                               str(tmp_path / str(qps)), str(qps)], cwd=tmp_path, env=ENV, capture_output=True,
+                              text=True, timeout=300)
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+        rates = json.loads(proc.stdout.strip().splitlines()[-1])
+        assert rates["round"]["queries"] == rates["TEST05"]["queries"] == 662, rates
+        ratios.append(rates["TEST05"]["scheduled"] / rates["round"]["scheduled"])
+    assert max(ratios) - min(ratios) < 1e-3 and all(abs(r - 1) < 0.025 for r in ratios), ratios
