@@ -339,12 +339,12 @@ def audit(job: Job, served: Any, checkpoint: dict[str, Any], test_settings: Call
                 run_test(job, served, test_settings, tmp / "runs")
             out = tmp / "compliance"
             if script is not None:
-                work = tmp / "verification" / f"try_{len(tries) + 1}"
-                verdicts = verify_official(script, test, benchmark, work, results, tmp / "runs", out)
+                written = tmp / "verification" / f"try_{len(tries) + 1}"  # where the verdicts are written
+                verdicts = verify_official(script, test, benchmark, written, results, tmp / "runs", out)
             else:
+                written = out / audits.runs[test][0]
                 verdicts = verify_ours(rnd, test, benchmark, results, tmp / "runs", out)
             tries.append(verdicts)
-            written = work if script is not None else out / audits.runs[test][0]  # where the verdict was written
             attempt = {"try": len(tries), "verdicts": verdicts,
                        "performance": _verification_text(written / "verify_performance.txt")}
             attempts.append(attempt)
