@@ -31,7 +31,7 @@ def _train(benchmark: str, data_dir: Path, params: dict, seed: int, out: Path) -
     return {**json.loads(summary.read_text()), "result": result}
 
 
-@pytest.mark.integration  # trains every model of the seed documents to its target, twice
+@pytest.mark.integration  # trains every model of the seed documents to its target once, and again to its first eval
 @pytest.mark.parametrize("benchmark", [b for b in implemented_benchmarks() if b in SEED_ORDER])
 def test_workload_converges_reproducibly_with_a_compliant_log(tmp_path: Path, benchmark: str) -> None:
     params = yaml.safe_load((workflow_dir(benchmark) / "defaults.yaml").read_text())
@@ -39,11 +39,14 @@ def test_workload_converges_reproducibly_with_a_compliant_log(tmp_path: Path, be
     assert manifest.verify(tmp_path / "data") == []
 
     first = _train(benchmark, tmp_path / "data", params, 1234, tmp_path / "a")
-    again = _train(benchmark, tmp_path / "data", params, 1234, tmp_path / "b")
-
     assert first["status"] == "success", f"{benchmark} did not reach {params['target']}: {first['metrics']}"
     assert 1 < first["epochs"] <= params["max_epochs"], "converging at the first eval shows no training curve"
-    assert (again["epochs"], again["final_metric"]) == (first["epochs"], first["final_metric"])
+    # The same seed again, its target the first run's first evaluation (the schedule, which reads max_epochs, is the
+    # same): a reproducible run reaches exactly that value at its first evaluation and stops there. One convergence
+    # per benchmark (issue 46): a second one to the end would repeat the same computation for minutes of CI.
+    at_first_eval = {**params, "target": first["metrics"][0]["value"]}
+    again = _train(benchmark, tmp_path / "data", at_first_eval, 1234, tmp_path / "b")
+    assert (again["status"], again["epochs"], again["final_metric"]) == ("success", 1, first["metrics"][0]["value"])
     verdict = compliance.check(first["result"], "training", "2.0.0")
     assert verdict.valid, verdict.messages
     keys = {json.loads(line.split(":::MLLOG ", 1)[1])["key"] for line in first["result"].read_text().splitlines()}
