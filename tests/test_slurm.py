@@ -30,6 +30,9 @@ pytestmark = [pytest.mark.slurm, pytest.mark.integration]
 REPO = Path(__file__).resolve().parent.parent
 # Fast polling for a local cluster (the plugin's defaults wait 40 s between status checks).
 POLL = ["--slurm-init-seconds-before-status-checks", "1", "--seconds-between-status-checks", "2"]
+# `snakemake` whose Slurm plugin checks the jobs' states every 2 s at most (its own back-off grows to 180 s while no
+# job ends): tests/slurm_snakemake.py says why, and that what the plugin asks and reports is unchanged.
+SNAKEMAKE = [sys.executable, "-m", "tests.slurm_snakemake"]
 
 
 @pytest.fixture(scope="session")
@@ -52,7 +55,7 @@ def snakemake_slurm(plugin: Path, workdir: Path, *args: str, timeout: int = 900)
     env = {**os.environ, "PYTHONUNBUFFERED": "1",
            "PYTHONPATH": os.pathsep.join(filter(None, [str(plugin), str(REPO), os.environ.get("PYTHONPATH")]))}
     return subprocess.run(
-        [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir),
+        [*SNAKEMAKE, "--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir),
          "--configfile", str(workdir / "config.yaml"), "--profile", str(REPO / "profiles" / "slurm"), *POLL,
          *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout, check=False)
 
@@ -155,7 +158,7 @@ def test_cancelled_and_timed_out_runs(plugin: Path, tmp_path: Path) -> None:
     })
     env = {**os.environ, "PYTHONUNBUFFERED": "1",
            "PYTHONPATH": os.pathsep.join(filter(None, [str(plugin), str(REPO), os.environ.get("PYTHONPATH")]))}
-    argv = [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"), "--directory", str(tmp_path),
+    argv = [*SNAKEMAKE, "--snakefile", str(REPO / "Snakefile"), "--directory", str(tmp_path),
             "--configfile", str(tmp_path / "config.yaml"), "--profile", str(REPO / "profiles" / "slurm"), *POLL]
     with subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as p:
         cancelled = None
