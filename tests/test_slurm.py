@@ -28,8 +28,14 @@ from tests.conftest import SYSTEM, mini_launch, require
 
 pytestmark = [pytest.mark.slurm, pytest.mark.integration]
 REPO = Path(__file__).resolve().parent.parent
-# Fast polling for a local cluster (the plugin's defaults wait 40 s between status checks).
-POLL = ["--slurm-init-seconds-before-status-checks", "1", "--seconds-between-status-checks", "2"]
+# Fast polling for a local cluster (the plugin's defaults wait 40 s between status checks), and jobs that ask for
+# 1 GB, not the profile's 4 GB: .ci/slurm.sh's nodes share the host's memory (2/5 of 24 GB each on CI), so that 4 GB
+# let two jobs run on a node at once, and a test's runs waited in the queue behind each other and behind the tests
+# beside it (up to 5 minutes). Slurm only counts it here (no cgroup: nothing is limited or killed for memory), and
+# no test checks it. MEM: a run's (config slurm.mem_mb), for the same reason.
+POLL = ["--slurm-init-seconds-before-status-checks", "1", "--seconds-between-status-checks", "2",
+        "--default-resources", "runtime=30", "mem_mb=1000"]
+MEM = 1000
 # `snakemake` whose Slurm plugin checks the jobs' states every 2 s at most (its own back-off grows to 180 s while no
 # job ends): tests/slurm_snakemake.py says why, and that what the plugin asks and reports is unchanged.
 SNAKEMAKE = [sys.executable, "-m", "tests.slurm_snakemake"]
@@ -90,7 +96,7 @@ def test_pipeline_through_slurm(plugin: Path, tmp_path: Path) -> None:
     write_config(tmp_path, {
         "only": ["resnet", "dlrm"], "allow_fewer_runs": True, "telemetry": {"enabled": False},
         "inference": {"benchmarks": []},  # LoadGen is tests/test_inference.py's
-        "slurm": {"account": "root", "exclusive": False},
+        "slurm": {"account": "root", "exclusive": False, "mem_mb": MEM},
         "benchmarks": {"resnet": {"runs": 2},
                        "dlrm": {"runs": 1, "max_epochs": 3, "data": {"train_samples": 4096, "eval_samples": 1024}}},
         "job_shapes": {"dlrm": {"tasks_per_node": 2, "walltime": "00:10:00"}},
@@ -152,7 +158,7 @@ def test_cancelled_and_timed_out_runs(plugin: Path, tmp_path: Path) -> None:
     write_config(tmp_path, {
         "only": ["resnet", "dlrm"], "allow_fewer_runs": True, "telemetry": {"enabled": False},
         "inference": {"benchmarks": []},  # LoadGen is tests/test_inference.py's
-        "slurm": {"account": "root", "exclusive": False},
+        "slurm": {"account": "root", "exclusive": False, "mem_mb": MEM},
         "benchmarks": {"resnet": {"runs": 2}, "dlrm": {"runs": 1, "target": 0.999, "max_epochs": 100000}},
         "job_shapes": {"dlrm": {"walltime": "00:01:00"}},
     })

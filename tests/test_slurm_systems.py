@@ -19,7 +19,7 @@ import yaml
 from mlrepro.core import rulesets
 from tests import test_slurm
 from tests.conftest import REPO, TEST_CONFIG
-from tests.test_slurm import POLL, SNAKEMAKE, sacct_until
+from tests.test_slurm import MEM, POLL, SNAKEMAKE, sacct_until
 from tests.test_slurm_multinode import two_nodes  # noqa: F401  (module fixture)
 
 pytestmark = [pytest.mark.slurm, pytest.mark.integration]
@@ -31,7 +31,7 @@ EXTRA = {
     "inference": {"benchmarks": []},  # LoadGen is tests/test_inference.py's
     "systems": {"cpu_n1": {"benchmarks": ["resnet", "dlrm"]}, "cpu_n2": {"nodes": 2, "benchmarks": ["dlrm"]}},
     # the CI cluster's account; runs share nodes so that other tests' jobs need not wait for whole nodes
-    "slurm": {"account": "root", "exclusive": False},
+    "slurm": {"account": "root", "exclusive": False, "mem_mb": MEM},
 }
 
 
