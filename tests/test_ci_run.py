@@ -50,3 +50,21 @@ def test_the_shared_tiers_beside_session_names_integration_files_only_once() -> 
     for name in files:
         assert (REPO / name).is_file() and "integration" in (REPO / name).read_text(), name
     assert '--ignore "$f"' in text and '"${SHARED_BESIDE[@]}" tests/test_workloads.py tests/test_inference.py' in text
+
+
+def test_the_services_tests_run_in_two_sessions_each_test_in_one() -> None:
+    """Phase 1 runs the tests of CI's services in two sessions beside: the files of SERVICES_BESIDE in one, every
+    other file with such tests in the other (SERVICES_BESIDE's ignored there): each listed file exists, holds tests
+    of a service, and is listed once, so that no test runs twice and none is left out."""
+    text = (REPO / ".ci" / "run").read_text()
+    found = re.search(r"^SERVICES_BESIDE=\((.*?)^\)", text, flags=re.S | re.M)
+    assert found, ".ci/run defines no SERVICES_BESIDE list"
+    files = [w for line in found.group(1).splitlines() for w in line.split("#", 1)[0].split()]
+    assert files and len(files) == len(set(files)), files
+    for name in files:
+        source = (REPO / name).read_text()
+        assert (REPO / name).is_file() and ("mark.slurm" in source or "mark.podman" in source), name
+    services = '-m "integration and (slurm or podman)"'
+    assert f'beside {services} "${{SERVICES_BESIDE[@]}}"' in text
+    assert f'beside {services} "${{services_ignored[@]}}"' in text
+    assert 'for f in "${SERVICES_BESIDE[@]}"; do services_ignored+=(--ignore "$f"); done' in text

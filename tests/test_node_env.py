@@ -14,7 +14,7 @@ import pytest
 
 from mlrepro.slurm import node_env
 from tests import test_slurm
-from tests.test_slurm import POLL, write_config
+from tests.test_slurm import POLL, SNAKEMAKE, write_config
 from tests.test_vendor_launch import _config, _folder, _plan
 
 REPO = Path(__file__).resolve().parent.parent
@@ -100,7 +100,7 @@ def test_a_job_starts_through_the_chooser_on_the_real_slurm(plugin: Path, tmp_pa
     env = {**os.environ, "MLREPRO_NODE_VENVS": str(venvs), "PYTHONUNBUFFERED": "1",
            "PYTHONPATH": os.pathsep.join(filter(None, [str(plugin), str(REPO), os.environ.get("PYTHONPATH")]))}
     proc = subprocess.run(
-        [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"), "--directory", str(tmp_path),
+        [*SNAKEMAKE, "--snakefile", str(REPO / "Snakefile"), "--directory", str(tmp_path),
          "--configfile", str(tmp_path / "config.yaml"), "--profile", str(REPO / "profiles" / "slurm-multiarch"),
          *POLL, "--slurm-keep-successful-logs", "results/pipeline_info/environment.json"], cwd=REPO, env=env,
         capture_output=True, text=True, timeout=600, check=False)

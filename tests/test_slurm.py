@@ -28,8 +28,17 @@ from tests.conftest import SYSTEM, mini_launch, require
 
 pytestmark = [pytest.mark.slurm, pytest.mark.integration]
 REPO = Path(__file__).resolve().parent.parent
-# Fast polling for a local cluster (the plugin's defaults wait 40 s between status checks).
-POLL = ["--slurm-init-seconds-before-status-checks", "1", "--seconds-between-status-checks", "2"]
+# Fast polling for a local cluster (the plugin's defaults wait 40 s between status checks), and jobs that ask for
+# 1 GB, not the profile's 4 GB: .ci/slurm.sh's nodes share the host's memory (2/5 of 24 GB each on CI), so that 4 GB
+# let two jobs run on a node at once, and a test's runs waited in the queue behind each other and behind the tests
+# beside it (up to 5 minutes). Slurm only counts it here (no cgroup: nothing is limited or killed for memory), and
+# no test checks it. MEM: a run's (config slurm.mem_mb), for the same reason.
+POLL = ["--slurm-init-seconds-before-status-checks", "1", "--seconds-between-status-checks", "2",
+        "--default-resources", "runtime=30", "mem_mb=1000"]
+MEM = 1000
+# `snakemake` whose Slurm plugin checks the jobs' states every 2 s at most (its own back-off grows to 180 s while no
+# job ends): tests/slurm_snakemake.py says why, and that what the plugin asks and reports is unchanged.
+SNAKEMAKE = [sys.executable, "-m", "tests.slurm_snakemake"]
 
 
 @pytest.fixture(scope="session")
@@ -52,7 +61,7 @@ def snakemake_slurm(plugin: Path, workdir: Path, *args: str, timeout: int = 900)
     env = {**os.environ, "PYTHONUNBUFFERED": "1",
            "PYTHONPATH": os.pathsep.join(filter(None, [str(plugin), str(REPO), os.environ.get("PYTHONPATH")]))}
     return subprocess.run(
-        [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir),
+        [*SNAKEMAKE, "--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir),
          "--configfile", str(workdir / "config.yaml"), "--profile", str(REPO / "profiles" / "slurm"), *POLL,
          *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout, check=False)
 
@@ -87,7 +96,7 @@ def test_pipeline_through_slurm(plugin: Path, tmp_path: Path) -> None:
     write_config(tmp_path, {
         "only": ["resnet", "dlrm"], "allow_fewer_runs": True, "telemetry": {"enabled": False},
         "inference": {"benchmarks": []},  # LoadGen is tests/test_inference.py's
-        "slurm": {"account": "root", "exclusive": False},
+        "slurm": {"account": "root", "exclusive": False, "mem_mb": MEM},
         "benchmarks": {"resnet": {"runs": 2},
                        "dlrm": {"runs": 1, "max_epochs": 3, "data": {"train_samples": 4096, "eval_samples": 1024}}},
         "job_shapes": {"dlrm": {"tasks_per_node": 2, "walltime": "00:10:00"}},
@@ -149,13 +158,13 @@ def test_cancelled_and_timed_out_runs(plugin: Path, tmp_path: Path) -> None:
     write_config(tmp_path, {
         "only": ["resnet", "dlrm"], "allow_fewer_runs": True, "telemetry": {"enabled": False},
         "inference": {"benchmarks": []},  # LoadGen is tests/test_inference.py's
-        "slurm": {"account": "root", "exclusive": False},
+        "slurm": {"account": "root", "exclusive": False, "mem_mb": MEM},
         "benchmarks": {"resnet": {"runs": 2}, "dlrm": {"runs": 1, "target": 0.999, "max_epochs": 100000}},
         "job_shapes": {"dlrm": {"walltime": "00:01:00"}},
     })
     env = {**os.environ, "PYTHONUNBUFFERED": "1",
            "PYTHONPATH": os.pathsep.join(filter(None, [str(plugin), str(REPO), os.environ.get("PYTHONPATH")]))}
-    argv = [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"), "--directory", str(tmp_path),
+    argv = [*SNAKEMAKE, "--snakefile", str(REPO / "Snakefile"), "--directory", str(tmp_path),
             "--configfile", str(tmp_path / "config.yaml"), "--profile", str(REPO / "profiles" / "slurm"), *POLL]
     with subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as p:
         cancelled = None

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -43,16 +45,32 @@ def two_nodes() -> list[str]:
 
 def sbatch(tmp: Path, argv: list[str], nodes: int = 2) -> tuple[str, int]:
     """One batch job over ``nodes`` nodes running ``argv`` (as the executor plugin runs a run: its script on the
-    first node, without the allocation's node list in its environment); its id and exit status."""
+    first node, without the allocation's node list in its environment), waited for; its id and exit status."""
     script = tmp / "job.sh"
     script.write_text("#!/bin/sh\nunset SLURM_JOB_NODELIST SLURM_NODELIST SLURM_NNODES SLURM_NTASKS\n"
                       f"exec {shlex.join(argv)}\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_") or k == "SLURM_CONF"}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
-    proc = subprocess.run(["sbatch", "--parsable", "--wait", f"--nodes={nodes}", "--ntasks-per-node=1",
-                           "--mem=2000", "--time=10", f"--output={tmp / 'job.out'}", str(script)],
-                          capture_output=True, text=True, env=env, timeout=600, check=False)
-    return proc.stdout.strip().split(";")[0], proc.returncode
+    submitted = subprocess.run(["sbatch", "--parsable", f"--nodes={nodes}", "--ntasks-per-node=1", "--mem=2000",
+                                "--time=10", f"--output={tmp / 'job.out'}", str(script)],
+                               capture_output=True, text=True, env=env, timeout=60, check=True)
+    job_id = submitted.stdout.strip().split(";")[0]
+    return job_id, job_exit_status(job_id)
+
+
+def job_exit_status(job_id: str, seconds: float = 600) -> int:
+    """Wait for the job to end; its exit status, as `sbatch --wait` returns it (1 for a job ended by a signal).
+    Polled every half second: `sbatch --wait` looks after 2, 10 and 42 s, so that a job of 11 s took 42."""
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        shown = subprocess.run(["scontrol", "-o", "show", "job", job_id], capture_output=True, text=True,
+                               check=True).stdout
+        state = re.search(r"\bJobState=(\S+)", shown)
+        if state and state.group(1) not in ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED"):
+            code, signal = re.search(r"\bExitCode=(\d+):(\d+)", shown).groups()  # type: ignore[union-attr]
+            return int(code) if signal == "0" else 1
+        time.sleep(0.5)
+    raise AssertionError(f"Slurm job {job_id} still running after {seconds} s")
 
 
 def steps(job_id: str) -> dict[str, tuple[str, str]]:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,7 +19,7 @@ import yaml
 from mlrepro.core import rulesets
 from tests import test_slurm
 from tests.conftest import REPO, TEST_CONFIG
-from tests.test_slurm import POLL, sacct_until
+from tests.test_slurm import MEM, POLL, SNAKEMAKE, sacct_until
 from tests.test_slurm_multinode import two_nodes  # noqa: F401  (module fixture)
 
 pytestmark = [pytest.mark.slurm, pytest.mark.integration]
@@ -32,7 +31,7 @@ EXTRA = {
     "inference": {"benchmarks": []},  # LoadGen is tests/test_inference.py's
     "systems": {"cpu_n1": {"benchmarks": ["resnet", "dlrm"]}, "cpu_n2": {"nodes": 2, "benchmarks": ["dlrm"]}},
     # the CI cluster's account; runs share nodes so that other tests' jobs need not wait for whole nodes
-    "slurm": {"account": "root", "exclusive": False},
+    "slurm": {"account": "root", "exclusive": False, "mem_mb": MEM},
 }
 
 
@@ -46,7 +45,7 @@ def test_two_systems_in_one_submission(two_nodes: list[str], plugin: Path, tmp_p
     extra.write_text(yaml.safe_dump(EXTRA))
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": f"{plugin}:{REPO}"}
     proc = subprocess.run(
-        [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"), "--directory", str(tmp_path),
+        [*SNAKEMAKE, "--snakefile", str(REPO / "Snakefile"), "--directory", str(tmp_path),
          "--profile", str(REPO / "profiles" / "slurm"), *POLL, "--configfile", str(TEST_CONFIG), str(extra)],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=1800, check=False)
     assert proc.returncode == 0, proc.stderr[-6000:]
