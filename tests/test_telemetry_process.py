@@ -8,13 +8,12 @@ import sys
 import time
 from pathlib import Path
 
-import pyarrow.parquet as pq
 import pytest
 
 from mlrepro.telemetry import start_sampler, summarize
 from mlrepro.telemetry.backend import BackendUnavailable, DeviceLost
 from mlrepro.telemetry.nvml import NvmlBackend, field_value
-from mlrepro.telemetry.store import CHUNKS, SAMPLES, read_sidecar
+from mlrepro.telemetry.store import CHUNK_SUFFIX, CHUNKS, SAMPLES, read_chunks, read_samples, read_sidecar
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_telemetry_replay import GPU_A, GPU_B, gpu_trace
@@ -31,7 +30,7 @@ def _has_nvml() -> bool:
 def _wait_for_samples(out_dir: Path, n: int, timeout: float = 60.0) -> None:
     """Poll until the sampler's flushed chunks hold ``n`` samples (a loaded machine samples late, not less)."""
     deadline = time.monotonic() + timeout
-    while sum(pq.read_metadata(p).num_rows for p in (out_dir / CHUNKS).glob("[0-9]*.parquet")) < n:
+    while read_chunks(out_dir / CHUNKS).num_rows < n:
         assert time.monotonic() < deadline, f"the sampler flushed fewer than {n} samples in {timeout} s"
         time.sleep(0.05)
 
@@ -81,7 +80,8 @@ def test_sampler_exits_when_the_watched_process_dies(tmp_path: Path) -> None:
     side = read_sidecar(tmp_path)
     assert side is not None and side["status"] == "complete"
     assert side["stop_reason"] == f"watched pid {child.pid} exited"
-    assert pq.read_table(tmp_path / SAMPLES).num_rows >= 2
+    samples, complete = read_samples(tmp_path)
+    assert complete and samples.num_rows >= 2
 
 
 def test_killed_sampler_leaves_nothing_that_looks_complete(tmp_path: Path) -> None:
@@ -93,10 +93,10 @@ def test_killed_sampler_leaves_nothing_that_looks_complete(tmp_path: Path) -> No
     handle.proc.wait(10)
     stop = int(time.time() * 1e3)
     assert not (tmp_path / SAMPLES).exists()
-    assert [p.name for p in tmp_path.glob("*.parquet")] == []
+    assert [p.name for p in tmp_path.glob(f"*{CHUNK_SUFFIX}")] == []
     side = read_sidecar(tmp_path)
     assert side is not None and side["status"] == "running"
-    assert list((tmp_path / CHUNKS).glob("*.parquet"))  # what reached disk is still there, as chunks
+    assert list((tmp_path / CHUNKS).glob(f"*{CHUNK_SUFFIX}"))  # what reached disk is still there, as chunks
     s = summarize(tmp_path, start, stop)
     assert s["partial"] and any("did not finish" in r for r in s["reasons"])
     assert s["host"]["samples"] >= 5

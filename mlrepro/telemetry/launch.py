@@ -33,8 +33,7 @@ from mlrepro.telemetry.store import (
 
 class ForkedSampler:
     """A sampler forked from the calling process instead of a new interpreter (which would import
-    pyarrow and psutil again: about a second of the run's job on a busy 2-core machine); as much of
-    subprocess.Popen as the handle uses."""
+    psutil and the sampler's modules again); as much of subprocess.Popen as the handle uses."""
 
     def __init__(self, pid: int, stdout: IO[bytes]) -> None:
         self.pid, self.stdout, self.returncode = pid, stdout, None
@@ -67,6 +66,8 @@ def _fork_sampler(argv: list[str], log: Path) -> ForkedSampler:
     as the spawned one has them. The caller must have no threads running (fork copies only itself)."""
     from mlrepro.telemetry import sampler
 
+    for stream in (sys.stdout, sys.stderr):  # the child must not write what this process has buffered
+        stream.flush()
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:
@@ -193,7 +194,7 @@ def start_sampler(
     The sampler exits by itself when ``watch_pid`` (or this process, its parent) exits.
     ``backend`` is "nvml", "none" or "replay:TRACE.json" (tests and demos); samples reach disk every
     ``flush_every_s``, which bounds what a killed sampler loses. ``fork``: fork this process for it
-    instead of starting an interpreter (the run driver, which has no threads and has imported pyarrow).
+    instead of starting an interpreter (the run driver, which has no other thread).
     """
     out_dir = Path(out_dir)
     proc: subprocess.Popen[bytes] | ForkedSampler | None = None
