@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from mlrepro.core.untrusted_dir import PlantedLink
 from mlrepro.telemetry import summarize
-from mlrepro.telemetry.store import COLUMNS, SAMPLES, SampleStore, read_samples, write_sidecar
+from mlrepro.telemetry.store import CHUNK_SUFFIX, COLUMNS, SAMPLES, SampleStore, read_samples, write_sidecar
 from tests.conftest import REPO
 
 
@@ -53,6 +54,25 @@ def test_samples_the_runs_code_rewrote_make_a_partial_summary_naming_the_file(tm
     (tmp_path / SAMPLES).write_bytes(planted)
     s = summarize(tmp_path, 0, 2000)
     assert s["partial"] and any(str(tmp_path / SAMPLES) in r for r in s["reasons"]), s["reasons"]
+
+
+def test_a_chunk_the_runs_code_replaced_with_a_link_is_never_followed(tmp_path: Path) -> None:
+    """The sampler joins only the chunks it wrote, read without following a link: a file of the user's that a link
+    names never lands in the run folder (a container's code could read it there)."""
+    secret = tmp_path / "secret"
+    secret.write_bytes(gzip.compress(b"a file of the user's"))
+    out = tmp_path / "telemetry"
+    store = SampleStore(out, flush_every_s=1e9)
+    store.add({"time_ms": 1, "tick": 0, "device": "host"})
+    store.flush()
+    chunk = out / ".samples.chunks" / f"000000{CHUNK_SUFFIX}"
+    chunk.unlink()
+    chunk.symlink_to(secret)
+    with pytest.raises(PlantedLink, match="000000"):
+        store.finalize()
+    assert not (out / SAMPLES).exists()
+    with pytest.raises(PlantedLink):  # nor does a reader of a killed sampler's chunks follow it
+        read_samples(out)
 
 
 def test_the_run_job_imports_neither_pyarrow_nor_torch() -> None:

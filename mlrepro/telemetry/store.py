@@ -11,6 +11,7 @@ running. Only the standard library: the sampler and the run driver start fast (n
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import math
 import os
@@ -37,6 +38,7 @@ LOG = "sampler.log"
 # other nodes' samplers theirs into NODES_DIR/<host>/, and NODES lists the nodes expected and how each started.
 NODES = "nodes.json"
 NODES_DIR = "nodes"
+MAX_BYTES = 1 << 30  # of one samples file (gzip'd: hours of a node's samples are tens of MB)
 _HOST_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,252}")
 
 
@@ -108,10 +110,13 @@ class Samples:
 
 
 class SampleStore:
+    """The sampler's rows, flushed as chunks and joined at a clean stop. Every file is written and read back in the
+    telemetry folder without following a link (a run's code can write there: mlrepro/core/untrusted_dir.py), and
+    only the chunks this store wrote are joined."""
+
     def __init__(self, out_dir: Path, flush_every_s: float = 5.0) -> None:
         self.out_dir = out_dir
         self.chunk_dir = out_dir / CHUNKS
-        self.chunk_dir.mkdir(parents=True, exist_ok=True)
         self.flush_every_s = flush_every_s
         self.rows: list[dict[str, Any]] = []
         self.chunks = 0
@@ -123,13 +128,16 @@ class SampleStore:
         if time.monotonic() - self._last_flush >= self.flush_every_s:
             self.flush()
 
+    def _chunk(self, i: int) -> str:
+        return f"{CHUNKS}/{i:06d}{CHUNK_SUFFIX}"
+
     def flush(self) -> None:
         self._last_flush = time.monotonic()
         if not self.rows:
             return
         text = "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in self.rows)
-        with atomic.atomic_path(self.chunk_dir / f"{self.chunks:06d}{CHUNK_SUFFIX}") as tmp:
-            tmp.write_bytes(gzip.compress(text.encode(), compresslevel=6, mtime=0))
+        untrusted_dir.write_bytes(self.out_dir, self._chunk(self.chunks),
+                                  gzip.compress(text.encode(), compresslevel=6, mtime=0))
         self.chunks += 1
         self.total_rows += len(self.rows)
         self.rows = []
@@ -137,10 +145,10 @@ class SampleStore:
     def finalize(self) -> int:
         """Join the chunks into samples.jsonl.gz; return the number of rows."""
         self.flush()
-        with atomic.atomic_path(self.out_dir / SAMPLES) as tmp, tmp.open("wb") as out:
-            for chunk in _chunk_files(self.chunk_dir):
-                out.write(chunk.read_bytes())
-        shutil.rmtree(self.chunk_dir, ignore_errors=True)
+        joined = b"".join(untrusted_dir.read_bytes(self.out_dir, self._chunk(i), MAX_BYTES, ours=True)
+                          for i in range(self.chunks))
+        untrusted_dir.write_bytes(self.out_dir, SAMPLES, joined)
+        shutil.rmtree(self.chunk_dir, ignore_errors=True)  # a link there is not followed: rmtree refuses one
         return self.total_rows
 
 
@@ -149,9 +157,11 @@ def _chunk_files(chunk_dir: Path) -> list[Path]:
 
 
 def _read(path: Path) -> list[dict[str, Any]]:
-    """The rows of one file; ValueError naming it where it is not one of ours (cut short, not gzip, not rows)."""
+    """The rows of one file, read without following a link; ValueError naming it where it is not one of ours (cut
+    short, not gzip, not rows)."""
+    data = untrusted_dir.read_bytes(path.parent, path.name, MAX_BYTES)
     try:
-        with gzip.open(path, "rt", encoding="utf-8") as f:
+        with gzip.GzipFile(fileobj=io.BytesIO(data)) as f:
             return [_row(json.loads(line)) for line in f if line.strip()]
     except (OSError, EOFError, ValueError) as e:
         raise ValueError(f"{path}: {e}") from None
