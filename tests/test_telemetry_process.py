@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -82,6 +83,24 @@ def test_sampler_exits_when_the_watched_process_dies(tmp_path: Path) -> None:
     assert side["stop_reason"] == f"watched pid {child.pid} exited"
     samples, complete = read_samples(tmp_path)
     assert complete and samples.num_rows >= 2
+
+
+def test_a_forked_sampler_samples_as_a_spawned_one_and_holds_none_of_the_callers_files(tmp_path: Path) -> None:
+    """The run driver forks its sampler (no new interpreter): it keeps none of the driver's open files (a GPU lock
+    held open would outlive the driver with it), and writes what a spawned one writes."""
+    lock = (tmp_path / "gpu0.lock").open("w")
+    try:
+        handle = start_sampler(tmp_path / "telemetry", hz=20.0, backend="none", flush_every_s=0.1, fork=True)
+        assert handle.status == "running" and handle.proc is not None
+        held = {os.readlink(f) for f in Path(f"/proc/{handle.proc.pid}/fd").iterdir()}
+        assert str(tmp_path / "gpu0.lock") not in held
+        _wait_for_samples(tmp_path / "telemetry", 2)
+        handle.stop()
+        assert handle.proc.returncode == 0
+    finally:
+        lock.close()
+    samples, complete = read_samples(tmp_path / "telemetry")
+    assert complete and samples.num_rows >= 2 and read_sidecar(tmp_path / "telemetry")["status"] == "complete"
 
 
 def test_killed_sampler_leaves_nothing_that_looks_complete(tmp_path: Path) -> None:

@@ -82,6 +82,11 @@ def _fork_sampler(argv: list[str], log: Path) -> ForkedSampler:
             null = os.open(os.devnull, os.O_RDONLY)
             os.dup2(null, 0)
             os.close(null)
+            # as a spawned one (close_fds): the caller's other files, its GPU locks among them, are not the sampler's
+            os.closerange(3, os.sysconf("SC_OPEN_MAX"))
+            # the caller's sys.stdout may be no stream of fd 1 (a test's capture): the sampler's are its fds 1 and 2
+            sys.stdout = open(1, "w", closefd=False)  # noqa: SIM115
+            sys.stderr = open(2, "w", closefd=False)  # noqa: SIM115
             code = sampler.main(argv)
         finally:
             with contextlib.suppress(Exception):
