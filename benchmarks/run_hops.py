@@ -126,8 +126,10 @@ def _timeline(seen: dict[int, dict], root: int) -> list[dict]:
 # What a cold hop pays before its own work: a fresh interpreter importing what that hop imports.
 IMPORTS = {"interpreter alone": "pass", "a job (mlrepro.jobs)": "import mlrepro.jobs",
            "the run driver": "import mlrepro.runs.driver",
-           "the telemetry store (pyarrow)": "import mlrepro.telemetry.store",
-           "the telemetry summary (pyarrow.compute)": "import mlrepro.telemetry.summary",
+           "the telemetry store": "import mlrepro.telemetry.store",
+           "the telemetry summary": "import mlrepro.telemetry.summary",
+           "the run job, all it imports (jobs, driver, sampler, summary)":
+               "import mlrepro.jobs, mlrepro.runs.driver, mlrepro.telemetry, mlrepro.telemetry.sampler",
            "the training (torch, the loop)": "import mlrepro.training.loop"}
 
 

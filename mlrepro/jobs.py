@@ -8,7 +8,8 @@ project's own errors, its one line) there and puts the log's end, or why it is e
 ``mlrepro.core.joblog.explain``), on Snakemake's stderr, with a non-zero exit.
 
 The jobs of :data:`WARM` are handed to this Snakemake invocation's warm parent for their module, which imported
-torch (or the driver's telemetry) once and runs the function in a forked child (mlrepro/runs/warm.py).
+torch once and runs the function in a forked child (mlrepro/runs/warm.py). The run rule's job runs here: its
+driver imports no torch, and only the training it starts goes warm.
 
 ``python -m mlrepro.jobs < JOB`` runs one job (its JSON, on standard input) in this interpreter with this process's
 stdio and exits with its status: what a step that judges with another mlperf-logging release runs in the interpreter
@@ -69,8 +70,7 @@ ENTRIES: dict[str, str] = {
 }
 # rule -> the module whose warm parent runs it (mlrepro/runs/warm.py: standard library only at import)
 # (not reproduce_data: the generator it runs is the reproduced package's, never this one's)
-WARM: dict[str, str] = {"data": warm.DATA, "inference_run": warm.INFERENCE, "inference_audit_test": warm.INFERENCE,
-                        "run": warm.DRIVER}
+WARM: dict[str, str] = {"data": warm.DATA, "inference_run": warm.INFERENCE, "inference_audit_test": warm.INFERENCE}
 # Rules whose log is what the user asked for (an audit, verify_data, a reproduction's verdict): on success it goes to
 # the terminal too.
 SHOWN = frozenset({"repair", "launch_preview", "verify_data", "audit_check", "audit_summarize", "inference_audit",

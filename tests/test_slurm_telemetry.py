@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from mlrepro.telemetry.series import series
+from mlrepro.telemetry.store import SAMPLES
 from tests import test_slurm
 from tests.conftest import REPO, mini_launch
 from tests.test_slurm_multinode import sbatch, steps, two_nodes
@@ -126,7 +127,7 @@ def assert_per_node_telemetry(out: Path, run_dir: Path) -> None:
     for h in tel["hosts"]:
         assert h["sampler"] == "complete" and h["peak_host_mem_used_mb"] > 0, h
         assert h["accelerator_energy_j"] is None and any("no NVML" in r for r in h["reasons"]), h
-    assert (run_dir / "telemetry" / "nodes" / hosts[1] / "samples.parquet").is_file()
+    assert (run_dir / "telemetry" / "nodes" / hosts[1] / SAMPLES).is_file()
     report = (out / "report.html").read_text()
     table = report[report.index("<th>Node</th>"):]
     table = table[:table.index("</table>")]

@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-import pyarrow.parquet as pq
 import pytest
 
 from mlrepro.telemetry import start_sampler, summarize
 from mlrepro.telemetry.backend import BackendUnavailable, DeviceLost
 from mlrepro.telemetry.nvml import NvmlBackend, field_value
-from mlrepro.telemetry.store import CHUNKS, SAMPLES, read_sidecar
+from mlrepro.telemetry.store import CHUNK_SUFFIX, CHUNKS, SAMPLES, read_chunks, read_samples, read_sidecar
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_telemetry_replay import GPU_A, GPU_B, gpu_trace
@@ -31,7 +31,7 @@ def _has_nvml() -> bool:
 def _wait_for_samples(out_dir: Path, n: int, timeout: float = 60.0) -> None:
     """Poll until the sampler's flushed chunks hold ``n`` samples (a loaded machine samples late, not less)."""
     deadline = time.monotonic() + timeout
-    while sum(pq.read_metadata(p).num_rows for p in (out_dir / CHUNKS).glob("[0-9]*.parquet")) < n:
+    while read_chunks(out_dir / CHUNKS).num_rows < n:
         assert time.monotonic() < deadline, f"the sampler flushed fewer than {n} samples in {timeout} s"
         time.sleep(0.05)
 
@@ -81,7 +81,26 @@ def test_sampler_exits_when_the_watched_process_dies(tmp_path: Path) -> None:
     side = read_sidecar(tmp_path)
     assert side is not None and side["status"] == "complete"
     assert side["stop_reason"] == f"watched pid {child.pid} exited"
-    assert pq.read_table(tmp_path / SAMPLES).num_rows >= 2
+    samples, complete = read_samples(tmp_path)
+    assert complete and samples.num_rows >= 2
+
+
+def test_a_forked_sampler_samples_as_a_spawned_one_and_holds_none_of_the_callers_files(tmp_path: Path) -> None:
+    """The run driver forks its sampler (no new interpreter): it keeps none of the driver's open files (a GPU lock
+    held open would outlive the driver with it), and writes what a spawned one writes."""
+    lock = (tmp_path / "gpu0.lock").open("w")
+    try:
+        handle = start_sampler(tmp_path / "telemetry", hz=20.0, backend="none", flush_every_s=0.1, fork=True)
+        assert handle.status == "running" and handle.proc is not None
+        held = {os.readlink(f) for f in Path(f"/proc/{handle.proc.pid}/fd").iterdir()}
+        assert str(tmp_path / "gpu0.lock") not in held
+        _wait_for_samples(tmp_path / "telemetry", 2)
+        handle.stop()
+        assert handle.proc.returncode == 0
+    finally:
+        lock.close()
+    samples, complete = read_samples(tmp_path / "telemetry")
+    assert complete and samples.num_rows >= 2 and read_sidecar(tmp_path / "telemetry")["status"] == "complete"
 
 
 def test_killed_sampler_leaves_nothing_that_looks_complete(tmp_path: Path) -> None:
@@ -93,10 +112,10 @@ def test_killed_sampler_leaves_nothing_that_looks_complete(tmp_path: Path) -> No
     handle.proc.wait(10)
     stop = int(time.time() * 1e3)
     assert not (tmp_path / SAMPLES).exists()
-    assert [p.name for p in tmp_path.glob("*.parquet")] == []
+    assert [p.name for p in tmp_path.glob(f"*{CHUNK_SUFFIX}")] == []
     side = read_sidecar(tmp_path)
     assert side is not None and side["status"] == "running"
-    assert list((tmp_path / CHUNKS).glob("*.parquet"))  # what reached disk is still there, as chunks
+    assert list((tmp_path / CHUNKS).glob(f"*{CHUNK_SUFFIX}"))  # what reached disk is still there, as chunks
     s = summarize(tmp_path, start, stop)
     assert s["partial"] and any("did not finish" in r for r in s["reasons"])
     assert s["host"]["samples"] >= 5

@@ -8,8 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
 import pytest
 
 from mlrepro.telemetry import summarize
@@ -17,7 +15,7 @@ from mlrepro.telemetry.backend import DeviceInfo
 from mlrepro.telemetry.loop import SamplerLoop, XidWatcher
 from mlrepro.telemetry.replay import ReplayBackend
 from mlrepro.telemetry.series import series
-from mlrepro.telemetry.store import SAMPLES, EventLog, SampleStore, write_sidecar
+from mlrepro.telemetry.store import EventLog, SampleStore, read_samples, write_sidecar
 from mlrepro.telemetry.visible import select
 
 WALL0 = 1_700_000_000_000
@@ -144,21 +142,20 @@ WINDOW = (WALL0 + 5_000, WALL0 + 25_000)
 
 def test_one_row_per_gpu_per_tick_with_slow_fields_once_a_second(replayed: tuple[Path, SamplerLoop]) -> None:
     out, loop = replayed
-    table = pq.read_table(out / SAMPLES)
-    a = table.filter(pc.equal(table["device"], GPU_A))
-    assert loop.stats.ticks == a.num_rows == table.num_rows // 2
+    table, complete = read_samples(out)
+    a = table.of(GPU_A)
+    assert complete and loop.stats.ticks == a.num_rows == table.num_rows // 2
     assert 290 <= a.num_rows <= 301
-    temps = a["temperature_c"].to_pylist()
+    temps = a.column("temperature_c")
     assert 28 <= sum(v is not None for v in temps) <= 32  # 1 Hz of a 10 Hz loop
-    assert all(v is not None for v in a["power_instant_mw"].to_pylist()[1:])  # recording starts at 50 ms
+    assert all(v is not None for v in a.column("power_instant_mw")[1:])  # recording starts at 50 ms
 
 
 def test_unsupported_fields_are_null_not_zero(replayed: tuple[Path, SamplerLoop]) -> None:
     out, _ = replayed
-    table = pq.read_table(out / SAMPLES)
-    b = table.filter(pc.equal(table["device"], GPU_B))
-    assert b["energy_mj"].null_count == b.num_rows
-    assert b["util_gpu_pct"].null_count == b.num_rows
+    b = read_samples(out)[0].of(GPU_B)
+    assert b.column("energy_mj").count(None) == b.num_rows
+    assert b.column("util_gpu_pct").count(None) == b.num_rows
     g = gpu_summary(summarize(out, *WINDOW), GPU_B)
     assert g["energy_counter_j"] is None and g["mean_util_pct"] is None
     assert g["energy_source"] == "power integral"
@@ -178,9 +175,8 @@ def test_counter_energy_split_at_reset_matches_truth(replayed: tuple[Path, Sampl
     assert g["energy_power_integral_j"] == pytest.approx(truth, rel=0.01)
     assert abs(g["disagreement_pct"]) < 1.0
     # the naive delta across the reset is far off: the split is what makes the figure right
-    table = pq.read_table(out / SAMPLES)
-    a = table.filter(pc.equal(table["device"], GPU_A)).to_pydict()
-    inwin = [e for t, e in zip(a["time_ms"], a["energy_mj"], strict=True) if WINDOW[0] <= t <= WINDOW[1]]
+    a = read_samples(out)[0].of(GPU_A)
+    inwin = [e for t, e in zip(a.column("time_ms"), a.column("energy_mj"), strict=True) if WINDOW[0] <= t <= WINDOW[1]]
     assert abs((inwin[-1] - inwin[0]) / 1e3 - truth) > 0.3 * truth
     assert g["mean_power_w"] == pytest.approx(300.0, rel=0.01)
     assert g["peak_power_w"] == pytest.approx(400.0)
@@ -210,8 +206,7 @@ def test_throttle_time_by_reason_idle_is_not_throttling(replayed: tuple[Path, Sa
 def test_overruns_are_skipped_and_counted(replayed: tuple[Path, SamplerLoop]) -> None:
     out, loop = replayed
     assert loop.stats.overruns == 2  # a 350 ms read at a 100 ms period misses two deadlines
-    table = pq.read_table(out / SAMPLES)
-    ticks = table.filter(pc.equal(table["device"], GPU_A))["tick"].to_pylist()
+    ticks = read_samples(out)[0].of(GPU_A).column("tick")
     assert len(ticks) == len(set(ticks)) and max(ticks) - min(ticks) + 1 - len(ticks) == 2
     g = gpu_summary(summarize(out, *WINDOW), GPU_A)
     assert g["overruns"] == 2

@@ -16,6 +16,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -215,8 +216,8 @@ def drive(launch: LaunchSpec, seed: int, run_dir: Path, options: Options) -> Non
 
 def job(job: Job) -> None:
     """The run rule's job: params launch (the LaunchSpec as a JSON object), seed, run_dir, locked, gpu_locks, gpus, hz,
-    backend; input image (its build record; none natively). Served by this invocation's warm parent for the driver,
-    which imported its telemetry once (mlrepro/jobs.py)."""
+    backend; input image (its build record; none natively). Run in the job's own process (no warm parent: the driver
+    imports no torch); a run of ours starts from the training's warm parent (:func:`execute`)."""
     try:  # typed: a misspelt or missing key is named before anything starts
         launch = LaunchSpec.from_dict(job.params["launch"], f"the launch spec of rule {job.rule}")
     except LaunchSpecError as e:
@@ -323,9 +324,9 @@ def _drive(options: Options, launch: LaunchSpec, seed: int, run_dir: Path) -> No
             roots = run_dir / "telemetry" / "container.pids"
             untrusted_dir.unlink(run_dir, roots.relative_to(run_dir))
             os.environ[ROOTS_ENV] = str(roots)  # the sampler inherits it
-            from mlrepro.runs import warm
+            # forked, not a new interpreter, where fork may copy this process (no other thread: a job's never has)
             sampler = start_sampler(run_dir / "telemetry", hz=hz, watch_pid=os.getpid(), backend=backend,
-                                    fork=warm.OWNER_ENV in os.environ)  # with the warm start, no new interpreter
+                                    fork=threading.active_count() == 1)
             from mlrepro.telemetry.nodes import start_for_run  # a run over several nodes: a sampler on each other
 
             nodes = start_for_run(run_dir / "telemetry", os.environ, launch.nodes, hz, backend)
@@ -382,8 +383,6 @@ def _drive(options: Options, launch: LaunchSpec, seed: int, run_dir: Path) -> No
 
 
 if __name__ == "__main__":
-    from mlrepro.runs import warm
-    warm.hand_over(warm.DRIVER)  # exits there where this invocation's warm parent runs the driver
     try:
         main()
     except RunFailed as e:

@@ -24,13 +24,12 @@ each job's own Snakemake parses the workflow on its node, so a parent never serv
 The child dies with the parent (PR_SET_PDEATHSIG) and with the shim; the shim then exits non-zero,
 so the run fails without a result and the next invocation redoes it.
 
-The run driver (one per Snakemake job) is served the same way by a second parent of the same owner that
-has imported the driver and its telemetry (pyarrow, numpy): a rule's job (mlrepro/jobs.py) sends it the Job
-as JSON (``hand_over_job``: the child calls the entry function on it), ``python -m mlrepro.runs.driver`` its
-arguments (``hand_over``); each waits for the exit status. The driver is not the training process; it still
-starts ``run_and_time.sh`` as a new process for every run. The jobs that generate a dataset
-(``mlrepro.datasets.generated``) and that run LoadGen (``mlrepro.inference.run``) hand over to parents of their
-own in the same way: each imports torch once instead of once per job.
+The jobs that generate a dataset (``mlrepro.datasets.generated``) and that run LoadGen (``mlrepro.inference.run``)
+are served the same way by parents of their own: a rule's job (mlrepro/jobs.py) sends the Job as JSON
+(``hand_over_job``: the child calls the entry function on it), ``python -m`` its arguments (``hand_over``); each
+waits for the exit status, and each imports torch once instead of once per job. The run driver is not: it imports no
+torch (its telemetry is standard library, numpy and psutil), so a parent of its own would cost a process and a
+socket hop per run for less than it saves (benchmarks/run_hops.py).
 
 This module imports only the standard library at module level: the shim and the driver load it.
 """
@@ -58,7 +57,6 @@ OWNER_ENV = "MLREPRO_WARM_OWNER"
 # runtime folder, mlrepro/core/private_dir.py)
 DIR_ENV = "MLREPRO_WARM_DIR"
 MODULE = "mlrepro.train"  # the training module a parent runs for the pipeline
-DRIVER = "mlrepro.runs.driver"  # the run driver, served by its own parent
 # Other jobs of the pipeline that import torch and a workload, each served by its own parent: a
 # generated dataset and a LoadGen run (neither is a training run; each still runs in a fresh child).
 DATA = "mlrepro.datasets.generated"
@@ -70,14 +68,6 @@ _PRELOAD = {
     # torch._dynamo): seconds of CPU per run, more than the import of torch itself; then torch.save
     # and the table torch._dynamo prints at exit
     MODULE: ("torch._inductor", "torch.utils.serialization", "tabulate"),
-    # the sampler and its summary: pyarrow and numpy, and pandas, which pyarrow imports on its first
-    # array (to tell DataFrames apart): 0.9 s of CPU in each driver and each sampler; then the engines
-    # (which register themselves), the run's environment record (importlib.metadata) and the sampler's
-    # own modules: 0.1 s more per run
-    DRIVER: ("mlrepro.telemetry", "pandas", "pyarrow.pandas_compat", "mlrepro.core.probe",
-             "mlrepro.engines.native", "mlrepro.engines.apptainer", "mlrepro.engines.docker_api",
-             "mlrepro.engines.enroot", "mlrepro.telemetry.sampler", "mlrepro.telemetry.loop",
-             "mlrepro.telemetry.nvml"),
     # not mlperf_loadgen: a child must be the first of its process to use LoadGen's global state
     INFERENCE: ("torch", "mlrepro.inference.serve"),
 }
@@ -282,7 +272,7 @@ def _through_parent(folder: Path, module: str, work: dict[str, Any], env: dict[s
     for message in replies:
         if "exit" in message:
             return int(message["exit"])
-    with contextlib.suppress(OSError):  # what it started outlives it (a driver's script): end it too
+    with contextlib.suppress(OSError):  # what it started may outlive it: end it too
         os.killpg(child, signal.SIGKILL)
     print(f"mlrepro.runs.warm: the run's process {child} ended without an exit status (its warm parent "
           f"or the process itself was killed); the run has no result", file=sys.stderr, flush=True)
@@ -354,7 +344,7 @@ def _child(conn: socket.socket, request: dict[str, Any], fds: list[int], parent:
     global _serving
     _serving = module
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # as in a new interpreter
-    os.setpgid(0, 0)  # the requester's signals reach this process and what it starts (a driver's script)
+    os.setpgid(0, 0)  # the requester's signals reach this process and what it starts
     ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     if os.getppid() != parent:  # the parent died before prctl took effect
         os._exit(1)

@@ -33,8 +33,7 @@ from mlrepro.telemetry.store import (
 
 class ForkedSampler:
     """A sampler forked from the calling process instead of a new interpreter (which would import
-    pyarrow and psutil again: about a second of the run's job on a busy 2-core machine); as much of
-    subprocess.Popen as the handle uses."""
+    psutil and the sampler's modules again); as much of subprocess.Popen as the handle uses."""
 
     def __init__(self, pid: int, stdout: IO[bytes]) -> None:
         self.pid, self.stdout, self.returncode = pid, stdout, None
@@ -67,6 +66,8 @@ def _fork_sampler(argv: list[str], log: Path) -> ForkedSampler:
     as the spawned one has them. The caller must have no threads running (fork copies only itself)."""
     from mlrepro.telemetry import sampler
 
+    for stream in (sys.stdout, sys.stderr):  # the child must not write what this process has buffered
+        stream.flush()
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:
@@ -81,6 +82,11 @@ def _fork_sampler(argv: list[str], log: Path) -> ForkedSampler:
             null = os.open(os.devnull, os.O_RDONLY)
             os.dup2(null, 0)
             os.close(null)
+            # as a spawned one (close_fds): the caller's other files, its GPU locks among them, are not the sampler's
+            os.closerange(3, os.sysconf("SC_OPEN_MAX"))
+            # the caller's sys.stdout may be no stream of fd 1 (a test's capture): the sampler's are its fds 1 and 2
+            sys.stdout = open(1, "w", closefd=False)  # noqa: SIM115
+            sys.stderr = open(2, "w", closefd=False)  # noqa: SIM115
             code = sampler.main(argv)
         finally:
             with contextlib.suppress(Exception):
@@ -193,7 +199,7 @@ def start_sampler(
     The sampler exits by itself when ``watch_pid`` (or this process, its parent) exits.
     ``backend`` is "nvml", "none" or "replay:TRACE.json" (tests and demos); samples reach disk every
     ``flush_every_s``, which bounds what a killed sampler loses. ``fork``: fork this process for it
-    instead of starting an interpreter (the run driver, which has no threads and has imported pyarrow).
+    instead of starting an interpreter (the run driver, which has no other thread).
     """
     out_dir = Path(out_dir)
     proc: subprocess.Popen[bytes] | ForkedSampler | None = None

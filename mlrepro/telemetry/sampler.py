@@ -216,19 +216,7 @@ def run(args: argparse.Namespace) -> int:
                 gpu.close()
 
 
-class _NoPandas:
-    """pyarrow imports pandas on its first array, if it can: ~0.5 s of CPU and tens of MB in a process
-    that never needs it. Refusing the import here makes pyarrow take its no-pandas path."""
-
-    def find_spec(self, name: str, path: object = None, target: object = None) -> None:
-        if name == "pandas" or name.startswith("pandas."):
-            raise ModuleNotFoundError(f"{name} is not used by the sampler", name=name)
-        return None
-
-
 def main(argv: list[str] | None = None) -> int:
-    if "pandas" not in sys.modules:
-        sys.meta_path.insert(0, _NoPandas())  # type: ignore[arg-type]
     p = argparse.ArgumentParser(prog="python -m mlrepro.telemetry.sampler", description=__doc__)
     p.add_argument("--out-dir", type=Path, required=True)
     p.add_argument("--hz", type=float, default=10.0)

@@ -9,21 +9,19 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import pyarrow.compute as pc
-
-from mlrepro.telemetry.store import HOST_DEVICE, read_samples, read_sidecar
+from mlrepro.telemetry.store import HOST_DEVICE, Samples, read_samples, read_sidecar
 
 HOST_SERIES = {"host_cpu_pct": "cpu_pct", "proc_cpu_pct": "proc_cpu_pct", "proc_rss_bytes": "rss_mb"}
 GPU_SERIES = {"power_instant_mw": "power_w", "util_gpu_pct": "util_pct", "sm_clock_mhz": "sm_clock_mhz"}
 _SCALE = {"rss_mb": 1 / 2**20, "power_w": 1e-3}
 
 
-def _columns(table: Any, device: str, wanted: dict[str, str]) -> dict[str, list[Any]]:
-    sub = table.filter(pc.equal(table["device"], device)).sort_by("time_ms")
-    out: dict[str, list[Any]] = {"time_ms": sub["time_ms"].to_pylist()}
+def _columns(samples: Samples, device: str, wanted: dict[str, str]) -> dict[str, list[Any]]:
+    sub = samples.of(device)
+    out: dict[str, list[Any]] = {"time_ms": sub.column("time_ms")}
     for col, name in wanted.items():
         k = _SCALE.get(name, 1.0)
-        out[name] = [None if v is None else v * k for v in sub[col].to_pylist()]
+        out[name] = [None if v is None else v * k for v in sub.column(col)]
     return out
 
 
@@ -34,11 +32,8 @@ def series(out_dir: Path, start_ms: int | None = None, stop_ms: int | None = Non
     host name its sampler recorded (a run over several nodes has a folder per node). Power is the instantaneous
     field (186)."""
     table, complete = read_samples(Path(out_dir))
-    if start_ms is not None:
-        table = table.filter(pc.greater_equal(table["time_ms"], start_ms))
-    if stop_ms is not None:
-        table = table.filter(pc.less_equal(table["time_ms"], stop_ms))
-    devices = sorted(set(table["device"].to_pylist()))
+    table = table.between(start_ms, stop_ms)
+    devices = sorted(table.devices())
     return {
         "host": _columns(table, HOST_DEVICE, HOST_SERIES) if HOST_DEVICE in devices else None,
         "gpus": {d: _columns(table, d, GPU_SERIES) for d in devices if d != HOST_DEVICE},

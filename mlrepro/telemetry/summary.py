@@ -13,17 +13,18 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
 
 from mlrepro.core import atomic
 from mlrepro.telemetry import energy
 from mlrepro.telemetry.merge import merge
 from mlrepro.telemetry.store import (
+    FIELDS,
     HOST_DEVICE,
     NODES,
     NODES_DIR,
+    SAMPLES,
     SUMMARY,
+    Samples,
     host_folder,
     read_events,
     read_samples,
@@ -62,11 +63,12 @@ def _col(rows: dict[str, np.ndarray], name: str) -> tuple[np.ndarray, np.ndarray
     return rows["time_ms"][ok], v[ok]
 
 
-def _arrays(table: pa.Table, device: str) -> dict[str, np.ndarray]:
-    sub = table.filter(pc.equal(table["device"], device)).sort_by("time_ms")
-    out = {"time_ms": sub["time_ms"].to_numpy().astype(float), "tick": sub["tick"].to_numpy()}
-    for name in sub.column_names[3:]:
-        out[name] = sub[name].to_numpy(zero_copy_only=False).astype(float)  # null -> nan
+def _arrays(samples: Samples, device: str) -> dict[str, np.ndarray]:
+    sub = samples.of(device)
+    out = {"time_ms": np.array(sub.column("time_ms"), dtype=float),
+           "tick": np.array(sub.column("tick"), dtype=np.int64)}
+    for name in FIELDS:
+        out[name] = np.array(sub.column(name), dtype=float)  # None -> nan
     return out
 
 
@@ -223,10 +225,10 @@ def _summarize(out_dir: Path, start: int, stop: int) -> dict[str, Any]:
 
     table, complete = read_samples(out_dir)
     if not complete and status == "complete":
-        reasons.append("samples.parquet is missing although the sampler finished")
+        reasons.append(f"{SAMPLES} is missing although the sampler finished")
     events = read_events(out_dir)
     hold_ms = 1000.0 * float(summary["config"].get("slow_every_s", 1.0)) * 1.5
-    devices = set(table["device"].to_pylist()) if table.num_rows else set()
+    devices = table.devices()
     summary["gpus"] = []
     for dev in side.get("devices", []):
         if dev["uuid"] in devices:
