@@ -11,6 +11,7 @@ and what it reports are its own, as a submitter's ``snakemake --profile profiles
 
 from __future__ import annotations
 
+import runpy
 from collections.abc import AsyncGenerator
 from typing import Any
 
@@ -30,7 +31,5 @@ async def _check_with_cap(self: Executor, active_jobs: list[Any]) -> AsyncGenera
 
 Executor.check_active_jobs = _check_with_cap  # type: ignore[method-assign]
 
-if __name__ == "__main__":
-    from snakemake.cli import main
-
-    main()
+if __name__ == "__main__":  # as ``python -m snakemake``: its documented entry point, not its internals
+    runpy.run_module("snakemake", run_name="__main__", alter_sys=True)
