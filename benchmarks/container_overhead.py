@@ -30,7 +30,7 @@ from mlrepro.engines.client import connect
 
 
 def tiny_resnet(work: Path) -> tuple[list[str], list[Mount], Path]:
-    params = yaml.safe_load((PROJECT_ROOT / "workflows/resnet/defaults.yaml").read_text())
+    params = yaml.safe_load((PROJECT_ROOT / "minis/resnet/defaults.yaml").read_text())
     params["data"].update(train_samples=128, eval_samples=64)
     params.update(max_epochs=1, target=0.0)
     data_dir, run_dir = work / "data", work / "run"

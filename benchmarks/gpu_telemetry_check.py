@@ -88,10 +88,10 @@ def main() -> int:
 
     import torch
 
-    from mlrepro.core.workflows import load_module
+    from mlrepro.core.minis import load_module
     from mlrepro.datasets import generated
 
-    params = yaml.safe_load((PROJECT_ROOT / "workflows/resnet/defaults.yaml").read_text())
+    params = yaml.safe_load((PROJECT_ROOT / "minis/resnet/defaults.yaml").read_text())
     params["max_epochs"] = 10_000  # the schedule's length; trials stop on time
     with tempfile.TemporaryDirectory() as tmp:
         data_dir = Path(tmp) / "data"

@@ -35,11 +35,11 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--repeats", type=int, default=5)
     args = p.parse_args()
-    params = yaml.safe_load((PROJECT_ROOT / "workflows/resnet/defaults.yaml").read_text())
+    params = yaml.safe_load((PROJECT_ROOT / "minis/resnet/defaults.yaml").read_text())
     params["data"].update(train_samples=128, eval_samples=64)
     params.update(max_epochs=1, target=0.0)
     params = {k: v for k, v in params.items() if k != "image"}
-    folder = PROJECT_ROOT / "workflows" / "resnet"
+    folder = PROJECT_ROOT / "minis" / "resnet"
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         generated.generate("resnet", tmp / "data", params, seed=1)

@@ -37,7 +37,7 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 from mlrepro.config import run_seed  # noqa: E402
-from mlrepro.core.workflows import workflow_dir  # noqa: E402
+from mlrepro.core.minis import mini_dir  # noqa: E402
 from mlrepro.runs import warm  # noqa: E402
 
 BENCHMARKS = ["llama31_8b", "llama31_405b", "llama2_70b_lora", "flux1", "gpt_oss_20b", "deepseekv3_671b", "dlrm_dcnv2"]
@@ -105,7 +105,7 @@ def describe(benchmark: str, data_dir: Path, params: dict[str, Any]) -> dict[str
     """Parameters, and for a decoder mini the tokens per CPU-second of a training epoch and of an evaluation."""
     import torch
 
-    from mlrepro.core.workflows import load_module
+    from mlrepro.core.minis import load_module
     from mlrepro.training.loop import seed_everything, train_epoch
 
     torch.set_num_threads(1)
@@ -134,7 +134,7 @@ def describe(benchmark: str, data_dir: Path, params: dict[str, Any]) -> dict[str
 def measure(benchmark: str, runs: int, data_seed: int, over: dict[str, Any], cold: bool, work: Path) -> dict[str, Any]:
     from mlrepro.datasets import generated
 
-    params = merged(yaml.safe_load((workflow_dir(benchmark) / "defaults.yaml").read_text()), over)
+    params = merged(yaml.safe_load((mini_dir(benchmark) / "defaults.yaml").read_text()), over)
     work.mkdir(parents=True)
     load = os.getloadavg()[0]
     _, data_cpu, _ = in_child(lambda: generated.generate(benchmark, work / "data", {"data": params["data"]},

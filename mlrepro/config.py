@@ -23,7 +23,7 @@ from mlrepro import PROJECT_ROOT
 from mlrepro.containers.context import base_images
 from mlrepro.core import rulesets
 from mlrepro.core.errors import MlreproError
-from mlrepro.core.workflows import implemented_benchmarks, workflow_dir
+from mlrepro.core.minis import implemented_benchmarks, mini_dir
 from mlrepro.runs.implementation import MINI, Implementation, ImplementationError, resolve
 
 SCHEMA = PROJECT_ROOT / "config" / "schema.yaml"
@@ -288,15 +288,15 @@ def load(raw: Mapping[str, Any], source: str = "config",
         overrides = dict(overrides or {})
         choice = overrides.get("implementation") or _first_system_folder(config, name) or MINI
         if choice == MINI and name not in implemented:
-            problems.append(f"  {key}: no implementation of {name!r} (workflows/ has: {', '.join(implemented)}); "
+            problems.append(f"  {key}: no implementation of {name!r} (minis/ has: {', '.join(implemented)}); "
                             "set implementation: <folder> for one of your own")
             continue
         if selected is not None and name not in selected:
             # left out of this run (only:, or no system lists it), but still checked: a mistake is reported now,
             # not when it is chosen
             try:
-                _validate(deep_merge(_load_yaml(workflow_dir(name) / "defaults.yaml"), overrides or {}),
-                          _load_yaml(workflow_dir(name) / "params.schema.yaml"), ["benchmarks", name], source)
+                _validate(deep_merge(_load_yaml(mini_dir(name) / "defaults.yaml"), overrides or {}),
+                          _load_yaml(mini_dir(name) / "params.schema.yaml"), ["benchmarks", name], source)
             except ConfigError as e:
                 problems.extend(str(e).splitlines()[1:])
             continue
@@ -306,11 +306,11 @@ def load(raw: Mapping[str, Any], source: str = "config",
                             "benchmarks: lists, or choose another ruleset")
             continue
         if choice == MINI:
-            params = deep_merge(_load_yaml(workflow_dir(name) / "defaults.yaml"), overrides)
+            params = deep_merge(_load_yaml(mini_dir(name) / "defaults.yaml"), overrides)
             pipeline = {k: params[k] for k in PIPELINE_KEYS if k in params}
             own = {k: v for k, v in params.items() if k not in PIPELINE_KEYS or k in ("runs", "image")}
             try:  # each workflow's schema documents runs and image; the other pipeline keys are config/schema.yaml's
-                _validate(own, _load_yaml(workflow_dir(name) / "params.schema.yaml"), ["benchmarks", name], source)
+                _validate(own, _load_yaml(mini_dir(name) / "params.schema.yaml"), ["benchmarks", name], source)
             except ConfigError as e:
                 problems.extend(str(e).splitlines()[1:])
                 continue

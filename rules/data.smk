@@ -1,6 +1,6 @@
 # Stage 2: each benchmark's dataset, as `benchmarks.<bm>.data` chooses:
 #   generated (default): the mini benchmark's generator into <outdir>/data/<bm>/ with a sha256 manifest;
-#   recipe: workflows/<bm>/dataset.yaml, steps download -> verify -> extract -> prepare into <data_root>/<bm>/;
+#   recipe: minis/<bm>/dataset.yaml, steps download -> verify -> extract -> prepare into <data_root>/<bm>/;
 #   {path: DIR}: an already prepared folder, verified once against DIR/MANIFEST.sha256, never written to.
 # Every folder is hashed once when it is made; a receipt in <outdir>/data_receipts/ keeps each file's
 # stamp (size, mtime_ns, inode), and a start compares stamps only (PREPARE, mlrepro/planning/prepare.py; a generated

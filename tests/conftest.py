@@ -298,9 +298,9 @@ def nvidia_benchmarks(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def mini_launch(benchmark: str, params: dict[str, Any], data_dir: Path, tmp: Path,
                 tasks_per_node: int = 1, nodes: int = 1, drop_caches: bool = False) -> list[str]:
     """The run driver's arguments for one of our mini implementations, with the launch file the run rule
-    (rules/runs.smk) would write: the folder workflows/<benchmark>/ run through its run_and_time.sh."""
+    (rules/runs.smk) would write: the folder minis/<benchmark>/ run through its run_and_time.sh."""
     path = tmp / f"launch_{benchmark}_{nodes}x{tasks_per_node}.json"
-    LaunchSpec(benchmark=benchmark, kind="mini", name="mini", folder=str(REPO / "workflows" / benchmark),
+    LaunchSpec(benchmark=benchmark, kind="mini", name="mini", folder=str(REPO / "minis" / benchmark),
                config_file="config_CPU.sh", env={"DGXSYSTEM": "CPU", "DGXNNODES": "1", "DGXNGPU": "0"},
                params=params, data_dir=str(data_dir), gpus=0, threads=1, device="cpu", nodes=nodes,
                tasks_per_node=tasks_per_node, drop_caches=drop_caches,

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-from mlrepro.core.workflows import workflow_dir
+from mlrepro.core.minis import mini_dir
 
 
 class Server:
@@ -269,7 +269,7 @@ def recipe_for(benchmark: str, server: Server, folder: Path, files: dict[str, by
                 extra: dict[str, Any] | None = None) -> Path:
     """The benchmark's real recipe with its sources cut to ``files``: URLs on ``server``, the checksums of the
     test's files in each published algorithm (none where the real recipe publishes none)."""
-    raw = yaml.safe_load((workflow_dir(benchmark) / "dataset.yaml").read_text())
+    raw = yaml.safe_load((mini_dir(benchmark) / "dataset.yaml").read_text())
     sources = []
     for entry in raw["sources"]:
         expanded = ([{k: v.format(i=i) if isinstance(v, str) else v for k, v in entry.items() if k != "range"}

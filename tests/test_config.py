@@ -40,7 +40,7 @@ def test_defaults_merge_and_runs_follow_the_ruleset() -> None:
     raw["benchmarks"] = {"resnet": {"lr": 0.05}}
     loaded, benchmarks = config.load(raw)
     assert benchmarks["resnet"].params["lr"] == 0.05
-    assert benchmarks["resnet"].params["momentum"] == 0.9  # from workflows/resnet/defaults.yaml
+    assert benchmarks["resnet"].params["momentum"] == 0.9  # from minis/resnet/defaults.yaml
     assert benchmarks["resnet"].runs == 5 and config.submittable(benchmarks)
     assert loaded["telemetry"] == {"enabled": True, "hz": 10}
 

@@ -73,7 +73,7 @@ def test_build_record_names_image_base_and_inputs(built: dict[str, Any], base: s
 
 def test_mini_benchmark_runs_in_the_container_and_passes_compliance(built: dict[str, Any], socket: str,
                                                                     tmp_path: Path) -> None:
-    params = yaml.safe_load((REPO / "workflows/resnet/defaults.yaml").read_text())
+    params = yaml.safe_load((REPO / "minis/resnet/defaults.yaml").read_text())
     params["data"].update(train_samples=128, eval_samples=64)
     params.update(max_epochs=1, target=0.0)
     data_dir, run_dir = tmp_path / "data", tmp_path / "run"

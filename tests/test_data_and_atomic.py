@@ -50,8 +50,8 @@ def test_a_copied_dataset_is_checked_where_it_is_now(tmp_path: Path) -> None:
     assert stamps.changed_files(stamps.read_receipt(original / ".receipt.json")) == []
 
 def test_failed_generation_leaves_no_dataset(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from mlrepro.core import workflows
-    module = workflows.load_module("resnet")
+    from mlrepro.core import minis
+    module = minis.load_module("resnet")
 
     def broken(out_dir: Path, params: dict, seed: int) -> None:
         (out_dir / "train.npz").write_bytes(b"half")

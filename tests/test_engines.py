@@ -63,7 +63,7 @@ def test_base_image_follows_build_args(tmp_path: Path) -> None:
 def test_context_is_the_package_and_the_image_folder_only() -> None:
     files = {p.as_posix() for p in context_files("pytorch", REPO)}
     assert {"pyproject.toml", "mlrepro/training/loop.py", "containers/pytorch/Dockerfile",
-            "containers/pytorch/requirements.txt", "workflows/resnet/model.py"} <= files
+            "containers/pytorch/requirements.txt", "minis/resnet/model.py"} <= files
     assert not any(f.startswith((".venv", ".git/", "results/", "tests/")) for f in files)
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from mlrepro import PROJECT_ROOT
-from mlrepro.core.workflows import implemented_benchmarks, workflow_dir
+from mlrepro.core.minis import implemented_benchmarks, mini_dir
 from mlrepro.runs.executed_code import ENTRY, mini_run_files, project_files
 
 # Imports the training entry point once, then, in a forked child per benchmark (a fresh copy of the interpreter, as a
@@ -20,7 +20,7 @@ from mlrepro.runs.executed_code import ENTRY, mini_run_files, project_files
 _LOADED = """
 import json, os, sys
 import mlrepro.train
-from mlrepro.core.workflows import load_module
+from mlrepro.core.minis import load_module
 root = sys.argv[1]
 for benchmark in sys.argv[2:]:
     sys.stdout.flush()
@@ -46,7 +46,7 @@ def loaded() -> dict[str, set[Path]]:
 
 @pytest.mark.parametrize("benchmark", implemented_benchmarks())
 def test_every_project_file_a_run_loads_is_in_its_digest(benchmark: str, loaded: dict[str, set[Path]]) -> None:
-    covered = set(mini_run_files(workflow_dir(benchmark)))
+    covered = set(mini_run_files(mini_dir(benchmark)))
     assert ENTRY in covered and PROJECT_ROOT / "mlrepro" / "training" / "loop.py" in covered
     assert loaded[benchmark] - covered == set(), f"{benchmark}: loaded by a run but outside its digest"
     assert PROJECT_ROOT / "mlrepro" / "training" / "loop.py" in loaded[benchmark]
@@ -54,8 +54,8 @@ def test_every_project_file_a_run_loads_is_in_its_digest(benchmark: str, loaded:
 
 def test_model_specific_code_stays_out_of_other_benchmarks() -> None:
     detection = PROJECT_ROOT / "mlrepro" / "training" / "detection.py"
-    assert detection in mini_run_files(workflow_dir("ssd"))
-    assert detection not in mini_run_files(workflow_dir("resnet"))
+    assert detection in mini_run_files(mini_dir("ssd"))
+    assert detection not in mini_run_files(mini_dir("resnet"))
 
 
 def test_imports_inside_functions_and_relative_imports_are_followed(tmp_path: Path, monkeypatch) -> None:

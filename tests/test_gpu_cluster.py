@@ -113,7 +113,7 @@ def unchanged(out: Path, published: dict[str, bytes]) -> list[str]:
 
 def dataset(benchmark: str, out: Path, data: dict[str, Any]) -> dict[str, Any]:
     """Our mini's dataset of ``benchmark`` at ``out`` (as the pipeline generates it), and its params."""
-    params = yaml.safe_load((REPO / "workflows" / benchmark / "defaults.yaml").read_text())
+    params = yaml.safe_load((REPO / "minis" / benchmark / "defaults.yaml").read_text())
     params["data"].update(data)
     subprocess.run([sys.executable, "-m", "mlrepro.datasets.generated", "--benchmark", benchmark, "--out", str(out),
                     "--params", json.dumps(params), "--seed", "3"], check=True, capture_output=True, timeout=300)

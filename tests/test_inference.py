@@ -270,7 +270,7 @@ OTHERS = ("dlrm", "bert", "ssd", "rnnt", "unet3d")
 def _defaults(benchmark: str) -> dict[str, Any]:
     """The workflow's own parameters (each trains to its own target); dlrm one epoch of a smaller set."""
     import yaml
-    params: dict[str, Any] = yaml.safe_load((REPO / "workflows" / benchmark / "defaults.yaml").read_text())
+    params: dict[str, Any] = yaml.safe_load((REPO / "minis" / benchmark / "defaults.yaml").read_text())
     if benchmark == "dlrm":
         params.update(max_epochs=1, target=0.0)
         params["data"].update(train_samples=1024, eval_samples=512)

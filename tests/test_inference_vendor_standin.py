@@ -124,7 +124,7 @@ def test_nvidia_flow_on_the_standin_is_accepted_by_the_official_v6_1_checker_but
             pytest.skip(f"{archive} is absent (read from ../shared/data)")
     nvidia_root = extract(NVIDIA_CODE, tmp_path / "nvidia") / "mlperf_inference_nvidia_code_v4.1"
     checker_dir = extract(CHECKER, tmp_path / "checker")
-    params = yaml.safe_load((REPO / "workflows" / "resnet" / "defaults.yaml").read_text())
+    params = yaml.safe_load((REPO / "minis" / "resnet" / "defaults.yaml").read_text())
     trained = _train("resnet", params, tmp_path / "mini")
     checkpoint = trained["run_json"].parent / "checkpoint.pt"
     conf = tmp_path / "standin.json"

@@ -36,7 +36,7 @@ def test_package_passes_the_official_package_checker(submission: Path) -> None:
     assert len(results) == 5
     assert len(list((org / "systems").glob("*.json"))) == 1
     impl = org / "benchmarks" / "resnet" / "implementations" / "mlrepro-pytorch"
-    assert (impl / "workflows" / "resnet" / "run_and_time.sh").is_file() and (impl / "mlrepro" / "train.py").is_file()
+    assert (impl / "minis" / "resnet" / "run_and_time.sh").is_file() and (impl / "mlrepro" / "train.py").is_file()
 
 
 def test_every_result_passes_the_official_compliance_checker(submission: Path) -> None:

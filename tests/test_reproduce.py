@@ -77,7 +77,7 @@ def test_package_reproduces_bit_identically_on_cpu(tiny_package: Path, tmp_path:
     staged = (tmp_path / "reproduction" / "implementation" / "resnet").resolve()
     run = json.loads((runs / "0" / "run.json").read_text())
     assert run["implementation"] == {"kind": "mini", "name": "mlrepro-pytorch", "config_file": "config_CPU.sh",
-                                     "folder": str(staged / "workflows" / "resnet")}
+                                     "folder": str(staged / "minis" / "resnet")}
     launch = json.loads((runs / "launch.json").read_text())
     assert launch["env"]["PYTHONPATH"] == str(staged) and launch["params"]["lr"] == 0.1
     assert not list(org.rglob("__pycache__"))  # nothing written into the audited package
@@ -230,7 +230,7 @@ def _hostile_copy(tiny_package: Path, tmp_path: Path, canary: Path) -> Path:
     """A copy of the package whose resnet config file would, if sourced, create ``canary`` and write into the
     package."""
     org = Path(shutil.copytree(tiny_package / "submission" / "mlrepro", tmp_path / "pkg" / "mlrepro", symlinks=True))
-    config = next(org.glob("benchmarks/resnet/implementations/*/workflows/resnet/config_CPU.sh"))
+    config = next(org.glob("benchmarks/resnet/implementations/*/minis/resnet/config_CPU.sh"))
     config.write_text(config.read_text() + f"$(touch {canary})\nexport X=`touch {canary}`\n"
                       f"echo written > {org}/written_by_config\n")
     return org
@@ -260,7 +260,7 @@ def test_package_edited_after_packaging_stops_before_anything_runs(tiny_package:
     out = _reproduce(tmp_path / "work", org, "runs=1", check=False)
     text = out.stdout + out.stderr
     assert out.returncode != 0 and "does not match its provenance.json" in text
-    assert re.search(r"benchmarks/resnet/implementations/[\w-]+/workflows/resnet/config_CPU\.sh changed", text)
+    assert re.search(r"benchmarks/resnet/implementations/[\w-]+/minis/resnet/config_CPU\.sh changed", text)
     assert not canary.exists() and _snapshot(org) == before
     assert not (tmp_path / "work" / "reproduction" / "implementation").exists()
 
@@ -314,7 +314,7 @@ def test_package_changed_by_its_own_code_is_an_error_of_the_report(tiny_package:
 
     org = Path(shutil.copytree(tiny_package / "submission" / "mlrepro", tmp_path / "pkg" / "mlrepro"))
     victim = next(org.glob("results/*/resnet/result_4.txt"))
-    script = next(org.glob("benchmarks/resnet/implementations/*/workflows/resnet/run_and_time.sh"))
+    script = next(org.glob("benchmarks/resnet/implementations/*/minis/resnet/run_and_time.sh"))
     script.write_text(script.read_text().replace("set -euo pipefail\n", f"set -euo pipefail\necho >> {victim}\n"))
     manifest = json.loads((org / "provenance.json").read_text())
     provenance.write(org, {**manifest, "files": package_files(org)})  # a package that verifies as it is

@@ -98,7 +98,7 @@ def test_rulesets_of_the_current_rounds_take_their_benchmark_names(ruleset: str)
 
 
 def test_every_mini_metric_runs_the_way_the_rules_say() -> None:
-    from mlrepro.core.workflows import implemented_benchmarks, load_module
+    from mlrepro.core.minis import implemented_benchmarks, load_module
 
     for benchmark in implemented_benchmarks():
         assert load_module(benchmark).Workload.higher_is_better == rulesets.rules(benchmark).higher_is_better

@@ -292,7 +292,7 @@ def test_every_rules_job_is_the_dispatcher_and_run_scripts_start_python_isolated
         assert not re.search(r"^\s+python=", text, re.MULTILINE), rules
         assert " python -m" not in text and '"python -m' not in text, rules
     assert targets == {"all", "audit", "audit_all", "datasets", "inference_audit_all", "reproduce", "reproduce_all"}
-    for script in (REPO / "workflows").glob("*/run_and_time.sh"):
+    for script in (REPO / "minis").glob("*/run_and_time.sh"):
         assert "exec python -P -m mlrepro.train " in script.read_text(), script
 
 

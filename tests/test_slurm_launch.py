@@ -116,7 +116,7 @@ def test_rank_from_launcher_variables() -> None:
 @pytest.mark.integration
 def test_two_processes_under_torchrun_match_one(tmp_path: Path) -> None:
     """Without Slurm: torchrun starts 2 ranks; one MLPerf log, from rank 0; the metric of 1 process."""
-    params = yaml.safe_load((REPO / "workflows" / "dlrm" / "defaults.yaml").read_text())
+    params = yaml.safe_load((REPO / "minis" / "dlrm" / "defaults.yaml").read_text())
     params.update(max_epochs=1, data={**params["data"], "train_samples": 1024, "eval_samples": 256})
     py = [sys.executable, "-m"]
     subprocess.run([*py, "mlrepro.datasets.generated", "--benchmark", "dlrm", "--out", str(tmp_path / "data"),

@@ -81,7 +81,7 @@ def steps(job_id: str) -> dict[str, tuple[str, str]]:
 
 
 def test_a_run_over_two_nodes(two_nodes: list[str], tmp_path: Path) -> None:
-    params = yaml.safe_load((REPO / "workflows" / "dlrm" / "defaults.yaml").read_text())
+    params = yaml.safe_load((REPO / "minis" / "dlrm" / "defaults.yaml").read_text())
     params.update(max_epochs=2, target=0.999, data={**params["data"], "train_samples": 2048, "eval_samples": 512})
     subprocess.run([sys.executable, "-m", "mlrepro.datasets.generated", "--benchmark", "dlrm", "--out",
                     str(tmp_path / "data"), "--params", json.dumps(params), "--seed", "3"], check=True,

@@ -45,7 +45,7 @@ def gpu_uuid(host: str) -> str:
 
 def dlrm_run(tmp: Path, trace: dict[str, Any]) -> tuple[str, int, Path]:
     """One dlrm run over both nodes with telemetry at 10 Hz, each node's GPUs replayed from ``trace``."""
-    params = yaml.safe_load((REPO / "workflows" / "dlrm" / "defaults.yaml").read_text())
+    params = yaml.safe_load((REPO / "minis" / "dlrm" / "defaults.yaml").read_text())
     params.update(max_epochs=3, target=0.999, data={**params["data"], "train_samples": 16384, "eval_samples": 512})
     subprocess.run([sys.executable, "-m", "mlrepro.datasets.generated", "--benchmark", "dlrm", "--out",
                     str(tmp / "data"), "--params", json.dumps(params), "--seed", "3"], check=True, capture_output=True)

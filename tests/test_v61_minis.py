@@ -18,7 +18,7 @@ import pytest
 import torch
 import yaml
 
-from mlrepro.core.workflows import load_module, workflow_dir
+from mlrepro.core.minis import load_module, mini_dir
 from mlrepro.datasets import generated
 from mlrepro.training import grpo
 from mlrepro.training.decoder import Decoder, DecoderConfig
@@ -32,7 +32,7 @@ DISCLOSED = {"lowest_numerical_precision_in_linear", "lowest_numerical_precision
 
 
 def defaults(benchmark: str) -> dict:
-    return yaml.safe_load((workflow_dir(benchmark) / "defaults.yaml").read_text())
+    return yaml.safe_load((mini_dir(benchmark) / "defaults.yaml").read_text())
 
 
 grpo_mini = load_module("qwen35_397b_grpo")

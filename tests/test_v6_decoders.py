@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 import yaml
 
-from mlrepro.core.workflows import load_module, workflow_dir
+from mlrepro.core.minis import load_module, mini_dir
 from mlrepro.datasets import generated, manifest, synthetic_text
 from mlrepro.training import decoder, language_model
 from mlrepro.training.loop import train_epoch
@@ -47,7 +47,7 @@ PINNED = {
 
 
 def defaults(benchmark: str) -> dict:
-    return yaml.safe_load((workflow_dir(benchmark) / "defaults.yaml").read_text())
+    return yaml.safe_load((mini_dir(benchmark) / "defaults.yaml").read_text())
 
 
 # ------------------------------------------------------------------------------------- the parts

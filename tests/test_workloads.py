@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from mlrepro.core.minis import implemented_benchmarks, mini_dir
 from mlrepro.core.rulesets import SEED_ORDER
-from mlrepro.core.workflows import implemented_benchmarks, workflow_dir
 from mlrepro.datasets import generated, manifest
 from mlrepro.gate import compliance
 
@@ -34,7 +34,7 @@ def _train(benchmark: str, data_dir: Path, params: dict, seed: int, out: Path) -
 @pytest.mark.integration  # trains every model of the seed documents to its target once, and again to its first eval
 @pytest.mark.parametrize("benchmark", [b for b in implemented_benchmarks() if b in SEED_ORDER])
 def test_workload_converges_reproducibly_with_a_compliant_log(tmp_path: Path, benchmark: str) -> None:
-    params = yaml.safe_load((workflow_dir(benchmark) / "defaults.yaml").read_text())
+    params = yaml.safe_load((mini_dir(benchmark) / "defaults.yaml").read_text())
     generated.generate(benchmark, tmp_path / "data", {"data": params["data"]}, seed=7)
     assert manifest.verify(tmp_path / "data") == []
 
@@ -61,7 +61,7 @@ TRAINS_A_BASE = {"llama2_70b_lora", "qwen35_397b_grpo"}
 @pytest.mark.parametrize("benchmark", [pytest.param(b, marks=pytest.mark.integration) if b in TRAINS_A_BASE else b
                                        for b in implemented_benchmarks()])
 def test_generated_data_is_deterministic(tmp_path: Path, benchmark: str) -> None:
-    params = yaml.safe_load((workflow_dir(benchmark) / "defaults.yaml").read_text())
+    params = yaml.safe_load((mini_dir(benchmark) / "defaults.yaml").read_text())
     one = generated.generate(benchmark, tmp_path / "one", {"data": params["data"]}, seed=3)
     two = generated.generate(benchmark, tmp_path / "two", {"data": params["data"]}, seed=3)
     other = generated.generate(benchmark, tmp_path / "other", {"data": params["data"]}, seed=4)

@@ -22,8 +22,8 @@ from mlrepro.core.hashing import sha256_file
 # Only what runs in the container: a benchmark's defaults.yaml reaches it as --params, so editing
 # hyperparameters re-runs that benchmark without rebuilding the image every benchmark uses.
 CONTEXT_GLOBS = ("pyproject.toml", "README.md", "LICENSE", "mlrepro/**/*.py", "mlrepro/**/*.yaml",
-                 "workflows/*/*.py",
-                 "workflows/*/run_and_time.sh")
+                 "minis/*/*.py",
+                 "minis/*/run_and_time.sh")
 
 
 def containers_dir(root: Path = PROJECT_ROOT) -> Path:

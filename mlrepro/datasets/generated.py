@@ -10,7 +10,7 @@ from typing import Any
 from mlrepro.core.atomic import atomic_dir
 from mlrepro.core.hashing import sha256_file
 from mlrepro.core.job import Job
-from mlrepro.core.workflows import load_module
+from mlrepro.core.minis import load_module
 from mlrepro.datasets.manifest import MANIFEST, read_manifest
 
 
@@ -21,7 +21,7 @@ def generate(benchmark: str, out_dir: Path, params: dict[str, Any], seed: int) -
         module.generate_data(tmp, params, seed)
         files = sorted(p for p in tmp.rglob("*") if p.is_file())
         if not files:
-            raise RuntimeError(f"workflows/{benchmark}/model.py: generate_data wrote no files")
+            raise RuntimeError(f"minis/{benchmark}/model.py: generate_data wrote no files")
         manifest = {p.relative_to(tmp).as_posix(): sha256_file(p) for p in files}
         (tmp / MANIFEST).write_text("".join(f"{h}  {name}\n" for name, h in manifest.items()))
     return manifest

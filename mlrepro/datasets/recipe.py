@@ -1,4 +1,4 @@
-"""A benchmark's dataset recipe (``workflows/<benchmark>/dataset.yaml``) and the ``data`` choice of the config."""
+"""A benchmark's dataset recipe (``minis/<benchmark>/dataset.yaml``) and the ``data`` choice of the config."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 import yaml
 
 from mlrepro.core.errors import MlreproError
-from mlrepro.core.workflows import workflow_dir
+from mlrepro.core.minis import mini_dir
 
 RECIPE = "dataset.yaml"
 HASH_ALGORITHMS = ("md5", "sha256", "sha512")
@@ -71,7 +71,7 @@ def _expand(entry: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def load(benchmark: str, path: Path | None = None) -> Recipe:
-    path = path or workflow_dir(benchmark) / RECIPE
+    path = path or mini_dir(benchmark) / RECIPE
     if not path.is_file():
         raise RecipeError(f"benchmarks.{benchmark}.data: recipe: no recipe file {path}")
     raw = yaml.safe_load(path.read_text()) or {}

@@ -1,14 +1,14 @@
 """Which container-side destinations of a vendor folder a benchmark's data recipe fills (mlrepro/runs/vendor_data.py
 says what fills the others): the recipe's ``mount``, and for the recipes whose prepared folder holds more than one
 mounted folder, each destination with its subfolder (the layouts of the recipes' own comments,
-``workflows/<bm>/dataset.yaml``). Read while planning (our own files); the run's mounts are found by a job."""
+``minis/<bm>/dataset.yaml``). Read while planning (our own files); the run's mounts are found by a job."""
 
 from __future__ import annotations
 
 from mlrepro.datasets import recipe
 
 # destinations a recipe fills beyond its `mount`, each with the subfolder of its prepared folder that feeds it
-# (the layouts of the recipes' own comments: workflows/<bm>/dataset.yaml)
+# (the layouts of the recipes' own comments: minis/<bm>/dataset.yaml)
 RECIPE_FILLS: dict[str, dict[str, str]] = {
     "bert": {"/workspace/data": "hdf5/training-4320/hdf5_4320_shards_varlength",
              "/workspace/evaldata": "hdf5/eval_varlength", "/workspace/phase1": "phase1"},

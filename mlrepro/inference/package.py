@@ -24,7 +24,7 @@ from typing import Any
 from mlrepro.core import atomic
 from mlrepro.core.hashing import sha256_file
 from mlrepro.core.job import Job
-from mlrepro.core.workflows import workflow_dir
+from mlrepro.core.minis import mini_dir
 from mlrepro.environment import system_desc
 from mlrepro.inference import rounds
 
@@ -123,8 +123,8 @@ def build(runs_dir: Path, user_confs: dict[str, Path], out: Path, org: str, divi
             model = rnd.model(benchmark)
             code = root / rnd.code_dir / model
             code.mkdir(parents=True)
-            shutil.copy2(workflow_dir(benchmark) / "model.py", code / "model.py")
-            (code / "README.md").write_text(f"mlrepro's mini {benchmark} ({model}): workflows/{benchmark}/model.py, "
+            shutil.copy2(mini_dir(benchmark) / "model.py", code / "model.py")
+            (code / "README.md").write_text(f"mlrepro's mini {benchmark} ({model}): minis/{benchmark}/model.py, "
                                             "served by mlrepro/inference/serve.py through mlperf_loadgen.\n")
             for scen_dir in sorted(p for p in bench_dir.iterdir() if p.is_dir()):
                 scenario = scen_dir.name

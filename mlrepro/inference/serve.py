@@ -1,7 +1,7 @@
 """A training run's checkpoint as what LoadGen serves: the QSL's samples, a prediction per sample as the
 bytes LoadGen logs, and the accuracy script that reads them back.
 
-One adapter per served benchmark; each rebuilds the benchmark's own model from workflows/<bm>/model.py
+One adapter per served benchmark; each rebuilds the benchmark's own model from minis/<bm>/model.py
 (the same file that trained it) and loads the converged run's weights. ResNet and DLRM are here; the
 models whose Workload holds their held-out set have a module each in mlrepro/inference/models/.
 """
@@ -14,7 +14,7 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from mlrepro.core.workflows import load_module
+from mlrepro.core.minis import load_module
 from mlrepro.inference.models.bert import BertServed
 from mlrepro.inference.models.rnnt import RNNTServed
 from mlrepro.inference.models.ssd import SSDServed

@@ -45,7 +45,7 @@ def _copy_implementation(benchmark: str, impl: dict, dest: Path) -> None:
     if impl["kind"] != "mini":
         shutil.copytree(impl["folder"], dest, ignore=ignore, symlinks=True)
     else:
-        shutil.copytree(impl["folder"], dest / "workflows" / benchmark, ignore=ignore)
+        shutil.copytree(impl["folder"], dest / "minis" / benchmark, ignore=ignore)
         shutil.copytree(PACKAGE_ROOT / "mlrepro", dest / "mlrepro", ignore=ignore)
         image_dir = names.inside(PROJECT_ROOT / "containers", impl["image"])  # never a folder outside containers/
         if image_dir.is_dir():
@@ -54,7 +54,7 @@ def _copy_implementation(benchmark: str, impl: dict, dest: Path) -> None:
             shutil.copy2(PROJECT_ROOT / name, dest / name)
         (dest / "README.md").write_text(
             f"# {benchmark}: mlrepro mini implementation\n\n"
-            f"`workflows/{benchmark}/` is the implementation folder (model.py, {impl['config_file']}, "
+            f"`minis/{benchmark}/` is the implementation folder (model.py, {impl['config_file']}, "
             f"run_and_time.sh);\n`mlrepro/training/loop.py` is the training loop shared by every benchmark. "
             f"The image is built from\n`containers/{impl['image']}/Dockerfile` with this folder as context.\n"
         )

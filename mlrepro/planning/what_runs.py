@@ -19,8 +19,8 @@ from typing import Any, TypeVar
 from mlrepro.config import Benchmark, config_hash, run_seed, submittable
 from mlrepro.containers.context import context_files, folder_files
 from mlrepro.core import release_table, rulesets, smk
+from mlrepro.core.minis import mini_dir
 from mlrepro.core.outputs import Outputs
-from mlrepro.core.workflows import workflow_dir
 from mlrepro.datasets import recipe as data_recipe
 from mlrepro.datasets.manifest import MANIFEST
 from mlrepro.inference import rounds
@@ -195,7 +195,7 @@ class WhatRuns:
 
     def recipe_file(self, benchmark: str) -> Path:
         choice = self.data_choice(benchmark)
-        return choice.path if choice.path else workflow_dir(benchmark) / data_recipe.RECIPE
+        return choice.path if choice.path else mini_dir(benchmark) / data_recipe.RECIPE
 
     def dataset_dir(self, benchmark: str) -> Path:
         """The folder the benchmark's runs read (mounted read-only into containers)."""

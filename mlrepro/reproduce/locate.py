@@ -1,7 +1,7 @@
 """The implementation inside a package, and its config file for a system.
 
 ``benchmarks/<bm>/implementations/<impl>/`` in the MLCommons convention (run_and_time.sh, config_<SYSTEM>.sh),
-a vendor's as it is, or this pipeline's own as mlrepro/package/assemble.py writes it (workflows/<bm>/ holding
+a vendor's as it is, or this pipeline's own as mlrepro/package/assemble.py writes it (minis/<bm>/ holding
 run_and_time.sh and config_CPU.sh, beside the training code mlrepro/ it imports). Only looked at here:
 nothing in the package is run or sourced (its config file is sourced by a job, from the staged copy).
 """
@@ -18,6 +18,10 @@ from mlrepro.core import safe_read
 from mlrepro.reproduce.errors import ReproduceError
 from mlrepro.runs.implementation import MINI, RUN_SCRIPT
 
+# The folder of our minis in a package this pipeline assembled: minis/ today; packages assembled before the rename
+# (issue 46: workflows/ read like Snakemake's `workflow`) hold workflows/ and still reproduce.
+PACKAGED_MINIS = ("minis", "workflows")
+
 _MAX_YAML_BYTES = 1 << 20  # an implementation's defaults.yaml or params.schema.yaml: a few kB
 
 
@@ -27,7 +31,7 @@ class PackagedImplementation:
     pipeline runs)."""
 
     folder: Path  # implementations/<impl>/ in the package
-    run_folder: Path  # the folder holding run_and_time.sh (ours: workflows/<bm>/ inside ``folder``)
+    run_folder: Path  # the folder holding run_and_time.sh (ours: minis/<bm>/ inside ``folder``)
     config: Path  # the config file for the system
     kind: str  # MINI (this pipeline's own: shared code on PYTHONPATH, hyperparameters as JSON) or "folder"
 
@@ -68,13 +72,14 @@ def locate_implementation(org_dir: Path, benchmark: str, system: str = "", syste
     for folder in sorted(p for p in base.glob("*") if p.is_dir()):
         if (folder / RUN_SCRIPT).is_file():
             candidates.append((folder, folder, "folder"))
-        elif (folder / "workflows" / benchmark / RUN_SCRIPT).is_file() and (folder / "mlrepro").is_dir():
-            candidates.append((folder, folder / "workflows" / benchmark, MINI))
+        elif (folder / "mlrepro").is_dir():
+            candidates += [(folder, folder / name / benchmark, MINI) for name in PACKAGED_MINIS
+                           if (folder / name / benchmark / RUN_SCRIPT).is_file()][:1]
     if not candidates:
         present = ", ".join(sorted(p.name for p in base.glob("*"))) or "none"
         raise ReproduceError(
             f"The package {org_dir} has no runnable implementation of {benchmark}: {base} holds {present}, and none "
-            f"has {RUN_SCRIPT} (the MLCommons convention) or workflows/{benchmark}/{RUN_SCRIPT} beside mlrepro/ "
+            f"has {RUN_SCRIPT} (the MLCommons convention) or minis/{benchmark}/{RUN_SCRIPT} beside mlrepro/ "
             f"(the layout this pipeline packages). Supply the implementation folder under {base}/<name>/, or leave "
             f"{benchmark} out with only=[...].")
     for folder, run_folder, kind in candidates:

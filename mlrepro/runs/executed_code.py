@@ -1,6 +1,6 @@
 """The project files a mini run executes, found from the imports: what a run's ``computes`` digest covers.
 
-A run of ours executes ``python -m mlrepro.train`` and its benchmark's ``workflows/<bm>/*.py``; every
+A run of ours executes ``python -m mlrepro.train`` and its benchmark's ``minis/<bm>/*.py``; every
 ``mlrepro`` module they import, at module level or inside a function, is followed, with the packages'
 ``__init__.py`` files that importing it runs. Imports are read from the source (nothing is imported), so
 the set is known while the DAG is planned. ``tests/test_executed_code.py`` checks it against the modules
@@ -32,7 +32,7 @@ def _module_file(name: str) -> Path | None:
 
 def _module_name(path: Path) -> str:
     """The module a file is, under the folder the package is imported from ("": a file outside it, such as
-    a benchmark's workflows/<bm>/model.py of the checkout where the package is installed)."""
+    a benchmark's minis/<bm>/model.py of the checkout where the package is installed)."""
     if not path.is_relative_to(PACKAGE_ROOT):
         return ""
     parts = path.relative_to(PACKAGE_ROOT).with_suffix("").parts

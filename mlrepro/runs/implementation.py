@@ -70,7 +70,7 @@ class Implementation:
         # ours is installed at /opt/mlrepro (containers/pytorch/Dockerfile); a vendor's image has its
         # folder in its WORKDIR, where NVIDIA's run_with_docker.sh runs ./run_and_time.sh
         if self.kind == MINI:
-            return f"/opt/mlrepro/workflows/{self.benchmark}/{RUN_SCRIPT}"
+            return f"/opt/mlrepro/minis/{self.benchmark}/{RUN_SCRIPT}"
         return f"./{RUN_SCRIPT}"
 
 
@@ -158,7 +158,7 @@ def resolve(benchmark: str, choice: str, system: str, system_config: str | None,
     """The implementation of ``benchmark`` the config chose, with its config file (sourced later, by a job: its
     variables are not read here); errors name the file."""
     if choice == MINI:
-        kind, folder = MINI, PROJECT_ROOT / "workflows" / benchmark
+        kind, folder = MINI, PROJECT_ROOT / "minis" / benchmark
     else:
         kind, folder = "folder", (base_dir / choice).resolve()
         if not folder.is_dir():

@@ -62,7 +62,7 @@ def entry(system: str, launch: LaunchSpec, runs: int, seed: int, image_record: P
         found["traced_exit_code"] = traced.exit_code
         by_hand = sorted({m["variable"] for m in found["mounts"] if m["variable"] and m["variable"] not in RUN_SETS
                           and m["destination"].rstrip("/") not in (fills or {})})
-        found["data"] = {"recipe": f"workflows/{launch.benchmark}/dataset.yaml" if fills else None,
+        found["data"] = {"recipe": f"minis/{launch.benchmark}/dataset.yaml" if fills else None,
                          "fills": fills or {}, "by_hand": by_hand}
         if not fills:
             found["data"]["note"] = (f"no data recipe for {launch.benchmark}: prepare what "

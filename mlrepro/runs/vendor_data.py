@@ -2,7 +2,7 @@
 
 A folder's run.sub mounts host folders (datasets, checkpoints, tokenizers) from variables; which variable feeds which
 container-side destination is found from the run itself (mlrepro/runs/demands.py). What the destination is, is the
-benchmark's: a recipe (``workflows/<bm>/dataset.yaml``) prepares the dataset its ``mount`` names (and more:
+benchmark's: a recipe (``minis/<bm>/dataset.yaml``) prepares the dataset its ``mount`` names (and more:
 mlrepro/datasets/vendor_fills.py), and the variable that feeds that destination is set to the prepared folder;
 every other destination is prepared by hand as the folder's README says (:data:`BY_HAND` names the usual ones).
 Matching by destination, not by variable name, holds for folders of any round: a v4.1 ``ssd`` (RetinaNet) mounts
@@ -39,7 +39,7 @@ def fill(benchmark: str, mounts: list[str], fills: dict[str, str]) -> str:
         if dest in fills:
             sub = fills[dest]
             where = "its prepared folder" if sub == "." else f"the {sub}/ of its prepared folder"
-            return (f"the data recipe workflows/{benchmark}/dataset.yaml fills {dest}: prepare it "
+            return (f"the data recipe minis/{benchmark}/dataset.yaml fills {dest}: prepare it "
                     f"(benchmarks.{benchmark}.data: recipe) and name {where}")
     what = ", ".join(BY_HAND.get(_norm(d), "its content") + f" at {_norm(d)}" for d in mounts)
     none = f"no data recipe of {benchmark} would" if not fills else f"the data recipe of {benchmark} does not"

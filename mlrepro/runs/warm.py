@@ -478,15 +478,15 @@ def serve(folder: Path, owner: str, module: str = MODULE) -> None:
 
 
 def _import_workload_dependencies() -> None:
-    """Import what the workflows' model.py files import (torchvision, ...), without running a model
+    """Import what the minis' model.py files import (torchvision, ...), without running a model
     file: a model's own code runs only in the run's child."""
     import ast
     import importlib
 
-    from mlrepro.core.workflows import implemented_benchmarks, workflow_dir
+    from mlrepro.core.minis import implemented_benchmarks, mini_dir
 
     for benchmark in implemented_benchmarks():
-        tree = ast.parse((workflow_dir(benchmark) / "model.py").read_text())
+        tree = ast.parse((mini_dir(benchmark) / "model.py").read_text())
         for node in tree.body:
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
                 [node.module] if isinstance(node, ast.ImportFrom) and node.module and not node.level else [])

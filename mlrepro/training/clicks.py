@@ -1,4 +1,4 @@
-"""What the two recommendation minis share (workflows/dlrm, workflows/dlrm_dcnv2): generated click logs
+"""What the two recommendation minis share (minis/dlrm, minis/dlrm_dcnv2): generated click logs
 from a hidden model of DLRM's own form, the exact ROC AUC, the MLP of their towers, and the workload's
 data, steps and evaluation (each mini adds its model, optimizer and logged hyperparameters).
 

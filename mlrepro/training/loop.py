@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from mlrepro.core import atomic, rulesets
-from mlrepro.core.workflows import load_module
+from mlrepro.core.minis import load_module
 from mlrepro.datasets import manifest
 from mlrepro.training import distributed
 from mlrepro.training.mllog_writer import RunLog
@@ -163,7 +163,7 @@ def train(
     workload: Workload = module.Workload(data_dir, params, device, seed)
     # The metric's direction is the rules' (mlrepro/core/rulesets.yaml); a workload that says otherwise is wrong.
     if workload.higher_is_better != rulesets.rules(benchmark).higher_is_better:
-        raise ValueError(f"workflows/{benchmark}/model.py: higher_is_better={workload.higher_is_better}, but the "
+        raise ValueError(f"minis/{benchmark}/model.py: higher_is_better={workload.higher_is_better}, but the "
                          f"rules' metric for {benchmark} is {'higher' if not workload.higher_is_better else 'lower'} "
                          "is better (mlrepro/core/rulesets.yaml)")
     for tensor in workload.initialized_tensors():

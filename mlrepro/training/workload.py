@@ -1,6 +1,6 @@
 """The contract between the shared training loop and one benchmark's mini implementation.
 
-Each ``workflows/<benchmark>/model.py`` is a self-contained file (model, data generator, loss,
+Each ``minis/<benchmark>/model.py`` is a self-contained file (model, data generator, loss,
 evaluation) that exposes:
 
 - ``generate_data(out_dir: Path, params: dict, seed: int) -> None``: write the dataset, deterministic

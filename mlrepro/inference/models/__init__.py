@@ -1,6 +1,6 @@
 """Pre- and post-processing of the served models whose training Workload builds the model and its held-out
 set (SSD, BERT, RNN-T, 3D U-Net): one module each. The part they share is here: the converged run's weights
-loaded into the Workload that trained them (workflows/<bm>/model.py), so the served model, its held-out set and
+loaded into the Workload that trained them (minis/<bm>/model.py), so the served model, its held-out set and
 its FP32 reference metric (Workload.evaluate) are the training's own."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from mlrepro.core.workflows import load_module
+from mlrepro.core.minis import load_module
 
 
 def checkpointed(benchmark: str, data_dir: Path, params: dict[str, Any], checkpoint: Path,

@@ -12,7 +12,7 @@ import pytest
 import torch
 import yaml
 
-from mlrepro.core.workflows import load_module, workflow_dir
+from mlrepro.core.minis import load_module, mini_dir
 
 rnnt = load_module("rnnt")
 
@@ -23,7 +23,7 @@ def _one_thread() -> None:
 
 
 def defaults() -> dict[str, Any]:
-    return yaml.safe_load((workflow_dir("rnnt") / "defaults.yaml").read_text())
+    return yaml.safe_load((mini_dir("rnnt") / "defaults.yaml").read_text())
 
 
 def brute_force_log_likelihood(logp: torch.Tensor, labels: list[int], blank: int) -> float:

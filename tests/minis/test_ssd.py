@@ -10,14 +10,14 @@ import pytest
 import torch
 import yaml
 
-from mlrepro.core.workflows import load_module, workflow_dir
+from mlrepro.core.minis import load_module, mini_dir
 
 ssd = load_module("ssd")
 
 
 @pytest.fixture(scope="module")
 def params() -> dict:
-    return yaml.safe_load((workflow_dir("ssd") / "defaults.yaml").read_text())
+    return yaml.safe_load((mini_dir("ssd") / "defaults.yaml").read_text())
 
 
 def test_coco_map_perfect_and_shifted() -> None:

@@ -10,7 +10,7 @@ import pytest
 import torch
 import yaml
 
-from mlrepro.core.workflows import load_module, workflow_dir
+from mlrepro.core.minis import load_module, mini_dir
 
 unet3d = load_module("unet3d")
 
@@ -21,7 +21,7 @@ def _one_thread() -> None:
 
 
 def defaults() -> dict[str, Any]:
-    return yaml.safe_load((workflow_dir("unet3d") / "defaults.yaml").read_text())
+    return yaml.safe_load((mini_dir("unet3d") / "defaults.yaml").read_text())
 
 
 def test_dice_of_known_masks() -> None:

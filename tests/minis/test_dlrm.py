@@ -11,7 +11,7 @@ import pytest
 import torch
 import yaml
 
-from mlrepro.core.workflows import load_module, workflow_dir
+from mlrepro.core.minis import load_module, mini_dir
 
 dlrm = load_module("dlrm")
 
@@ -22,7 +22,7 @@ def _one_thread() -> None:
 
 
 def defaults() -> dict[str, Any]:
-    return yaml.safe_load((workflow_dir("dlrm") / "defaults.yaml").read_text())
+    return yaml.safe_load((mini_dir("dlrm") / "defaults.yaml").read_text())
 
 
 def pairwise_auc(scores: list[float], labels: list[int]) -> float:

@@ -11,7 +11,7 @@ import pytest
 import torch
 import yaml
 
-from mlrepro.core.workflows import load_module, workflow_dir
+from mlrepro.core.minis import load_module, mini_dir
 
 dcn = load_module("dlrm_dcnv2")
 
@@ -22,7 +22,7 @@ def _one_thread() -> None:
 
 
 def defaults() -> dict[str, Any]:
-    return yaml.safe_load((workflow_dir("dlrm_dcnv2") / "defaults.yaml").read_text())
+    return yaml.safe_load((mini_dir("dlrm_dcnv2") / "defaults.yaml").read_text())
 
 
 def test_a_cross_layer_has_the_low_rank_shapes_and_formula() -> None:

@@ -338,7 +338,7 @@ class PolicyValueNet(nn.Module):
         """``forward`` in evaluation mode, for the search's thousands of batches of a few dozen boards.
 
         It calls the torch functions that the layers' forward methods call, with the same arguments, so
-        its outputs are forward's to the bit (tests/workflows/test_minigo.py checks it), but without
+        its outputs are forward's to the bit (tests/minis/test_minigo.py checks it), but without
         nn.Module.__call__ and the layers' Python code, a tenth of the time of such a small batch.
         """
         assert not self.training, "infer() is forward() in evaluation mode"

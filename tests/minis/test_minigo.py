@@ -13,7 +13,7 @@ import pytest
 import torch
 import yaml
 
-from mlrepro.core.workflows import load_module, workflow_dir
+from mlrepro.core.minis import load_module, mini_dir
 
 
 @pytest.fixture(scope="module")
@@ -23,7 +23,7 @@ def mg() -> ModuleType:
 
 @pytest.fixture(scope="module")
 def params() -> dict[str, Any]:
-    return yaml.safe_load((workflow_dir("minigo") / "defaults.yaml").read_text())
+    return yaml.safe_load((mini_dir("minigo") / "defaults.yaml").read_text())
 
 
 def board(mg: ModuleType, rows: str, to_play: int = 1, ko: int = -1) -> Any:

@@ -11,7 +11,7 @@ import pytest
 import torch
 import yaml
 
-from mlrepro.core.workflows import load_module, workflow_dir
+from mlrepro.core.minis import load_module, mini_dir
 from mlrepro.training.detection import roi_align
 
 mrcnn = load_module("maskrcnn")
@@ -19,7 +19,7 @@ mrcnn = load_module("maskrcnn")
 
 @pytest.fixture(scope="module")
 def params() -> dict:
-    return yaml.safe_load((workflow_dir("maskrcnn") / "defaults.yaml").read_text())
+    return yaml.safe_load((mini_dir("maskrcnn") / "defaults.yaml").read_text())
 
 
 def test_sample_is_balanced() -> None:

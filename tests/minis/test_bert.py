@@ -11,7 +11,7 @@ import pytest
 import torch
 import yaml
 
-from mlrepro.core.workflows import load_module, workflow_dir
+from mlrepro.core.minis import load_module, mini_dir
 
 bert = load_module("bert")
 
@@ -22,7 +22,7 @@ def _one_thread() -> None:
 
 
 def defaults() -> dict[str, Any]:
-    return yaml.safe_load((workflow_dir("bert") / "defaults.yaml").read_text())
+    return yaml.safe_load((mini_dir("bert") / "defaults.yaml").read_text())
 
 
 def test_masking_follows_the_80_10_10_rule() -> None:
