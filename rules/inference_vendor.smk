@@ -8,7 +8,8 @@
 #   vendor_stage, vendor_compliance, vendor_truncate, vendor_export: the round's post-run targets in its order
 #   vendor_package:     the staging with the folder's code/ and systems/, in the declared round's layout (relayout.py)
 #   vendor_check:       the declared round's official checker on it, from inference.mlcommons_inference (a hard gate)
-#   vendor_report:      throughput per accelerator and accelerator energy of each performance run (CSV, HTML)
+#   vendor_report:      throughput per accelerator and accelerator energy of each performance run (CSV, HTML, and
+#                       the rows the pipeline's report shows: VENDOR_REPORT)
 # Every step is the folder's own `make TARGET ...` (mlrepro/inference/vendor/steps.py), on the host or in the image.
 from mlrepro.inference.vendor import steps as vendor_steps
 
@@ -19,6 +20,8 @@ VCHECKER = PLAN.config["inference"].get("mlcommons_inference")
 # layout (checked by the round's official checker where inference.mlcommons_inference names one) and its report
 VENDOR_TARGETS = [VDIR / "jobs" / "export.json", VDIR / "report.csv",
                   VDIR / "check.json" if VCHECKER else VDIR / "package"] if VENDOR else []
+# the vendor runs' table rows, which the pipeline's report shows (rules/report.smk)
+VENDOR_REPORT = [VDIR / "report.json"] if VENDOR else []
 
 
 rule inference_preview:
@@ -272,6 +275,7 @@ if VENDOR:
         output:
             table=VDIR / "report.csv",
             html=VDIR / "report.html",
+            rows=VDIR / "report.json",
         log:
             PLAN.out.log("vendor_report"),
         localrule: True

@@ -14,6 +14,8 @@ rule report:
         # the config files' capture records the spec is read from (ancient: a record made again under its name,
         # what it captured unchanged, keeps what was made)
         captures=[ancient(str(f)) for f in PLAN.capture_files],
+        # inference.vendor's runs: throughput per accelerator beside energy (rules/inference_vendor.smk)
+        vendor=VENDOR_REPORT,
     output:
         PLAN.out.report,
     params:

@@ -120,14 +120,15 @@ def _record(path: Path, result: dict[str, object], telemetry: dict[str, object] 
     return path
 
 
-def test_the_vendor_report_puts_energy_beside_throughput_per_accelerator_with_every_log_string_escaped(
+def test_the_vendor_report_and_the_pipeline_report_put_energy_beside_throughput_per_accelerator_escaped(
         tmp_path: Path) -> None:
     from mlrepro.inference.vendor.jobs import report_job
 
     hostile = "<script>alert(1)</script>"
+    metric = f"Samples per second {hostile}" + "y" * 5_000  # a log's string, escaped and shortened in the table
     jobs = tmp_path / "jobs" / "run"
     sampled = _record(jobs / "resnet50" / "Offline" / "performance.json",
-                      {"scenario": "Offline", "metric": f"Samples per second {hostile}", "value": 80000.0,
+                      {"scenario": "Offline", "metric": metric, "value": 80000.0,
                        "unit": "samples/s", "valid": True, "accelerators": 8, "per_accelerator": 10000.0,
                        "accelerator_energy_j": 1234.5, "summary": "x" * 50_000 + hostile},
                       {"nvml": "ok", "gpus": [{}] * 8, "accelerator_energy_j": 1234.5}, seconds=2.0)
@@ -136,19 +137,54 @@ def test_the_vendor_report_puts_energy_beside_throughput_per_accelerator_with_ev
                          "unit": "samples/s", "valid": False, "accelerators": 8, "per_accelerator": 62.5,
                          "summary": "s.txt"}, None, seconds=1.0)
     job = make_job("vendor_report", input={"runs": [sampled, unsampled]},
-                   output={"table": tmp_path / "report.csv", "html": tmp_path / "report.html"})
+                   output={"table": tmp_path / "report.csv", "html": tmp_path / "report.html",
+                           "rows": tmp_path / "report.json"})
     report_job(job)
     csv = (tmp_path / "report.csv").read_text().splitlines()
-    assert csv[1] == f"resnet50,Offline,Samples per second {hostile},80000.0,samples/s,True,8,10000.0,1234.5"
+    assert csv[1] == f"resnet50,Offline,{metric},80000.0,samples/s,True,8,10000.0,1234.5"
     assert csv[2] == "bert,Server,Completed samples per second,500.0,samples/s,False,8,62.5,"
-    html = (tmp_path / "report.html").read_text()
+    page = (tmp_path / "report.html").read_text()
+    _assert_vendor_table(page, hostile)
+    assert "[... shortened: 50025 characters in all]" in page and "x" * 50_000 not in page  # where each comes from
+    # the pipeline's report: the same table from the rows vendor_report wrote (rules/report.smk's input vendor)
+    from mlrepro.report.render import render
+    from mlrepro.report.submission import vendor_rows
+
+    rows = vendor_rows([tmp_path / "report.json"])
+    assert rows is not None and vendor_rows([]) is None
+    render("submission.html.j2", tmp_path / "main.html", **_main_report(), vendor_rows=rows)
+    html = (tmp_path / "main.html").read_text()
+    assert 'id="inference-vendor"' in html and 'href="inference_vendor/report.html"' in html
+    _assert_vendor_table(html.split('id="inference-vendor"')[1].split('id="package"')[0], hostile)
+    render("submission.html.j2", tmp_path / "training.html", **_main_report(), vendor_rows=None)
+    assert "inference-vendor" not in (tmp_path / "training.html").read_text()
+
+
+def _assert_vendor_table(html: str, hostile: str) -> None:
+    """The vendor runs' table of _record's two runs: per accelerator beside energy and power, log strings escaped
+    and shortened."""
     assert "<script>alert" not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
-    assert "[... shortened: 50025 characters in all]" in html and "x" * 50_000 not in html
+    assert "[... shortened: 5044 characters in all]" in html and "y" * 5_000 not in html
     row = next(r for r in html.split("<tr>") if "resnet50" in r)
     for cell in ("10,000.00", "1,234.5", "617.2", "ok (8 GPUs)", "VALID"):  # per accelerator, J, W: one row
         assert cell in row, (cell, row)
     row = next(r for r in html.split("<tr>") if "<td>bert</td>" in r)
     assert "62.50" in row and "not sampled" in row and "INVALID" in row
+
+
+def _main_report() -> dict[str, object]:
+    """The pipeline report's context (mlrepro/report/submission.py build_context) for a config with no training
+    result: what its template reads."""
+    host = {"hostname": "h", "cpu_model": "cpu", "logical_cpus": 2, "memory_bytes": 2**30,
+            "gpus": {"nvml": False, "reason": "no NVML"}}
+    return {"org": ORG, "system": SYS, "usage": "training", "ruleset": "5.0.0", "division": "closed",
+            "engine": "native", "config_hash": "0", "commit": "0", "submittable": True, "systems": {},
+            "seed_table": [], "summary": [], "cpu_only": True, "sections": [], "gate_judges": [],
+            "package": {"valid": True, "judged_by": "x", "usage": "training", "ruleset": "5.0.0", "folder": "p",
+                        "errors": [], "warnings": [], "manifest_sha256": None},
+            "environment": {"engine": {"engine": "native", "image": None, "python": "3", "packages": {},
+                                       "pip_freeze": []}, "host": host},
+            "config": {}, "timings": []}
 
 
 def test_the_package_job_writes_the_rules_output_folder(tmp_path: Path) -> None:

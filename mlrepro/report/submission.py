@@ -173,4 +173,13 @@ def job(job: Job) -> None:
     if problems:
         sys.exit("error: the report's inputs changed after they were written:\n"
                  + "\n".join(f"  {p}" for p in problems) + "\nRun the pipeline again: it names what to do.")
-    render("submission.html.j2", job.output.first, **build_context(out, spec))
+    render("submission.html.j2", job.output.first, **build_context(out, spec),
+           vendor_rows=vendor_rows(job.input.many("vendor")))
+
+
+def vendor_rows(paths: list[Path]) -> list[dict[str, Any]] | None:
+    """inference.vendor's performance runs as vendor_report wrote them (<outdir>/inference_vendor/report.json), for
+    the same table as its page (report_templates/inference_vendor_runs.html.j2); None without inference.vendor."""
+    if not paths:
+        return None
+    return [row for path in paths for row in json.loads(path.read_text())["rows"]]

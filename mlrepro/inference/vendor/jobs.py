@@ -151,9 +151,11 @@ def report_rows(records: list[Path]) -> list[dict[str, Any]]:
 
 
 def report_job(job: Job) -> None:
-    """vendor_report: throughput per accelerator and energy beside each performance run, as CSV (output table) and
-    as the vendor flow's HTML report (output html)."""
+    """vendor_report: throughput per accelerator and energy beside each performance run, as CSV (output table), as
+    the vendor flow's HTML report (output html) and as the rows the pipeline's report shows with the same table
+    (output rows: report_templates/inference_vendor_runs.html.j2)."""
     rows = report_rows(list(job.input))
+    atomic.write_json(job.output["rows"], {"rows": rows})
     lines = ["benchmark,scenario,metric,value,unit,valid,accelerators,per_accelerator,accelerator_energy_j"]
     for r in rows:
         lines.append(",".join("" if r[k] is None else str(r[k]) for k in (
