@@ -15,8 +15,6 @@ from mlrepro.audit import consistency, pipeline, platform_names
 from mlrepro.audit.check import check_round
 from mlrepro.audit.platform_names import Names, System
 from mlrepro.audit.runfile import FileCheck
-from tests import rounds
-from tests.conftest import require
 from tests.test_audit_power import MXNET, _line
 
 FIXTURES = Path(__file__).parent / "fixtures" / "audit" / "round"
@@ -205,13 +203,11 @@ def test_initialisation_over_the_divisions_limit(tmp_path: Path, cache: Path) ->
 
 
 @pytest.mark.integration
-def test_the_checks_calibrated_on_the_v1_1_round(tmp_path: Path) -> None:
+def test_the_checks_calibrated_on_the_v1_1_round(v11_round: Path, v11_checks: Path) -> None:
     """The whole public v1.1 round (1,545 result files): every warning and fail is one a reviewer would ask the
-    submitter about; NVIDIA's "<N>xNVIDIA DGX A100", display names and case are no finding (docs/audit-checks.md)."""
-    require(rounds.V11.is_file(), f"{rounds.V11} is absent")
-    root = rounds.extract(rounds.V11, tmp_path / "round")
-    checks = check_round(root, tmp_path / "out" / "checks.json", tmp_path / "cache", "training", RULESET, 2)
-    audit = pipeline.summarize(root, checks, "training", RULESET)
+    submitter about; NVIDIA's "<N>xNVIDIA DGX A100", display names and case are no finding (docs/audit-checks.md).
+    Its check step is the session's (tests/rounds.py, shared with tests/test_audit_ids.py)."""
+    audit = pipeline.summarize(v11_round, pipeline.load_json(v11_checks / "checks.json"), "training", RULESET)
     found = [(org["name"], s["folder"], b["folder"], f["severity"], f["message"], len(f["files"]), f["of"])
              for org in audit["orgs"] for s in org["systems"] for b in s["benchmarks"] for f in b["consistency"]]
     assert sorted(f for f in found if f[3] != "note") == [

@@ -7,7 +7,6 @@ import json
 import os
 import subprocess
 import sys
-import tarfile
 from pathlib import Path
 
 import pytest
@@ -15,9 +14,7 @@ import pytest
 from mlrepro.audit import rcp_review
 from mlrepro.core import versions
 from tests import rounds
-from tests.conftest import require
 
-RELEASES = rounds.DATA / "mlperf_logging_by_round.tar.xz"
 # 1.1.0-rc4's package checker fails each of these published results; the round's table as the review left it
 # passes them: RCPs submitted during the review (RNN-T 6144, SSD 1536, 3D U-Net 84) and pruned (ResNet 2048,
 # too fast for Habana's 2048 run; 64480, beside NVIDIA's 64800)
@@ -32,15 +29,6 @@ FAILING_AT_THE_TAG = {
 PASSING_BOTH = "Dell/8xR750xax4A100-PCIE-80GB/ssd"
 # the same verdict and message either way: the tag decides
 SAME = "Intel-HabanaLabs/HLS-1H-N32/resnet"
-
-
-@pytest.fixture(scope="module")
-def releases(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    require(RELEASES.is_file(), f"{RELEASES} is absent")
-    folder = tmp_path_factory.mktemp("releases")
-    with tarfile.open(RELEASES) as tar:
-        tar.extractall(folder, filter="data")
-    return folder
 
 
 def _table_sizes(release: Path, ruleset: str, benchmark: str) -> set[int]:
@@ -88,10 +76,9 @@ def _folders(audit: dict) -> dict[str, tuple[dict, dict, list[str]]]:
 
 
 @pytest.mark.integration
-def test_results_published_after_review_pass_with_the_table_as_the_review_ended(releases: Path,
+def test_results_published_after_review_pass_with_the_table_as_the_review_ended(releases: Path, v11_round: Path,
                                                                                tmp_path: Path) -> None:
-    require(rounds.V11.is_file(), f"{rounds.V11} is absent")
-    root = rounds.extract_systems(rounds.V11, tmp_path / "round", (*FAILING_AT_THE_TAG, PASSING_BOTH, SAME))
+    root = rounds.copy_systems(v11_round, tmp_path / "round", (*FAILING_AT_THE_TAG, PASSING_BOTH, SAME))
     folders = _folders(_audit(root, tmp_path / "out", releases))
     for where, (bs, tag_message) in FAILING_AT_THE_TAG.items():
         b, row, errors = folders[where]

@@ -18,7 +18,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tarfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -27,9 +26,7 @@ import pytest
 
 from mlrepro.core import versions
 from tests import rounds
-from tests.conftest import require
 
-RELEASES = rounds.DATA / "mlperf_logging_by_round.tar.xz"
 FIXTURES = Path(__file__).parent / "fixtures" / "audit" / "round"
 RULESET = "1.1.0"
 # CI's sample of the round (tests/rounds.py) as 1.1.0-rc4 judges it: (files, failing, folders, scores, scaled)
@@ -76,15 +73,6 @@ json.dump({"files": files, "errors": errors, "crash": crash, "written": written,
            "published": json.loads(frame.to_json(orient="records"))}, sys.stdout)
 shutil.rmtree(scratch)
 '''
-
-
-@pytest.fixture(scope="module")
-def releases(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    require(RELEASES.is_file(), f"{RELEASES} is absent")
-    folder = tmp_path_factory.mktemp("releases")
-    with tarfile.open(RELEASES) as tar:
-        tar.extractall(folder, filter="data")
-    return folder
 
 
 def _audit(root: Path, out: Path, releases: Path, *extra: str) -> None:
@@ -204,23 +192,23 @@ def test_a_later_release_scales_as_its_package_checker_and_summarizer_do(release
 
 
 @pytest.mark.integration
-def test_a_sample_of_the_v1_1_round_judged_by_its_tag_equals_that_tags_official_tools(releases: Path,
+def test_a_sample_of_the_v1_1_round_judged_by_its_tag_equals_that_tags_official_tools(releases: Path, v11_round: Path,
                                                                                      tmp_path: Path) -> None:
-    assert _judged_by_its_tag(releases, tmp_path, rounds.SAMPLE) == SAMPLE_FIGURES
+    assert _judged_by_its_tag(releases, v11_round, tmp_path, rounds.SAMPLE) == SAMPLE_FIGURES
 
 
 @pytest.mark.round
-def test_the_v1_1_round_judged_by_its_tag_equals_that_tags_official_tools(releases: Path, tmp_path: Path) -> None:
-    files, failing, folders, scores, scaled = _judged_by_its_tag(releases, tmp_path)
+def test_the_v1_1_round_judged_by_its_tag_equals_that_tags_official_tools(releases: Path, v11_round: Path,
+                                                                          tmp_path: Path) -> None:
+    files, failing, folders, scores, scaled = _judged_by_its_tag(releases, v11_round, tmp_path)
     assert files > 1500 and 0 < failing < files and folders > 100 and scores > 50 and scaled == 0
 
 
-def _judged_by_its_tag(releases: Path, tmp_path: Path,
+def _judged_by_its_tag(releases: Path, v11_round: Path, tmp_path: Path,
                        orgs: tuple[str, ...] | None = None) -> tuple[int, int, int, int, int]:
-    """The audit of ``orgs`` of the v1.1 round (all: None) by 1.1.0-rc4 against that tag's own tools;
-    (files, failing files, folders, scores, scaled scores)."""
-    require(rounds.V11.is_file(), f"{rounds.V11} is absent")
-    root = rounds.extract(rounds.V11, tmp_path / "round", orgs)
+    """The audit of ``orgs`` of the unpacked v1.1 round ``v11_round`` (all: None) by 1.1.0-rc4 against that tag's
+    own tools; (files, failing files, folders, scores, scaled scores)."""
+    root = rounds.copy_orgs(v11_round, tmp_path / "round", orgs)
     _audit(root, tmp_path / "out", releases)
     # one summarizer run: 1.1.0-rc4 writes no scaling.json (checked), so its first run is also its second
     figures = _equal_to_the_official_tools(root, tmp_path / "out", versions.resolve(releases, RULESET), 1)

@@ -20,7 +20,6 @@ import pytest
 
 from mlrepro.audit import discover
 from tests import rounds
-from tests.conftest import require
 
 RULESET = "1.1.0"
 # (valid, errors: not overwritable then overwritable, warnings as "key: message", the exception it dies of)
@@ -69,16 +68,14 @@ def _compare(root: Path) -> tuple[int, int]:
 
 
 @pytest.mark.integration
-def test_the_gate_judges_a_sample_of_the_round_as_the_official_checker(tmp_path: Path) -> None:
-    require(rounds.V11.is_file(), f"{rounds.V11} is absent")
-    files, valid = _compare(rounds.extract(rounds.V11, tmp_path, rounds.SAMPLE))
+def test_the_gate_judges_a_sample_of_the_round_as_the_official_checker(v11_round: Path, tmp_path: Path) -> None:
+    files, valid = _compare(rounds.copy_orgs(v11_round, tmp_path, rounds.SAMPLE))
     assert files == 175 and 0 < valid < files  # both verdicts occur
 
 
 @pytest.mark.round
-def test_the_gate_judges_the_whole_round_as_the_official_checker(tmp_path: Path) -> None:
-    require(rounds.V11.is_file(), f"{rounds.V11} is absent")
-    files, valid = _compare(rounds.extract(rounds.V11, tmp_path))
+def test_the_gate_judges_the_whole_round_as_the_official_checker(v11_round: Path) -> None:
+    files, valid = _compare(v11_round)  # neither side writes into it
     assert files > 1500 and 0 < valid < files
 
 
