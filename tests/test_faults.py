@@ -20,8 +20,9 @@ from typing import Any
 
 import pytest
 
+from mlrepro.planning import PlanningError
 from tests.chromium import PAYLOADS, assert_no_injection
-from tests.conftest import REPO, SNAKEMAKE, SYSTEM, refused, snakemake
+from tests.conftest import REPO, SNAKEMAKE, SYSTEM, plan_config, refused, snakemake
 
 pytestmark = pytest.mark.integration
 
@@ -65,9 +66,9 @@ def pipeline(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     # Cold start: every process of a run is then in Snakemake's process group, which the stop and the kill
     # below reach whole (a warm parent's served driver is not; killing a warm run is tests/test_warm.py's).
     # The inference stage, which these faults do not concern, is left out.
-    cfg.write_text(json.dumps({"only": ["resnet"], "allow_fewer_runs": True, "outdir": str(out),
-                               "warm_start": False, "inference": {"benchmarks": []},
-                               "benchmarks": {"resnet": {"runs": RUNS}}}))
+    config = {"only": ["resnet"], "allow_fewer_runs": True, "outdir": str(out), "warm_start": False,
+              "inference": {"benchmarks": []}, "benchmarks": {"resnet": {"runs": RUNS}}}
+    cfg.write_text(json.dumps(config))
     args = ["--snakefile", str(REPO / "Snakefile"), "--configfile", str(cfg)]
     first_log = tmp / "first.log"
     with first_log.open("w") as log:
@@ -99,10 +100,22 @@ def pipeline(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     snakemake(work, *args[2:], "--unlock")  # Snakemake's own lock survives a SIGKILL (ours does not)
     started = time.monotonic()
     rerun = snakemake(work, *args[2:], timeout=900)
-    return {"tmp": tmp, "out": out, "canary": canary, "work": work, "args": args[2:], "first_pid": first.pid,
+    return {"tmp": tmp, "out": out, "canary": canary, "work": work, "args": args[2:], "config": config,
+            "first_pid": first.pid,
             "second": second, "finished_run": finished_run, "finished": finished, "killed_run": killed_run,
             "half": half, "rerun": rerun.stdout + rerun.stderr,
             "rerun_s": time.monotonic() - started}
+
+
+def _refused_by_planning(pipeline: dict[str, Any], *says: str) -> str:
+    """The next start's planning (in this process: what the Snakefile's planning step does before any job, with the
+    pipeline's config) refuses, saying each of ``says``; its message. Snakemake prints a PlanningError without a
+    traceback and runs no job: tests/test_planning.py checks that through Snakemake."""
+    with pytest.raises(PlanningError) as refusal:
+        plan_config(pipeline["work"], pipeline["config"])
+    for said in says:
+        assert said in str(refusal.value), f"{said!r} not said:\n{refusal.value}"
+    return str(refusal.value)
 
 
 def test_hostile_outdir_works_and_runs_nothing(pipeline: dict[str, Any]) -> None:
@@ -138,8 +151,7 @@ def test_tampered_result_is_named_and_refused(pipeline: dict[str, Any]) -> None:
     original = result.read_bytes()
     try:
         result.write_bytes(original.replace(b'"key": "run_stop"', b'"key": "run_stop" ', 1))
-        proc = snakemake(pipeline["work"], *pipeline["args"], check=False)
-        refused(proc, f"{result}: changed since its run finished")
+        _refused_by_planning(pipeline, f"{result}: changed since its run finished")
     finally:
         result.write_bytes(original)
     report = pipeline["out"] / "report.html"
@@ -156,8 +168,7 @@ def test_tampered_package_is_named_and_rebuilt(pipeline: dict[str, Any]) -> None
         p.unlink()
     (org / "systems").rmdir()
     # planning refuses, naming each change and the target that repairs it; the repair removes the derived files
-    text = refused(snakemake(pipeline["work"], *pipeline["args"], check=False), f"{packaged}: changed", "systems",
-                   "missing", "Run `snakemake repair`")
+    text = _refused_by_planning(pipeline, f"{packaged}: changed", "systems", "missing", "Run `snakemake repair`")
     assert (pipeline["out"] / "package_check.json").exists(), text[-3000:]
     snakemake(pipeline["work"], "repair", *pipeline["args"])
     assert not (pipeline["out"] / "package_check.json").exists()

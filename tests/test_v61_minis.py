@@ -11,6 +11,7 @@ import math
 import re
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -139,10 +140,24 @@ def train(benchmark: str, tmp_path: Path, seed: int) -> tuple[dict, dict, Path]:
     return params, json.loads(summary.read_text()), result
 
 
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], tuple[dict, dict, Path]]:
+    """Each mini trained once for the module, at seed 11: the tests that read a mini's run share it (the GRPO mini's
+    data step alone trains its base)."""
+    runs: dict[str, tuple[dict, dict, Path]] = {}
+
+    def run(benchmark: str) -> tuple[dict, dict, Path]:
+        if benchmark not in runs:
+            runs[benchmark] = train(benchmark, tmp_path_factory.mktemp(benchmark), 11)
+        return runs[benchmark]
+    return run
+
+
 @pytest.mark.integration  # trains each mini to its target once (qwen35_397b_grpo: its data step trains its base)
 @pytest.mark.parametrize("benchmark", V61)
-def test_converges_with_a_log_the_6_1_0_checker_passes(tmp_path: Path, benchmark: str) -> None:
-    params, run, result = train(benchmark, tmp_path, 11)
+def test_converges_with_a_log_the_6_1_0_checker_passes(tmp_path: Path, benchmark: str,
+                                                       trained: Callable[[str], tuple[dict, dict, Path]]) -> None:
+    params, run, result = trained(benchmark)
     assert run["status"] == "success", f"{benchmark} did not reach {params['target']}: {run['metrics']}"
     status, failed, output = judge(result)
     assert status == 0 and not failed and "Required" not in output, output
@@ -157,9 +172,10 @@ def test_converges_with_a_log_the_6_1_0_checker_passes(tmp_path: Path, benchmark
 
 
 @pytest.mark.integration
-def test_the_grpo_mini_logs_what_it_uses_and_validates_on_the_rules_schedule(tmp_path: Path) -> None:
-    params, run, result = train("qwen35_397b_grpo", tmp_path, 3)
-    source = json.loads((tmp_path / "data" / "source.json").read_text())
+def test_the_grpo_mini_logs_what_it_uses_and_validates_on_the_rules_schedule(
+        trained: Callable[[str], tuple[dict, dict, Path]]) -> None:
+    params, run, result = trained("qwen35_397b_grpo")  # the run the convergence test judges
+    source = json.loads((result.parent / "data" / "source.json").read_text())
     assert source["base_validation_accuracy"] < params["target"]  # the base alone does not pass: GRPO must
     assert run["status"] == "success"
     logged = {}
