@@ -11,6 +11,7 @@ import re
 import shutil
 import subprocess
 import sys
+import venv
 from pathlib import Path
 
 import pytest
@@ -35,12 +36,50 @@ def nvidia(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root / "mlperf_inference_nvidia_code_v4.1"
 
 
-def _env(nvidia: Path, scratch: Path, python: Path) -> dict[str, str]:
-    """trace.sh's environment: the stand-ins first on PATH, then ``python`` (a folder whose python3 is this
-    interpreter), an external user, no driver check."""
-    return {**os.environ, "PATH": f"{nvidia / 'standin' / 'bin'}:{python}:{os.environ['PATH']}", "EXTERNAL_USER": "1",
-            "SKIP_DRIVER_CHECK": "1", "SUBMITTER": "NVIDIA", "MLPERF_SCRATCH_PATH": str(scratch)}
+def _env(scratch: Path, tools: Path) -> dict[str, str]:
+    """trace.sh's environment before it puts the stand-ins first on PATH: ``tools`` (NvidiaOracle's make and python3)
+    first, an external user, no driver check; not the name of the test that asks (pytest's, which would make each test's
+    invocations of make distinct)."""
+    inherited = {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}
+    return {**inherited, "PATH": f"{tools / 'bin'}:{tools / 'python' / 'bin'}:{os.environ['PATH']}",
+            "EXTERNAL_USER": "1", "SKIP_DRIVER_CHECK": "1", "SUBMITTER": "NVIDIA", "MLPERF_SCRATCH_PATH": str(scratch)}
 
+
+# make, as NvidiaOracle puts it on PATH: the real make, run once per distinct invocation (folder, arguments and
+# environment; not the variables a shell keeps for itself), its output, errors and status recorded and given again to
+# the same invocation, be it from trace.sh, from a make that make -n runs for a $(MAKE) line, or from the test
+MEMO_MAKE = """\
+#!{python} -IS
+import hashlib, os, subprocess, sys
+from pathlib import Path
+
+SHELL_OWN = ("_", "SHLVL", "OLDPWD")
+env = sorted((k, v) for k, v in os.environ.items() if k not in SHELL_OWN)
+entry = Path({memo!r}) / hashlib.sha256(repr((os.getcwd(), sys.argv[1:], env)).encode()).hexdigest()
+if not entry.is_dir():
+    done = subprocess.run(["make", *sys.argv[1:]], executable={make!r}, capture_output=True)  # $(MAKE) stays make
+    fresh = entry.with_name(f"{{entry.name}}.{{os.getpid()}}")
+    fresh.mkdir()
+    for name, data in (("out", done.stdout), ("err", done.stderr), ("rc", str(done.returncode).encode())):
+        (fresh / name).write_bytes(data)
+    fresh.rename(entry)
+sys.stdout.buffer.write((entry / "out").read_bytes())
+sys.stderr.buffer.write((entry / "err").read_bytes())
+sys.exit(int((entry / "rc").read_text()))
+"""
+
+
+# python3 SCRIPT ARGS..., but inspect finds a class's source parsing each file once, not once a class (Python 3.11's
+# inspect.findsource parses the whole file for every class it is asked about; NVIDIA's ConfigRegistry asks for every
+# class of a config's chain while it registers them: three quarters of resolve_config.py's CPU time); the parse of the
+# same text is the same tree, and inspect only reads it
+AS_SCRIPT = """\
+import ast, functools, inspect, os, runpy, sys, types
+inspect.ast = types.SimpleNamespace(**{**vars(ast), "parse": functools.lru_cache(maxsize=None)(ast.parse)})
+sys.argv = sys.argv[1:]
+sys.path[0] = os.path.dirname(os.path.abspath(sys.argv[0]))
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
 
 def test_round_detected_from_the_makefiles(nvidia: Path) -> None:
     f = flow.Flow.read(nvidia / "closed" / "NVIDIA")
@@ -83,7 +122,9 @@ class NvidiaOracle:
     """What NVIDIA's code says, on one copy of its folder shared by the cases of this module: trace.sh's traces, the
     ``make -n`` of a step and the config resolve_config.py resolves each depend only on their arguments (the folder
     and the scratch path being the same, and none of them writing into the folder), so each distinct one is computed
-    once, however many cases ask for it (seven of each case's steps are the same in all three)."""
+    once, however many cases ask for it (seven of each case's steps are the same in all three): a make that trace.sh
+    runs for one case and again for another (its eight targets that take no RUN_ARGS), or that the test asks for with
+    the same arguments as trace.sh did, runs once (MEMO_MAKE)."""
 
     def __init__(self, nvidia: Path, root: Path) -> None:
         self.nvidia, self.root = nvidia, root
@@ -91,25 +132,35 @@ class NvidiaOracle:
         shutil.copytree(nvidia / "closed" / "NVIDIA", self.folder, symlinks=True)
         self.scratch = root / "scratch"
         self.scratch.mkdir()
-        # NVIDIA's Makefiles run python3 seven times per make (Makefile.const, included by each of them): python3 is
-        # the interpreter itself, not a version manager's shim (pyenv's costs about 40 processes a call), which
-        # prints the same, in half the CPU time of a make -n
-        self.python = root / "python"
-        self.python.mkdir()
-        (self.python / "python3").symlink_to(Path(sys.executable).resolve())
+        # the tools before the rest of PATH: a python3 with no site packages (NVIDIA's Makefiles start one about six
+        # times per make, only to print its version; a version manager's shim costs about 40 processes a call, a
+        # site-packages .pth that imports a package most of the call's time) and MEMO_MAKE
+        self.tools = root / "tools"
+        venv.EnvBuilder(symlinks=True).create(self.tools / "python")
+        memo = root / "made"
+        memo.mkdir()
+        make = shutil.which("make")
+        assert make, "GNU make is not on PATH"
+        (self.tools / "bin").mkdir()
+        (self.tools / "bin" / "make").write_text(MEMO_MAKE.format(python=self.tools / "python" / "bin" / "python3",
+                                                                  memo=str(memo), make=make))
+        (self.tools / "bin" / "make").chmod(0o755)
         self._traces: dict[str, dict[str, list[str]]] = {}
         self._expanded: dict[tuple[str, ...], list[str]] = {}
         self._fields: dict[tuple[str, str], dict[str, object]] = {}
 
     def env(self) -> dict[str, str]:
-        return _env(self.nvidia, self.scratch, self.python)
+        """The environment trace.sh's makes see: the stand-ins first on PATH, as trace.sh puts them (the same
+        environment, so that MEMO_MAKE gives a make that trace.sh ran to the same one here), in the folder."""
+        env = _env(self.scratch, self.tools)
+        return {**env, "PATH": f"{self.nvidia / 'standin' / 'bin'}:{env['PATH']}", "PWD": str(self.folder)}
 
     def trace(self, run_args: str) -> dict[str, list[str]]:
         """standin/trace.sh's ``make -n`` of its 21 targets with these RUN_ARGS: target -> lines."""
         if run_args not in self._traces:
             out = self.root / f"trace_{len(self._traces)}"
             subprocess.run(["bash", str(self.nvidia / "standin" / "trace.sh"), str(self.folder), str(out), run_args],
-                           env=self.env(), check=True, capture_output=True, timeout=600)
+                           env=_env(self.scratch, self.tools), check=True, capture_output=True, timeout=600)
             self._traces[run_args] = {p.stem: p.read_text().splitlines() for p in out.glob("*.txt") if p.stem != "rc"}
         return self._traces[run_args]
 
@@ -128,7 +179,8 @@ class NvidiaOracle:
         passes (build_default_flags: LOADGEN_ARGS and the scenario's keys) and a stand-in sample count."""
         env = {**self.env(), "OUTSIDE_MLPINF_ENV": "1"}
         if (benchmark, scenario) not in self._fields:
-            done = subprocess.run([sys.executable, str(self.nvidia / "standin" / "resolve_config.py"), benchmark,
+            done = subprocess.run([sys.executable, "-c", AS_SCRIPT, str(self.nvidia / "standin" / "resolve_config.py"),
+                                   benchmark,
                                    scenario, SYSTEM], cwd=self.folder, env=env, capture_output=True, text=True,
                                   timeout=300, check=True)
             fields = {}
