@@ -112,13 +112,14 @@ def _ci_tree(tmp_path: Path) -> tuple[Path, dict[str, str]]:
     return root, env
 
 
-def _ci(tmp_path: Path, fail: str = "", missing: str = "") -> tuple[int, list[str], str]:
+def _ci(tmp_path: Path, fail: str = "", missing: str = "", alone: str = "") -> tuple[int, list[str], str]:
     """Runs the copy of `.ci/run` (FAIL=fail; the stand-in named `missing` taken off PATH): its exit status, the calls
     of the stand-ins in the order they started, and its output."""
     root, env = _ci_tree(tmp_path)
     if missing:
         (tmp_path / "bin" / missing).unlink()
-    proc = subprocess.run(["bash", str(root / ".ci" / "run")], cwd=root, env={**env, "FAIL": fail},
+    proc = subprocess.run(["bash", str(root / ".ci" / "run")], cwd=root,
+                          env={**env, "FAIL": fail, "MLREPRO_CI_LOADGEN_ALONE": alone},
                           capture_output=True, text=True, timeout=60, check=False)
     calls = Path(env["CALLS"]).read_text().splitlines()
     return proc.returncode, calls, proc.stdout + proc.stderr
@@ -151,8 +152,10 @@ def test_each_failing_step_or_session_fails_ci_and_the_services_are_stopped(tmp_
     assert "slurm.sh stop" in calls and "podman.sh stop" in calls
 
 
-def test_without_real_time_scheduling_the_loadgen_tests_run_alone_after_phase_2(tmp_path: Path) -> None:
-    status, calls, out = _ci(tmp_path, fail="chrt")
+@pytest.mark.parametrize("alone", ["chrt refused", "MLREPRO_CI_LOADGEN_ALONE=1"])
+def test_without_real_time_scheduling_the_loadgen_tests_run_alone_after_phase_2(tmp_path: Path, alone: str) -> None:
+    status, calls, out = _ci(tmp_path, fail="chrt" if alone == "chrt refused" else "",
+                             alone="1" if alone.startswith("MLREPRO") else "")
     assert status == 0, out
     sessions = [call for call in calls if call.startswith("pytest ")]
     loadgen = "pytest --durations=15 -m integration tests/test_inference.py tests/test_inference_vendor_standin.py"
