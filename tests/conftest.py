@@ -13,6 +13,7 @@ import contextlib
 import io
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -54,13 +55,37 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.integration)
 
 
+def _cpu_s() -> float:
+    """CPU seconds of this process and of the processes it has waited for (their own waited-for ones included)."""
+    return sum(r.ru_utime + r.ru_stime for r in (resource.getrusage(resource.RUSAGE_SELF),
+                                                  resource.getrusage(resource.RUSAGE_CHILDREN)))
+
+
+_cpu_by_file: dict[str, float] = {}  # a test file -> the CPU seconds its tests took (setup and teardown included)
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item) -> Any:
     _running.append(item)
+    started = _cpu_s()
     try:
         yield
     finally:
         _running.pop()
+        name = item.nodeid.split("::", 1)[0]
+        _cpu_by_file[name] = _cpu_s() - started + _cpu_by_file.get(name, 0.0)
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """The session's CPU time, and its files' (the 15 costliest): CI's sessions share two cores, where wall times
+    say more about the other sessions' load than about a file's own cost (.ci/run balances its sessions by CPU).
+    A process a test did not wait for (a daemon, a detached run) is not counted."""
+    if not _cpu_by_file:
+        return
+    costliest = sorted(_cpu_by_file.items(), key=lambda kv: -kv[1])[:15]
+    terminalreporter.write_sep("=", f"CPU time: {_cpu_s():.0f} s in all; the costliest files")
+    for name, seconds in costliest:
+        terminalreporter.write_line(f"{seconds:8.1f}s {name}")
 
 
 def require(available: bool, message: str) -> None:
