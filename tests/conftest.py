@@ -28,6 +28,7 @@ import yaml
 from mlrepro import planning
 from mlrepro.config import system_name
 from mlrepro.core.job import Files, Job, json_values
+from mlrepro.planning import PlanningError
 from mlrepro.planning.plan import Plan
 from mlrepro.planning.prepare import Preparation
 from mlrepro.runs import capture_job
@@ -232,6 +233,18 @@ def refused(proc: subprocess.CompletedProcess[str], *says: str) -> str:
     for said in says:
         assert said in text, f"{said!r} not said:\n{text[-4000:]}"
     assert "Traceback" not in text, f"a refusal with a traceback:\n{text[-4000:]}"
+    return text
+
+
+def refused_by_planning(workdir: Path, *configs: dict[str, Any], says: tuple[str, ...]) -> str:
+    """What ``refused`` checks of a Snakemake run, for the next start's planning in this process (``plan_config``):
+    it refuses with a ``PlanningError``, saying each of ``says``; its message. Snakemake prints one without a
+    traceback and runs no job (tests/test_planning.py checks that through Snakemake)."""
+    with pytest.raises(PlanningError) as refusal:
+        plan_config(workdir, *configs)
+    text = str(refusal.value)
+    for said in says:
+        assert said in text, f"{said!r} not said:\n{text}"
     return text
 
 

@@ -20,9 +20,8 @@ from typing import Any
 
 import pytest
 
-from mlrepro.planning import PlanningError
 from tests.chromium import PAYLOADS, assert_no_injection
-from tests.conftest import REPO, SNAKEMAKE, SYSTEM, plan_config, refused, snakemake
+from tests.conftest import REPO, SNAKEMAKE, SYSTEM, refused, refused_by_planning, snakemake
 
 pytestmark = pytest.mark.integration
 
@@ -107,17 +106,6 @@ def pipeline(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
             "rerun_s": time.monotonic() - started}
 
 
-def _refused_by_planning(pipeline: dict[str, Any], *says: str) -> str:
-    """The next start's planning (in this process: what the Snakefile's planning step does before any job, with the
-    pipeline's config) refuses, saying each of ``says``; its message. Snakemake prints a PlanningError without a
-    traceback and runs no job: tests/test_planning.py checks that through Snakemake."""
-    with pytest.raises(PlanningError) as refusal:
-        plan_config(pipeline["work"], pipeline["config"])
-    for said in says:
-        assert said in str(refusal.value), f"{said!r} not said:\n{refusal.value}"
-    return str(refusal.value)
-
-
 def test_hostile_outdir_works_and_runs_nothing(pipeline: dict[str, Any]) -> None:
     assert (pipeline["out"] / "report.html").is_file()
     assert not pipeline["canary"].exists(), "a command in the outdir name was run by a shell"
@@ -151,7 +139,7 @@ def test_tampered_result_is_named_and_refused(pipeline: dict[str, Any]) -> None:
     original = result.read_bytes()
     try:
         result.write_bytes(original.replace(b'"key": "run_stop"', b'"key": "run_stop" ', 1))
-        _refused_by_planning(pipeline, f"{result}: changed since its run finished")
+        refused_by_planning(pipeline["work"], pipeline["config"], says=(f"{result}: changed since its run finished",))
     finally:
         result.write_bytes(original)
     report = pipeline["out"] / "report.html"
@@ -168,7 +156,8 @@ def test_tampered_package_is_named_and_rebuilt(pipeline: dict[str, Any]) -> None
         p.unlink()
     (org / "systems").rmdir()
     # planning refuses, naming each change and the target that repairs it; the repair removes the derived files
-    text = _refused_by_planning(pipeline, f"{packaged}: changed", "systems", "missing", "Run `snakemake repair`")
+    text = refused_by_planning(pipeline["work"], pipeline["config"],
+                               says=(f"{packaged}: changed", "systems", "missing", "Run `snakemake repair`"))
     assert (pipeline["out"] / "package_check.json").exists(), text[-3000:]
     snakemake(pipeline["work"], "repair", *pipeline["args"])
     assert not (pipeline["out"] / "package_check.json").exists()
