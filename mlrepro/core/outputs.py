@@ -7,8 +7,11 @@ rule's pattern.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 Index = int | str  # a run's index, or the "{run}" wildcard
 
@@ -134,3 +137,32 @@ class Outputs:
     @property
     def inference_report(self) -> Path:
         return self.inference / "report.html"
+
+
+T = TypeVar("T")
+
+
+class RunGrid(ABC):
+    """What the run stage's rules ask of a plan, derived once from its units and their runs: a submission's plan
+    (mlrepro/planning) and a reproduction's (mlrepro/reproduce/run_stage.py) differ in which units and runs, not in
+    how the rules' paths follow from them."""
+
+    out: Outputs
+
+    @property
+    @abstractmethod
+    def ordered_units(self) -> list[tuple[str, str]]:
+        """Every (system, benchmark), in the order the rules list them."""
+
+    @abstractmethod
+    def run_indices(self, benchmark: str) -> range:
+        """The indices of a benchmark's runs."""
+
+    def all_runs(self, path: Callable[[str, str, int], T]) -> list[T]:
+        """``path(system, benchmark, run)`` (a path, or any value) for every run of the plan."""
+        return [path(s, b, i) for s, b in self.ordered_units for i in self.run_indices(b)]
+
+    @property
+    def launch_files(self) -> list[Path]:
+        """Each (system, benchmark)'s launch file (rules/runs.smk ``launch``)."""
+        return [self.out.launch(s, b) for s, b in self.ordered_units]

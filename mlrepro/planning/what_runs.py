@@ -10,29 +10,27 @@ is mlrepro/planning/rerun_keys.py's.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from mlrepro.config import Benchmark, config_hash, run_seed, submittable
 from mlrepro.containers.context import context_files, folder_files
 from mlrepro.core import release_table, rulesets, smk
 from mlrepro.core.minis import mini_dir
-from mlrepro.core.outputs import Outputs
+from mlrepro.core.outputs import Outputs, RunGrid
 from mlrepro.datasets import recipe as data_recipe
 from mlrepro.datasets.manifest import MANIFEST
 from mlrepro.inference import rounds
 from mlrepro.systems import System
 
 RECIPE_STEPS = ("verify", "extract", "prepare", "path")
-T = TypeVar("T")
 Unit = tuple[str, str]  # (system, benchmark): its own runs, job shape, config file and launch file
 
 
 @dataclass(frozen=True)
-class WhatRuns:
+class WhatRuns(RunGrid):
     config: dict[str, Any]
     benchmarks: dict[str, Benchmark]
     data_choices: dict[str, data_recipe.Choice]
@@ -88,15 +86,6 @@ class WhatRuns:
     def kept_runs(self) -> dict[str, int]:
         """The runs each benchmark's package keeps and its score counts: of more launched, the median window."""
         return {b: spec.runs for b, spec in self.benchmarks.items()}
-
-    def all_runs(self, path: Callable[[str, str, int], T]) -> list[T]:
-        """``path(system, benchmark, run)`` (a path, or any value) for every run of the config."""
-        return [path(s, b, i) for s, b in self.ordered_units for i in self.run_indices(b)]
-
-    @cached_property
-    def launch_files(self) -> list[Path]:
-        """Each (system, benchmark)'s launch file (rules/runs.smk ``launch``)."""
-        return [self.out.launch(s, b) for s, b in self.ordered_units]
 
     @property
     def system_pattern(self) -> str:

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from mlrepro.core import smk
-from mlrepro.core.outputs import Outputs
+from mlrepro.core.outputs import Outputs, RunGrid
 from mlrepro.datasets.manifest import MANIFEST
 from mlrepro.reproduce import launch
 from mlrepro.reproduce.plan import BenchmarkPlan, Plan
@@ -35,7 +35,7 @@ Unit = tuple[str, str]
 
 
 @dataclass(frozen=True)
-class ReproducedRuns:
+class ReproducedRuns(RunGrid):
     repro: Plan
     config: dict[str, Any]  # the run stage's: the user's config, with images never locked (see for_reproduction)
     root: Path  # reproduce_out
@@ -66,14 +66,6 @@ class ReproducedRuns:
 
     def run_indices(self, benchmark: str) -> range:
         return range(len(self.benchmarks[benchmark].seeds))
-
-    def all_runs(self, path: Callable[[str, str, int], Any]) -> list[Any]:
-        """``path(system, benchmark, run)`` for every reproduced run."""
-        return [path(s, b, i) for s, b in self.ordered_units for i in self.run_indices(b)]
-
-    @property
-    def launch_files(self) -> list[Path]:
-        return [self.out.launch(s, b) for s, b in self.ordered_units]
 
     @property
     def system_pattern(self) -> str:
