@@ -230,11 +230,24 @@ def test_presubmit_checks_against_the_cluster(cluster: None) -> None:
     checks.check({"resnet": JobShape()}, None, 1, engine="enroot")  # one process: the enroot engine itself
 
 
+def jobs_from(workdir: Path, since: str) -> list[str]:
+    """The Slurm jobs submitted from ``workdir`` (or a folder in it) since ``since`` (sacct's -S): each job's working
+    directory is where it was submitted from, or what the executor plugin sets (`sbatch -D <the workflow's workdir>`),
+    so another test's jobs, submitted at the same time to the same cluster, are not among them. Both the controller's
+    record (squeue keeps an ended job for MinJobAge seconds) and the accounting's (which may lag behind it)."""
+    folders = {str(workdir), str(workdir.resolve())}
+    queued = subprocess.run(["squeue", "-h", "-t", "all", "-o", "%i|%Z"], capture_output=True, text=True,
+                            check=True).stdout
+    recorded = sacct("-X", "-a", "-S", since, "-o", "JobIDRaw,WorkDir")
+    rows = [row.split("|", 1) for row in (queued + recorded).splitlines() if row]
+    return sorted({job for job, where in rows if any(where == f or where.startswith(f"{f}/") for f in folders)})
+
+
 def test_bad_partition_stops_before_any_job(plugin: Path, tmp_path: Path) -> None:
     write_config(tmp_path, {"only": ["resnet"], "allow_fewer_runs": True, "benchmarks": {"resnet": {"runs": 1}},
                             "slurm": {"partition": "nope", "account": "root"}})
-    before = sacct("-X", "-a", "-o", "JobIDRaw", "-S", "now-1days").split()
+    since = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() - 1))
     proc = snakemake_slurm(plugin, tmp_path, timeout=120)
     assert proc.returncode != 0
     assert "error: Slurm: partition 'nope' (config slurm.partition) does not exist" in proc.stderr
-    assert sacct("-X", "-a", "-o", "JobIDRaw", "-S", "now-1days").split() == before  # nothing was submitted
+    assert jobs_from(tmp_path, since) == []  # nothing was submitted (by this test: others share the cluster)
