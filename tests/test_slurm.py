@@ -154,12 +154,22 @@ def _params(workdir: Path, benchmark: str) -> dict[str, Any]:
 
 def test_cancelled_and_timed_out_runs(plugin: Path, tmp_path: Path) -> None:
     """scancel of one run and a run past its 1-minute walltime: reported with Slurm's state, the finished run
-    kept, and the next invocation schedules only the two that did not finish."""
+    kept, and the next invocation schedules only the two that did not finish. The run that times out is an
+    implementation folder's run_and_time.sh that sleeps: until slurmctld ends it (60 to 90 s, its time-limit check
+    runs every 30 s) it takes no CPU from the tests beside it, where a training that never converges took a core."""
+    impl = tmp_path / "outlasting"
+    impl.mkdir()
+    (impl / "Dockerfile").write_text("FROM scratch\n")  # an implementation folder's; its runs here are native
+    (impl / "config_CPU.sh").write_text("export DGXNNODES=1\nexport DGXNGPU=0\n")
+    (impl / "run_and_time.sh").write_text("#!/bin/bash\necho 'a run that outlasts its walltime'\nexec sleep 600\n")
+    (impl / "run_and_time.sh").chmod(0o755)
+    (tmp_path / "data").mkdir()
     write_config(tmp_path, {
         "only": ["resnet", "dlrm"], "allow_fewer_runs": True, "telemetry": {"enabled": False},
         "inference": {"benchmarks": []},  # LoadGen is tests/test_inference.py's
         "slurm": {"account": "root", "exclusive": False, "mem_mb": MEM},
-        "benchmarks": {"resnet": {"runs": 2}, "dlrm": {"runs": 1, "target": 0.999, "max_epochs": 100000}},
+        "benchmarks": {"resnet": {"runs": 2}, "dlrm": {"runs": 1, "implementation": str(impl),
+                                                      "system_config": "config_CPU.sh", "data_dir": "data"}},
         "job_shapes": {"dlrm": {"walltime": "00:01:00"}},
     })
     env = {**os.environ, "PYTHONUNBUFFERED": "1",
@@ -170,11 +180,12 @@ def test_cancelled_and_timed_out_runs(plugin: Path, tmp_path: Path) -> None:
         cancelled = None
         deadline = time.time() + 240
         while cancelled is None and time.time() < deadline and p.poll() is None:
-            queue = subprocess.run(["squeue", "-h", "-o", "%i|%k|%T"], capture_output=True, text=True).stdout
+            queue = subprocess.run(["squeue", "-h", "-o", "%i|%k|%T|%Z"], capture_output=True, text=True).stdout
             for line in queue.splitlines():
-                job_id, comment, state = line.split("|")
+                job_id, comment, state, workdir = line.split("|", 3)
                 match = re.fullmatch(rf"rule_run_wildcards_{re.escape(SYSTEM)}_resnet_(\d)", comment)
-                if match and state == "RUNNING":
+                # this test's own job (its workdir): another test's runs of the same rule may be in the queue
+                if match and state == "RUNNING" and workdir in (str(tmp_path), str(tmp_path.resolve())):
                     # inside the run: poll until its driver has started (it writes the ledger's launch line)
                     started = tmp_path / "results" / "runs" / SYSTEM / "resnet" / match.group(1) / ledger.LEDGER
                     while not started.is_file():
