@@ -446,8 +446,20 @@ def test_under_umask_002_a_group_writable_cache_is_refused_with_the_fix(tmp_path
 # --- Medium: a rootful engine gives a package's code no privilege
 
 
+@pytest.fixture(scope="module")
+def tiny_image(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
+    """Podman's socket, and an image of this machine's dash, bash and a few tools with their libraries only (no
+    registry here): built once for the tests of this file that run a container or build on it."""
+    from mlrepro.engines.client import connect
+    from tests.conftest import require
+
+    socket = os.environ.get("MLREPRO_PODMAN_SOCKET")
+    require(bool(socket), "MLREPRO_PODMAN_SOCKET is not set: start Podman's API with .ci/podman.sh")
+    assert socket is not None
+    return socket, _tiny_image(connect("podman", socket), tmp_path_factory.mktemp("tiny-image"))
+
+
 def _tiny_image(client: Any, tmp_path: Path) -> str:
-    """An image of this machine's dash, bash and a few tools with their libraries only (no registry here)."""
     import shutil
 
     ctx = tmp_path / "ctx"
@@ -467,14 +479,12 @@ def _tiny_image(client: Any, tmp_path: Path) -> str:
 
 @pytest.mark.integration
 @pytest.mark.podman
-def test_a_container_runs_without_privileges_and_its_setuid_file_is_defused(tmp_path: Path) -> None:
+def test_a_container_runs_without_privileges_and_its_setuid_file_is_defused(tiny_image: tuple[str, str],
+                                                                             tmp_path: Path) -> None:
     from mlrepro.engines import Mount, get_engine
-    from tests.conftest import require
 
-    socket = os.environ.get("MLREPRO_PODMAN_SOCKET")
-    require(bool(socket), "MLREPRO_PODMAN_SOCKET is not set: start Podman's API with .ci/podman.sh")
+    socket, image = tiny_image
     engine = get_engine("podman", socket=socket)
-    image = _tiny_image(engine.client, tmp_path)  # type: ignore[attr-defined]
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     script = ('touch /results/tool && chmod 6755 /results/tool; '
@@ -493,16 +503,13 @@ def test_a_container_runs_without_privileges_and_its_setuid_file_is_defused(tmp_
 
 @pytest.mark.integration
 @pytest.mark.podman
-def test_a_reproduced_package_image_builds_without_pulling(tmp_path: Path) -> None:
+def test_a_reproduced_package_image_builds_without_pulling(tiny_image: tuple[str, str], tmp_path: Path) -> None:
     from mlrepro.containers import BaseImageMissing
     from mlrepro.containers.build import build_image
     from mlrepro.engines.client import connect
-    from tests.conftest import require
 
-    socket = os.environ.get("MLREPRO_PODMAN_SOCKET")
-    require(bool(socket), "MLREPRO_PODMAN_SOCKET is not set: start Podman's API with .ci/podman.sh")
+    socket, base = tiny_image
     client = connect("podman", socket)
-    base = _tiny_image(client, tmp_path)
     folder = tmp_path / "impl"
     folder.mkdir()
     # built with network mode none (Docker honours it; Podman 4.3's builder, buildah, does not: docs/security.md)
@@ -544,16 +551,13 @@ def test_a_run_without_nvml_records_its_gpus_as_unknown_and_the_time_does_not_de
 
 @pytest.mark.integration
 @pytest.mark.podman
-def test_links_planted_from_inside_a_container_change_no_file_of_the_host(tmp_path: Path) -> None:
+def test_links_planted_from_inside_a_container_change_no_file_of_the_host(tiny_image: tuple[str, str],
+                                                                          tmp_path: Path) -> None:
     """High 1 as the issue found it: in a container the run folder is mounted read-write at /results; the package's
     run_and_time.sh plants links there to the auditor's files (host paths), which the host's driver would follow."""
     from mlrepro.core import atomic
-    from mlrepro.engines import get_engine
-    from tests.conftest import require
 
-    socket = os.environ.get("MLREPRO_PODMAN_SOCKET")
-    require(bool(socket), "MLREPRO_PODMAN_SOCKET is not set: start Podman's API with .ci/podman.sh")
-    image = _tiny_image(get_engine("podman", socket=socket).client, tmp_path)  # type: ignore[attr-defined]
+    socket, image = tiny_image
     record = tmp_path / "image.json"
     atomic.write_json(record, {"engine": "podman", "socket": socket, "tag": image, "image": "tiny"})
     victims = _victims(tmp_path)

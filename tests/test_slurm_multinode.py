@@ -27,6 +27,9 @@ from tests.test_slurm import sacct_until, snakemake_slurm, write_config
 pytestmark = [pytest.mark.slurm, pytest.mark.integration]
 cluster, plugin = test_slurm.cluster, test_slurm.plugin  # the executor plugin, installed once for these tests
 UP = (["idle"], ["mixed"], ["allocated"], ["completing"])  # sinfo's %T of a node that takes jobs
+# sacct's state of a job that has ended (mlrepro/slurm/jobs.py: the word, without "by <uid>")
+ENDED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL",
+         "DEADLINE"}
 
 
 @pytest.fixture(scope="module")
@@ -59,8 +62,10 @@ def sbatch(tmp: Path, argv: list[str], nodes: int = 2) -> tuple[str, int]:
 
 
 def job_exit_status(job_id: str, seconds: float = 600) -> int:
-    """Wait for the job to end; its exit status, as `sbatch --wait` returns it (1 for a job ended by a signal).
-    Polled every half second: `sbatch --wait` looks after 2, 10 and 42 s, so that a job of 11 s took 42."""
+    """Wait for the job to end, in the controller and then in the accounting (sacct's record of the job and its steps
+    trails the controller's: ci9 read RUNNING from sacct after the controller had ended the job); its exit status, as
+    `sbatch --wait` returns it (1 for a job ended by a signal). Polled every half second: `sbatch --wait` looks after
+    2, 10 and 42 s, so that a job of 11 s took 42."""
     deadline = time.time() + seconds
     while time.time() < deadline:
         shown = subprocess.run(["scontrol", "-o", "show", "job", job_id], capture_output=True, text=True,
@@ -68,6 +73,9 @@ def job_exit_status(job_id: str, seconds: float = 600) -> int:
         state = re.search(r"\bJobState=(\S+)", shown)
         if state and state.group(1) not in ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED"):
             code, signal = re.search(r"\bExitCode=(\d+):(\d+)", shown).groups()  # type: ignore[union-attr]
+            recorded = sacct_until([job_id], ENDED, max(deadline - time.time(), 30))
+            assert job_id in recorded and recorded[job_id].state in ENDED, \
+                f"Slurm job {job_id} ended ({state.group(1)}) but sacct still says {recorded.get(job_id)}"
             return int(code) if signal == "0" else 1
         time.sleep(0.5)
     raise AssertionError(f"Slurm job {job_id} still running after {seconds} s")
@@ -137,7 +145,7 @@ def test_a_failed_rank_fails_the_run_naming_its_node(two_nodes: list[str], tmp_p
     assert "exited with status" in out and f"(task 1 on {second}: Exited with exit code 3" in out, out[-3000:]
     states = parse_sacct(subprocess.run(["sacct", "-X", "-P", "-n", "-o", "JobIDRaw,State,NodeList,Elapsed,ExitCode",
                                          "-j", job_id], capture_output=True, text=True, check=True).stdout)
-    assert states[job_id].state == "FAILED"
+    assert states[job_id].state == "FAILED", states  # sbatch (above) waited for sacct's record of the job's end
     assert not (run_dir / "run.json").exists() and not (run_dir / "result.txt").exists()
 
 
