@@ -33,7 +33,7 @@ from mlrepro.planning.plan import Plan
 from mlrepro.planning.prepare import Preparation
 from mlrepro.runs import capture_job
 from mlrepro.runs.launch_spec import LaunchSpec
-from tests.rounds import releases, v11_checks, v11_round  # noqa: F401  (the v1.1 round's session fixtures)
+from tests.rounds import releases, v11_checks, v11_round, v11_summary  # noqa: F401  (tests/rounds.py)
 
 REPO = Path(__file__).resolve().parent.parent
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]

@@ -84,3 +84,24 @@ def releases(tmp_path_factory: pytest.TempPathFactory) -> Path:
     with tarfile.open(RELEASES) as tar:
         tar.extractall(folder, filter="data")
     return folder
+
+
+@pytest.fixture(scope="session")
+def v11_summary(v11_round: Path, v11_checks: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The audit's summarize step on the whole v1.1 round after the session's check step (``v11_checks``), as the
+    rules run it (``python -m mlrepro.audit summarize``), given a published result-ID table: the round's first ten
+    systems in the rule's order with their derived IDs (ids.csv, beside the output folder). Its output folder
+    (audit.json, summary.csv and .json, report/), read only: tests/test_audit_ids.py checks its IDs,
+    tests/test_audit_consistency.py its consistency findings, one summary of the whole round for both."""
+    from mlrepro.audit import discover, result_ids
+
+    folder = tmp_path_factory.mktemp("v11_summary")
+    out = folder / "out"
+    out.mkdir()
+    shutil.copy(v11_checks / "checks.json", out)
+    first = result_ids.assign(discover.find_orgs(v11_round), v11_round, "1.1.0", None).entries[:10]
+    (folder / "ids.csv").write_text("org,system,id\n" + "".join(f"{e.keys.org},{e.keys.system},{e.derived}\n"
+                                                                 for e in first))
+    subprocess.run([sys.executable, "-m", "mlrepro.audit", "summarize", "--root", str(v11_round), "--out", str(out),
+                    "--ruleset", "1.1.0", "--result-ids", str(folder / "ids.csv")], check=True, capture_output=True)
+    return out

@@ -284,18 +284,16 @@ def test_hostile_system_jsons_get_ids_and_verdicts(tmp_path: Path) -> None:
 
 
 @pytest.mark.integration
-def test_v11_summary_and_report_carry_every_rows_id(v11: Path, v11_checks: Path, tmp_path: Path) -> None:
-    out = tmp_path / "out"
-    # the real audit, as the rules run it: the session's check step (tests/rounds.py; about a minute on two cores,
-    # shared with tests/test_audit_consistency.py), then the summarize step here
-    out.mkdir()
-    shutil.copy(v11_checks / "checks.json", out)
+def test_v11_summary_and_report_carry_every_rows_id(v11: Path, v11_summary: Path, tmp_path: Path) -> None:
+    # the real audit, as the rules run it: the session's check and summarize steps (tests/rounds.py, v11_checks and
+    # v11_summary; shared with tests/test_audit_consistency.py), given the published table of the first ten systems
     derived = ids_of(v11, RULESET)
-    published = write_table(tmp_path / "ids.csv",
-                            [(e.keys.org, e.keys.system, e.derived) for e in derived.entries[:10]])
+    published = v11_summary.parent / "ids.csv"
+    assert published.read_bytes() == write_table(tmp_path / "ids.csv", [
+        (e.keys.org, e.keys.system, e.derived) for e in derived.entries[:10]]).read_bytes()
+    out = Path(shutil.copytree(v11_summary, tmp_path / "out"))  # a private copy: a summarize step runs in it below
     summarize = [sys.executable, "-m", "mlrepro.audit", "summarize", "--root", str(v11), "--out", str(out),
-                 "--ruleset", RULESET, "--result-ids", str(published)]
-    subprocess.run(summarize, check=True, capture_output=True)
+                 "--ruleset", RULESET, "--result-ids"]
 
     with open(out / "summary.csv", newline="") as f:
         rows = list(csv.DictReader(f))
@@ -319,7 +317,7 @@ def test_v11_summary_and_report_carry_every_rows_id(v11: Path, v11_checks: Path,
 
     before = (out / "summary.csv").read_bytes()
     bad = write_table(tmp_path / "bad.csv", [("Baidu", "x", "1.1-1"), ("Baidu", "x", "1.1-2")])
-    proc = subprocess.run([*summarize[:-1], str(bad)], capture_output=True, text=True)
+    proc = subprocess.run([*summarize, str(bad)], capture_output=True, text=True)
     assert proc.returncode == 2 and f"audit_result_ids={bad}, line 3: Baidu/x is listed twice" in proc.stderr
     assert (out / "summary.csv").read_bytes() == before  # the earlier summary is kept
 

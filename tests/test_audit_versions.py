@@ -7,7 +7,11 @@ either is absent. The official side runs in an interpreter whose PYTHONPATH is t
 ``mlp_compliance.main`` recording every file's verdict, and a handler recording what it logs per
 benchmark folder; then its ``result_summarizer`` on the same copy, as the review runs it: twice where
 the release writes ``scaling.json`` (the second run is the published table), once for 1.1.0-rc4,
-which writes none (checked). The official side runs one organisation per process, two at a time.
+which writes none (checked). The official side runs one organisation per process, two at a time. Each file is
+checked once: the package checker's ``mlp_compliance.main`` answer is the summarizer's too (both call it with the
+same file and rules file, on fresh checkers of the same release that differ only in ``quiet``, which changes no
+verdict; the files do not change between the calls, only ``scaling.json`` is written), as tests/test_audit_round.py
+answers the summarizer's second run with its first.
 """
 
 from __future__ import annotations
@@ -41,12 +45,14 @@ from mlperf_logging.package_checker import package_checker
 from mlperf_logging.result_summarizer import result_summarizer
 org, usage, ruleset, runs = sys.argv[1:5]
 assert mlp_compliance.__file__.startswith(os.environ["TAG_DIR"] + os.sep), mlp_compliance.__file__
-files, errors, section = {}, [], ["", ""]
+files, errors, section, answers = {}, [], ["", ""], {}
 main = mlp_compliance.main
 def spy(filename, config_file, checker):
-    result = main(filename, config_file, checker)
-    files.setdefault(os.path.relpath(filename, copy), bool(result[0]))  # the package checker's call first
-    return result
+    # the package checker's call first; the summarizer's of the same unchanged file and rules gets its answer
+    if (filename, config_file) not in answers:
+        answers[filename, config_file] = main(filename, config_file, checker)
+        files[os.path.relpath(filename, copy)] = bool(answers[filename, config_file][0])
+    return answers[filename, config_file]
 class Sections(logging.Handler):
     def emit(self, r):
         if r.msg == " Running compliance checks in dir %s":

@@ -5,7 +5,9 @@ CI runs a part of the suite, SUITE: gpt_oss_20b (an LLM mini on packed 8192-toke
 dlrm_dcnv2 (AUC, higher is better), the ruleset's 10 runs of each, as the package checker wants them: data, runs
 (warm start, telemetry), the 6.0.0 compliance gate on every result file, the package, the 6.0.0 package checker,
 the score and the report, then the release's own compliance checker on every result file and its package
-checker on the package. Every mini also converges with a log the 6.0.0 checker judges in
+checker on the package. Each suite mini's convergence is checked here, on every run: the target reached in
+the direction the mini's metric improves, within its epochs, and the log stating the mini's own batch, sequence
+length and evaluation counts; every other mini converges with a log the 6.0.0 checker judges in
 tests/test_v6_decoders.py. ``MLREPRO_V60_SUITE=all`` runs the whole config/v6.0.yaml (50 runs).
 """
 
@@ -19,12 +21,16 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from mlrepro.core import rulesets
+from mlrepro.core.minis import mini_dir
 from tests.conftest import snakemake
-from tests.v60 import TAG, extract_release, official_checks
+from tests.test_v6_decoders import DECODERS
+from tests.v60 import SUITE, TAG, extract_release, official_checks
 
-SUITE = ("gpt_oss_20b", "dlrm_dcnv2")
+# the suite's minis whose metric is better higher (AUC); the others' (log perplexity, loss) lower
+HIGHER_IS_BETTER = {"dlrm_dcnv2"}
 
 
 
@@ -47,6 +53,8 @@ def test_the_v6_0_suite_converges_and_passes_the_6_0_0_checkers(tmp_path: Path) 
     for benchmark, runs in by_benchmark.items():
         assert len(runs) == rulesets.required_runs(benchmark, "training", release) == 10
         assert all(r["status"] == "success" for r in runs), [(r["epochs"], r["final_metric"]) for r in runs]
+        if benchmark in SUITE:
+            _converged_with_its_own_values(benchmark, runs, out)
     verdicts = [json.loads(p.read_text()) for p in out.glob("compliance/*/*/*.json")]
     assert len(verdicts) == len(records) and all(v["valid"] and v["judged_by"] == TAG for v in verdicts)
     package = json.loads((out / "package_check.json").read_text())
@@ -66,3 +74,31 @@ def test_the_v6_0_suite_converges_and_passes_the_6_0_0_checkers(tmp_path: Path) 
     official = json.loads(proc.stdout)
     assert all(official["files"].values()), [f for f, ok in official["files"].items() if not ok]
     assert "PACKAGE CHECKER FOUND NO ERRORS" in official["package"], official["package"][-3000:]
+
+
+def _converged_with_its_own_values(benchmark: str, runs: list[dict], out: Path) -> None:
+    """What tests/test_v6_decoders.py checks of the minis it trains, on each run of ``benchmark`` (the suite's config
+    gives its minis their defaults): the target reached in its metric's direction after more than one epoch and
+    within max_epochs; a decoder's log states the mini's own values of the keys the open rules pin, and the samples
+    each evaluation has seen."""
+    params = yaml.safe_load((mini_dir(benchmark) / "defaults.yaml").read_text())
+    for run in runs:
+        assert 1 < run["epochs"] <= params["max_epochs"], run["epochs"]
+        assert (run["final_metric"] >= params["target"]) if benchmark in HIGHER_IS_BETTER else \
+            (run["final_metric"] <= params["target"]), (benchmark, run["final_metric"])
+    if benchmark not in DECODERS:
+        return
+    per_epoch = params["data"]["train_samples"] // params["batch_size"] * params["batch_size"]
+    results = sorted(out.glob(f"runs/*/{benchmark}/*/result.txt"))
+    assert len(results) == len(runs)
+    for result in results:
+        events = [json.loads(line.split(":::MLLOG ", 1)[1]) for line in result.read_text().splitlines()]
+        logged: dict = {}
+        for event in events:
+            logged.setdefault(event["key"], event["value"])
+        assert logged["max_sequence_length"] == params["data"].get("max_sequence_length",
+                                                                   logged["max_sequence_length"])
+        assert logged["global_batch_size"] == params["batch_size"]
+        assert logged["eval_samples"] == params["data"]["eval_samples"]
+        evals = [e["metadata"] for e in events if e["key"] == "eval_accuracy"]
+        assert [e["samples_count"] for e in evals] == [per_epoch * e["epoch_num"] for e in evals]
