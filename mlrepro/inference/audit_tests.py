@@ -40,13 +40,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from mlrepro.core import atomic
 from mlrepro.core.errors import MlreproError
 from mlrepro.core.job import Job
 from mlrepro.inference import audit_verify, calibrate, rounds, summary
-from mlrepro.inference.sut import BATCH, start_test
+from mlrepro.inference.sut import query_sizes, start_test, warm_up
 
 # NVIDIA's v4.1 Makefile: "TEST01 is sometimes unstable. Try up to two times", "TEST04 is so short that it is
 # sometimes unstable. Try up to three times", TEST05 twice; a test it does not name runs once
@@ -54,7 +52,6 @@ TRIES = {"TEST01": 2, "TEST04": 3, "TEST05": 2}
 RESULT = "result.json"
 LOGS = ("mlperf_log_summary.txt", "mlperf_log_detail.txt")
 OFFICIAL_TIMEOUT_S = 600
-WARM_UP_CALLS = 5
 
 
 class AuditTestError(MlreproError, RuntimeError):
@@ -232,18 +229,6 @@ def set_seeds(ts: Any, audit_text: str, model: str, scenario: str, seeds: dict[s
         setattr(ts, key, int(calibrate.stated(audit_text, model, scenario, key) or seed))
 
 
-def warm_up(served: Any, same: int | None = None) -> None:
-    """A few model calls before a test, as the submission run had its calibration before it: a cold first call
-    (allocations, lazy initialisation) would otherwise weigh on a short test, most on TEST04-A's one Offline query
-    of the performance sample count. ``same``: the one sample TEST04 repeats (its audit.config's
-    performance_issue_same_index), the only one warmed, so that a SUT caching answers has none cached for the
-    unique samples TEST04-A issues (warmed on every sample, such a SUT passed v2.0's TEST04)."""
-    size = min(BATCH, served.count)
-    batch = np.full(size, same, dtype=np.int64) if same is not None else np.arange(size, dtype=np.int64)
-    for _ in range(WARM_UP_CALLS):
-        served.predict(batch)
-
-
 def same_index(configs: list[str], model: str, scenario: str, count: int) -> int:
     """The sample TEST04 repeats: the performance_issue_same_index its audit.config files state (LoadGen's default
     0 where none does), within the QSL."""
@@ -307,7 +292,7 @@ def run_test(job: Job, served: Any, test_settings: Callable[..., Any], dest: Pat
     same = same_index(list(configs.values()), model, scenario, served.count) if test == "TEST04" else None
     for name, text in configs.items():
         set_seeds(ts, text, model, scenario, rnd.seeds())
-        warm_up(served, same)
+        warm_up(served.predict, served.count, query_sizes(scenario, ts), same)
         start_test(served.predict, served.count, ts, dest / name, audit_config=dest / name / "audit.config")
 
 
