@@ -44,7 +44,7 @@ from mlrepro.core import atomic
 from mlrepro.core.errors import MlreproError
 from mlrepro.core.job import Job
 from mlrepro.inference import audit_verify, calibrate, rounds, summary
-from mlrepro.inference.sut import query_sizes, start_test, warm_up
+from mlrepro.inference.sut import query_sizes, start_test, warm_batches
 
 # NVIDIA's v4.1 Makefile: "TEST01 is sometimes unstable. Try up to two times", "TEST04 is so short that it is
 # sometimes unstable. Try up to three times", TEST05 twice; a test it does not name runs once
@@ -292,8 +292,8 @@ def run_test(job: Job, served: Any, test_settings: Callable[..., Any], dest: Pat
     same = same_index(list(configs.values()), model, scenario, served.count) if test == "TEST04" else None
     for name, text in configs.items():
         set_seeds(ts, text, model, scenario, rnd.seeds())
-        warm_up(served.predict, served.count, query_sizes(scenario, ts), same)
-        start_test(served.predict, served.count, ts, dest / name, audit_config=dest / name / "audit.config")
+        start_test(served.predict, served.count, ts, dest / name, audit_config=dest / name / "audit.config",
+                   warm=warm_batches(served.count, query_sizes(scenario, ts), same))
 
 
 def audit(job: Job, served: Any, checkpoint: dict[str, Any], test_settings: Callable[..., Any],

@@ -24,7 +24,7 @@ from mlrepro.core.errors import MlreproError
 from mlrepro.core.hashing import sha256_file
 from mlrepro.core.job import Job
 from mlrepro.inference import audit_tests, calibrate, rounds, summary
-from mlrepro.inference.sut import query_sizes, start_test, warm_up
+from mlrepro.inference.sut import query_sizes, start_test, warm_batches
 
 RESULT = "result.json"
 # An accuracy run issues every sample once and times nothing, but LoadGen still spaces Server queries by the
@@ -191,11 +191,11 @@ def _serve(job: Job) -> None:
         while True:
             shutil.rmtree(tmp / "telemetry", ignore_errors=True)  # a rerun's telemetry is its own
             sampler = _telemetry_start(tmp, float(p["hz"])) if mode == "performance" else None
-            if mode == "performance":  # as its audit tests are, just before: they compare their timing with it
-                warm_up(served.predict, served.count, query_sizes(scenario, ts))
+            # warmed as its audit tests are, which compare their timing with it
+            warm = warm_batches(served.count, query_sizes(scenario, ts)) if mode == "performance" else None
             start_ms = int(time.time() * 1000)
             try:
-                start_test(served.predict, served.count, ts, tmp)
+                start_test(served.predict, served.count, ts, tmp, warm=warm)
             finally:
                 if sampler is not None:
                     sampler.stop()
