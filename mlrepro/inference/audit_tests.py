@@ -297,14 +297,16 @@ def run_test(job: Job, served: Any, test_settings: Callable[..., Any], dest: Pat
 
 
 def audit(job: Job, served: Any, checkpoint: dict[str, Any], test_settings: Callable[..., Any],
-          responses: Callable[[Path], dict[int, bytes]], fresh: Callable[[Path], None]) -> None:
+          responses: Callable[[Path], dict[int, bytes]], fresh: Callable[[Path], None],
+          cpus: list[int] | None = None) -> None:
     """rules/inference_audit_tests.smk inference_audit_test (entered by mlrepro/inference/run.py audit_job, whose
     warm parent serves it): wildcards ibench, scenario, test; input runs (the training runs' records), conf
     (user.conf), performance and accuracy (the submission's runs); params data, spec, device, round, shortened,
     mlcommons (a checkout of mlcommons/inference, or empty: ours). ``served`` and ``checkpoint``: the model;
     ``test_settings`` and ``responses``: run.py's, which read the settings and an accuracy log. ``fresh(dest)``:
     :func:`run_test` into ``dest`` in a process of its own, for a try after the first: as NVIDIA's make runs each
-    trial, so that nothing an earlier try left in the SUT (answers it cached) carries over."""
+    trial, so that nothing an earlier try left in the SUT (answers it cached) carries over. ``cpus``: those the
+    test was served on (sut.pin), recorded."""
     benchmark, scenario, test = job.wildcards["ibench"], job.wildcards["scenario"], job.wildcards["test"]
     p = job.params
     rnd = rounds.get(p["round"])
@@ -349,6 +351,7 @@ def audit(job: Job, served: Any, checkpoint: dict[str, Any], test_settings: Call
             "benchmark": benchmark, "model": rnd.model(benchmark), "scenario": scenario, "test": test,
             "round": rnd.name, "runs": list(audits.runs[test]), "checkpoint": checkpoint,
             "shortened": bool(p["shortened"]), "files": f"official: {checkout}" if checkout else "ours (mlrepro)",
+            "cpus": cpus,
             "tries": tries, "attempts": attempts, "verdicts": tries[-1]}
         if test == "TEST01" and not tries[-1]["accuracy"]:
             record["accuracy_fallback"] = accuracy_fallback(

@@ -24,7 +24,7 @@ from mlrepro.core.errors import MlreproError
 from mlrepro.core.hashing import sha256_file
 from mlrepro.core.job import Job
 from mlrepro.inference import audit_tests, calibrate, rounds, summary
-from mlrepro.inference.sut import query_sizes, start_test, warm_batches
+from mlrepro.inference.sut import pin, query_sizes, start_test, warm_batches
 
 RESULT = "result.json"
 # An accuracy run issues every sample once and times nothing, but LoadGen still spaces Server queries by the
@@ -134,11 +134,13 @@ def audit_job(job: Job) -> None:
     """rules/inference_audit_tests.smk inference_audit_test: the round's audit tests of a served (benchmark,
     scenario) (mlrepro/inference/audit_tests.py), entered here so that this module's warm parent serves them too."""
     try:
-        served, checkpoint, _ = load_served(job)
+        served, checkpoint, device = load_served(job)
+        cpus = _pin_timed(device)
         if job.params.get("runs_into"):  # a later try of the test, in this process of its own (fresh_try)
             audit_tests.run_test(job, served, test_settings, Path(job.params["runs_into"]))
         else:
-            audit_tests.audit(job, served, checkpoint, test_settings, accuracy_responses, lambda d: fresh_try(job, d))
+            audit_tests.audit(job, served, checkpoint, test_settings, accuracy_responses, lambda d: fresh_try(job, d),
+                              cpus)
     except (ValueError, OSError) as e:  # the project's own errors are one line already (MlreproError)
         sys.exit(f"error: {e}")
 
@@ -152,6 +154,14 @@ def fresh_try(job: Job, dest: Path) -> None:
     if proc.returncode != 0:
         raise audit_tests.AuditTestError(f"{job.wildcards['test']}: its try in a process of its own exited "
                                          f"{proc.returncode}; its output is in the job's log")
+
+
+def _pin_timed(device: Any) -> list[int] | None:
+    """A timed job (a performance run, an audit test) served on CPU computes on CPUs of its own (sut.pin), as many
+    as the model's threads; an accuracy run, which times nothing, may run beside others on any. The CPUs."""
+    import torch
+
+    return sorted(pin(torch.get_num_threads())) if device.type == "cpu" else None
 
 
 def load_served(job: Job) -> tuple[Any, dict[str, Any], Any]:
@@ -175,6 +185,7 @@ def _serve(job: Job) -> None:
     benchmark, scenario, mode = job.wildcards["ibench"], job.wildcards["scenario"], job.wildcards["mode"]
     user_conf, out, p = job.input["conf"], job.output.first, job.params
     served, checkpoint, device = load_served(job)
+    cpus = _pin_timed(device) if mode == "performance" else None
     rnd = rounds.get(p["round"])
     model = rnd.loadgen_model(benchmark)
     ts = test_settings(user_conf, model, scenario, mode, rnd)
@@ -214,7 +225,7 @@ def _serve(job: Job) -> None:
         record: dict[str, Any] = {
             "benchmark": benchmark, "round": rnd.name, "loadgen_model": model, "scenario": scenario, "mode": mode,
             "checkpoint": checkpoint, "shortened": bool(p["shortened"]), "device": str(device),
-            "wall_ms": stop_ms - start_ms, "samples": served.count,
+            "wall_ms": stop_ms - start_ms, "samples": served.count, "cpus": cpus,
         }
         if stated is not None:
             verdict = summary.read(tmp / "mlperf_log_summary.txt")
