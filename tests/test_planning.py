@@ -25,18 +25,23 @@ def _state(folder: Path) -> dict[str, tuple[bytes, int] | None]:
             for p in sorted(folder.rglob("*"))}
 
 
-def _read_only_modes(workdir: Path, modes: tuple[list[str], ...] = READ_ONLY) -> None:
-    for mode in modes:
-        proc = snakemake(workdir, *CONFIG, *mode, check=False)
-        # --lint reports Snakemake's wish for a conda environment or container per rule (exit code 1)
-        assert proc.returncode == 0 or mode == ["--lint"], (mode, proc.stderr[-3000:])
+def _dag_modes(workdir: Path, config: tuple[str, ...]) -> str:
+    """The read-only modes that build the DAG, in ``workdir``: each succeeds; what -n printed."""
+    printed = {}
+    for mode in DAG_MODES:
+        proc = snakemake(workdir, *config, *mode, check=False)
+        assert proc.returncode == 0, (mode, proc.stderr[-3000:])
+        printed[mode[0]] = proc.stdout
+    return printed["-n"]
 
 
 @pytest.mark.integration
 def test_read_only_modes_change_nothing_in_a_finished_folder(tiny_package: Path) -> None:
     before = _state(tiny_package)
     assert "report.html" in before and "pipeline_info/environment.json" in before
-    _read_only_modes(tiny_package.parent)
+    # the modes that build the DAG (--list-rules and --lint build none: what they do is the same in every folder,
+    # checked in a damaged one below, where they change nothing either and are not refused)
+    _dag_modes(tiny_package.parent, CONFIG)
     assert _state(tiny_package) == before
 
 
@@ -49,10 +54,9 @@ def test_damage_is_refused_and_repair_says_and_makes_each_change(tiny_package: P
     (results / "compliance" / SYSTEM / "resnet" / "0.json").unlink()
     before = _state(results)
     # the modes that build the DAG, where planning finds the file missing (--list-rules and --lint build none: what
-    # they do is the same in every folder, checked in a finished one above and in a damaged one below)
-    _read_only_modes(work, DAG_MODES)
+    # they do is the same in every folder, checked in a damaged one below)
+    dry = _dag_modes(work, SHARED)
     assert _state(results) == before
-    dry = snakemake(work, *SHARED, "-n").stdout
     assert "0.json: missing; it is made again, and what depends on it" in dry
     assert _stale(dry)
 
@@ -87,8 +91,8 @@ def test_damage_is_refused_and_repair_says_and_makes_each_change(tiny_package: P
     # besides: the lock's holder, and the launch file, which names the folder this copy was made from
     assert changed <= {"package_check.json", "report.html", "data/resnet/.receipt.json", f"data/resnet/{victim.name}",
                        "pipeline_info/logs/repair.log", ".mlrepro.lock", f"runs/{SYSTEM}/resnet/launch.json"}, changed
-    assert _stale(snakemake(work, *SHARED, "-n").stdout)
-    snakemake(work, *SHARED)
+    made = snakemake(work, *SHARED)  # what it ran: what its DAG planned, as -n prints it (the dry run above)
+    assert _stale(made.stdout + made.stderr)
     again = snakemake(work, *SHARED)
     assert "Nothing to be done" in again.stdout + again.stderr
 
@@ -106,10 +110,10 @@ def test_a_manual_dataset_is_named_by_a_dry_run(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == [".snakemake"]  # Snakemake's own records only
 
 
-def _stale(dry_run: str) -> bool:
-    """The dry run plans run 0's compliance verdict and what derives from the verdicts, and nothing upstream: no
-    run, no dataset, no spec (the counts of its first "Job stats" table)."""
-    table = dry_run.split("Job stats:", 1)[1].split("\n\n", 1)[0]
+def _stale(printed: str) -> bool:
+    """A (dry) run plans run 0's compliance verdict and what derives from the verdicts, and nothing upstream: no
+    run, no dataset, no spec (the counts of the first "Job stats" table it printed)."""
+    table = printed.split("Job stats:", 1)[1].split("\n\n", 1)[0]
     jobs = {name: int(count) for name, count in (line.split() for line in table.strip().splitlines()[2:])}
     assert jobs["compliance"] == 1 and {"package", "score", "report", "all"} <= jobs.keys(), jobs
     assert not {"run", "data", "spec", "environment"} & jobs.keys(), jobs
