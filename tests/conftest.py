@@ -1,5 +1,5 @@
-"""Shared fixtures: the repository, a Snakemake runner, the one pipeline run the integration tier shares,
-and a writer of MLPerf logs.
+"""Shared fixtures: the repository, a Snakemake runner, the pipeline trees the integration tier shares (each run once
+per session), and a writer of MLPerf logs.
 
 Two tiers (README, "Tests"): plain ``pytest`` runs the fast tier, units that run no pipeline;
 ``pytest -m integration`` runs the tests marked ``integration``: real Snakemake runs, trainings to
