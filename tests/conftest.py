@@ -1,5 +1,5 @@
-"""Shared fixtures: the repository, a Snakemake runner, the one pipeline run the integration tier shares,
-and a writer of MLPerf logs.
+"""Shared fixtures: the repository, a Snakemake runner, the pipeline trees the integration tier shares (each run once
+per session), and a writer of MLPerf logs.
 
 Two tiers (README, "Tests"): plain ``pytest`` runs the fast tier, units that run no pipeline;
 ``pytest -m integration`` runs the tests marked ``integration``: real Snakemake runs, trainings to
@@ -43,7 +43,7 @@ SYSTEM = system_name("auto")
 # Marks of tests that need what a developer's machine may lack (CI's services, a GPU): integration tier.
 RESOURCE_MARKS = ("podman", "slurm", "gpu")
 # Fixtures that run the pipeline: a test using one belongs to the integration tier.
-PIPELINE_FIXTURES = ("tiny_pipeline", "tiny_package", "tiny_pipeline_copy")
+PIPELINE_FIXTURES = ("tiny_pipeline", "tiny_package", "tiny_pipeline_copy", "v61_suite")
 
 _running: list[pytest.Item] = []  # the test being run (its fixtures' setup included)
 
@@ -317,6 +317,21 @@ def tiny_pipeline_copy(tiny_pipeline: Path, tmp_path: Path) -> Path:
     """A private copy of the shared run's working folder, Snakemake's records and modification times
     included, so that Snakemake sees it finished as the original is."""
     return Path(shutil.copytree(tiny_pipeline, tmp_path / "pipeline", symlinks=True))
+
+
+# The part of config/v6.1.yaml that CI runs through every stage: the GRPO mini (its data step trains its base)
+V61_SUITE = ("qwen35_397b_grpo",)
+
+
+@pytest.fixture(scope="session")
+def v61_suite(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """config/v6.1.yaml run once through every stage, for the whole session: V61_SUITE's benchmarks
+    (``MLREPRO_V61_SUITE=all``: the whole file, 43 runs); its output folder (``results-v6.1/``). Tests only read it
+    (tests/test_v61_suite.py judges it; tests/test_v61_minis.py takes the converged runs of its minis from it)."""
+    workdir = tmp_path_factory.mktemp("v61_suite")
+    only = [] if os.environ.get("MLREPRO_V61_SUITE") == "all" else ["--config", f"only=[{','.join(V61_SUITE)}]"]
+    snakemake(workdir, "--configfile", str(REPO / "config" / "v6.1.yaml"), *only)
+    return workdir / "results-v6.1"
 
 
 NVIDIA_V11 = REPO.parent / "shared" / "data" / "mlperf_training_nvidia_implementations_v1.1.tar.xz"

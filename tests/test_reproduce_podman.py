@@ -113,7 +113,11 @@ def test_hostile_package_code_run_natively_is_an_error_naming_the_change(home: P
     doc = json.loads((work / "reproduction" / "reproduction.json").read_text())
     assert doc["package_changes"] == changes
     assert doc["verdict"] == "not comparable"
-    assert f"the package {org} changed while it was reproduced" in text and all(c in text for c in changes)
+    # the report's log, on the terminal (a shown job's: mlrepro/jobs.py SHOWN), then the run's error, and the report
+    listed = "; ".join(changes)
+    assert f"error: the package {org} changed while it was reproduced: {listed}" in out.stdout, out.stdout[-6000:]
+    assert f"the package {org} changed while it was reproduced ({listed})" in out.stderr, out.stderr[-6000:]
+    assert "the package changed while it was reproduced" in (work / "reproduction" / "reproduction.html").read_text()
     # nothing stops native code from writing outside: what the warning says
     assert (home / "mlrepro_home_canary").exists() and (outside / "canary").exists()
 

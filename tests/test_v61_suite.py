@@ -1,7 +1,8 @@
 """The v6.1 mini suite (config/v6.1.yaml) through every stage, judged by training 6.1.0 as the installed
 mlperf-logging (4.1.68) ships it, and the package checked again by that release's official CLIs.
 
-CI runs a part of the suite, SUITE: qwen35_397b_grpo (GRPO from a base its data step trains; validation accuracy,
+CI runs a part of the suite, V61_SUITE (tests/conftest.py, v61_suite: the session's one tree of it, which
+tests/test_v61_minis.py reads too): qwen35_397b_grpo (GRPO from a base its data step trains; validation accuracy,
 higher is better; the ruleset's 3 runs): data, runs (warm start, telemetry), the 6.1.0 compliance gate on every
 result file, the package, the 6.1.0 package checker, the score and the report, then the release's own compliance
 checker on every result file and its package checker on the package. The four minis of 6.0 converge with logs
@@ -22,26 +23,21 @@ from pathlib import Path
 import pytest
 
 from mlrepro.core import rulesets
-from tests.conftest import snakemake
+from tests.conftest import V61_SUITE
 from tests.v60 import official_checks
-
-SUITE = ("qwen35_397b_grpo",)
 
 
 @pytest.mark.integration
-def test_the_v6_1_suite_converges_and_passes_the_6_1_0_checkers(tmp_path: Path) -> None:
-    only = "all" if os.environ.get("MLREPRO_V61_SUITE") == "all" else SUITE
+def test_the_v6_1_suite_converges_and_passes_the_6_1_0_checkers(v61_suite: Path, tmp_path: Path) -> None:
+    only = "all" if os.environ.get("MLREPRO_V61_SUITE") == "all" else V61_SUITE
     release = version("mlperf-logging")
-    workdir = tmp_path / "suite"
-    workdir.mkdir()
-    extra = [] if only == "all" else ["--config", "only=[" + ",".join(only) + "]"]
-    snakemake(workdir, "--configfile", "config/v6.1.yaml", *extra)
-    out = workdir / "results-v6.1"
+    out = v61_suite
     records = [json.loads(p.read_text()) for p in sorted(out.glob("runs/*/*/*/run.json"))]
     by_benchmark: dict[str, list[dict]] = {}
     for r in records:
         by_benchmark.setdefault(r["benchmark"], []).append(r)
-    expected = SUITE if only != "all" else ("llama31_8b", "llama2_70b_lora", "flux1", "gpt_oss_20b", "qwen35_397b_grpo")
+    expected = V61_SUITE if only != "all" else ("llama31_8b", "llama2_70b_lora", "flux1", "gpt_oss_20b",
+                                                 "qwen35_397b_grpo")
     assert sorted(by_benchmark) == sorted(expected)
     for benchmark, runs in by_benchmark.items():
         assert len(runs) == rulesets.required_runs(benchmark, "training") == (3 if benchmark == "qwen35_397b_grpo"
