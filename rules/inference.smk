@@ -51,10 +51,9 @@ rule inference_run:
         hz=PLAN.telemetry_hz,
         round=INF_ROUND,
         compute_threads=PLAN.config["threads_per_run"],
-        exclusive=INF_EXCLUSIVE,  # rules/inference_audit_tests.smk
-    # a full-length performance run has the machine to itself (its audit tests compare their timing with it); the
-    # model computes on compute_threads all the same, as its audits do
-    threads: lambda w: workflow.cores if w.mode == "performance" and INF_EXCLUSIVE else PLAN.config["threads_per_run"]
+    # a performance run has the machine to itself (its audit tests compare their timing with it); the model
+    # computes on compute_threads all the same, as its audits do
+    threads: lambda w: workflow.cores if w.mode == "performance" else PLAN.config["threads_per_run"]
     log:
         PLAN.out.log("inference_{ibench}_{scenario}_{mode}"),
     benchmark:

@@ -5,16 +5,10 @@
 # verification (mlrepro/inference/audit_tests.py): the official files of a checkout of mlcommons/inference named
 # by inference.mlcommons_inference, else ours. inference_package puts what they write where the checker looks.
 # As in NVIDIA's flow (audits on the node to itself, right after the performance run they are compared with): each
-# full-length test has the machine to itself (all the workflow's cores; the model computes on threads_per_run, as the run did)
+# test has the machine to itself (all the workflow's cores; the model computes on threads_per_run, as the run did)
 # and outranks the runs, so that once a performance run is done (after its accuracy run: rules/inference.smk) its
 # tests run next; a test failing on performance alone is tried again up to NVIDIA's count (audit_tests.TRIES).
-# Shortened runs (inference.shortened: the embedded default's, never submittable) are not held to that: their timed
-# jobs run beside the others on threads_per_run, unpinned, so that a newcomer's pipeline stays minutes long (held
-# apart, the default's 40 audit tests ran one after the other: 340 s of jobs).
 from mlrepro.inference import rounds as inf_rounds
-
-# whether a timed inference job (a performance run, an audit test) holds the machine, on CPUs of its own
-INF_EXCLUSIVE = not bool(PLAN.config["inference"]["shortened"])
 
 INF_AUDIT_ROUND = inf_rounds.get(PLAN.config["inference"]["round"])
 INF_AUDIT_TESTS = [
@@ -44,8 +38,7 @@ rule inference_audit_test:
         round=INF_AUDIT_ROUND.name,
         mlcommons=PLAN.config["inference"].get("mlcommons_inference", ""),
         compute_threads=PLAN.config["threads_per_run"],
-        exclusive=INF_EXCLUSIVE,
-    threads: workflow.cores if INF_EXCLUSIVE else PLAN.config["threads_per_run"]
+    threads: workflow.cores
     priority: 10
     log:
         PLAN.out.log("inference_audit_test_{ibench}_{scenario}_{test}"),

@@ -65,12 +65,10 @@ def _train(benchmark: str, params: dict[str, Any], root: Path, data_seed: int = 
 
 def _run_job(t: dict[str, Any], benchmark: str, scenario: str, mode: str, conf: Path, out: Path,
              round_name: str = rounds.DEFAULT, shortened: bool = True) -> Job:
-    """The inference_run rule's job for a run of ``t`` (what _train returned). exclusive: these tests run each timed
-    job alone, as the rule runs a full-length one (on CPUs of its own), though their runs are shortened."""
+    """The inference_run rule's job for a run of ``t`` (what _train returned)."""
     return make_job("inference_run", input={"runs": [t["run_json"]], "conf": conf}, output={"out": out},
                     params={"data": t["data"], "spec": json.loads(Path(t["params"]).read_text()),
-                            "shortened": shortened, "device": "cpu", "hz": 0, "round": round_name,
-                            "exclusive": True},
+                            "shortened": shortened, "device": "cpu", "hz": 0, "round": round_name},
                     wildcards={"ibench": benchmark, "scenario": scenario, "mode": mode})
 
 
@@ -470,13 +468,13 @@ CLOSED_ERRORS = {
 
 def _audit_job(t: dict[str, Any], benchmark: str, scenario: str, test: str, conf: Path, runs_dir: Path, out: Path,
                round_name: str, mlcommons: Path | None = None) -> Job:
-    """The inference_audit_test rule's job (exclusive, as _run_job's)."""
+    """The inference_audit_test rule's job."""
     runs = runs_dir / benchmark / scenario
     return make_job("inference_audit_test", input={"runs": [t["run_json"]], "conf": conf,
                                                    "performance": runs / "performance", "accuracy": runs / "accuracy"},
                     output={"out": out}, wildcards={"ibench": benchmark, "scenario": scenario, "test": test},
                     params={"data": t["data"], "spec": json.loads(Path(t["params"]).read_text()), "shortened": True,
-                            "device": "cpu", "round": round_name, "mlcommons": str(mlcommons or ""), "exclusive": True})
+                            "device": "cpu", "round": round_name, "mlcommons": str(mlcommons or "")})
 
 
 @pytest.fixture(scope="module")
@@ -793,35 +791,28 @@ def test_summary_metric_is_the_leading_line() -> None:
 
 @pytest.mark.integration
 def test_pipeline_schedules_one_job_per_benchmark_scenario_mode(tmp_path: Path) -> None:
-    def planned(shortened: bool) -> list[dict[str, str]]:
-        cfg = tmp_path / "c.yaml"
-        cfg.write_text("only: [resnet]\nallow_fewer_runs: true\nbenchmarks: {resnet: {runs: 1}}\ninference: "
-                       "{benchmarks: [resnet], scenarios: [SingleStream, Offline], "
-                       f"shortened: {str(shortened).lower()}}}\n")
-        out = snakemake(tmp_path, "-n", "--configfile", str(cfg)).stdout
-        counts: dict[str, Any] = {}
-        for line in out.splitlines():
-            parts = line.split()
-            if len(parts) == 2 and parts[1].isdigit():
-                counts[parts[0]] = int(parts[1])
-        assert counts["inference_run"] == 4 and counts["inference_package"] == 1 and counts["inference_check"] == 1
-        assert counts["inference_audit_test"] == 2 * 3  # v2.0's TEST01, TEST04 and TEST05 of resnet50, per scenario
-        return [dict(re.findall(r"^\s+(\w+): (.*)$", block, re.M)) for block in re.split(r"\nrule ", out)
-                if block.startswith(("inference_run:", "inference_audit_test:"))]
-
-    # as NVIDIA's flow: a full-length performance run (after its accuracy run) and its audit tests each have the
-    # machine (the 2 cores given) to themselves, and the tests outrank the runs, to run right after the one they
-    # compare with; shortened (the embedded default's), they keep the order but run beside other jobs on
-    # threads_per_run (1: Snakemake prints no threads)
-    for shortened, held in ((False, "2"), (True, None)):
-        jobs = planned(shortened)
-        performance = [j for j in jobs if j["output"].endswith("/performance")]
-        audits = [j for j in jobs if "/audit_tests/" in j["output"]]
-        assert len(performance) == 2 and len(audits) == 6
-        assert all(j["output"].replace("/performance", "/accuracy") in j["input"].split(", ") and
-                   j.get("threads") == held for j in performance), (shortened, performance)
-        assert all(j.get("threads") == held and j["priority"] == "10" for j in audits), (shortened, audits)
-        assert all("threads" not in j for j in jobs if j["output"].endswith("/accuracy"))  # threads_per_run: 1
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("only: [resnet]\nallow_fewer_runs: true\nbenchmarks: {resnet: {runs: 1}}\n"
+                   "inference: {benchmarks: [resnet], scenarios: [SingleStream, Offline], shortened: true}\n")
+    out = snakemake(tmp_path, "-n", "--configfile", str(cfg)).stdout
+    counts: dict[str, Any] = {}
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[1].isdigit():
+            counts[parts[0]] = int(parts[1])
+    assert counts["inference_run"] == 4 and counts["inference_package"] == 1 and counts["inference_check"] == 1
+    assert counts["inference_audit_test"] == 2 * 3  # v2.0's TEST01, TEST04 and TEST05 of resnet50, per scenario
+    # as NVIDIA's flow: a performance run (after its accuracy run) and its audit tests each have the machine (the
+    # 2 cores given) to themselves, and the tests outrank the runs, to run right after the one they compare with
+    jobs = [dict(re.findall(r"^\s+(\w+): (.*)$", block, re.M)) for block in re.split(r"\nrule ", out)
+            if block.startswith(("inference_run:", "inference_audit_test:"))]
+    performance = [j for j in jobs if j["output"].endswith("/performance")]
+    audits = [j for j in jobs if "/audit_tests/" in j["output"]]
+    assert len(performance) == 2 and len(audits) == 6
+    assert all(j["output"].replace("/performance", "/accuracy") in j["input"].split(", ") and j["threads"] == "2"
+               for j in performance), performance
+    assert all(j["threads"] == "2" and j["priority"] == "10" for j in audits), audits
+    assert all("threads" not in j for j in jobs if j["output"].endswith("/accuracy"))  # threads_per_run: 1
 
 
 @pytest.mark.integration

@@ -135,7 +135,7 @@ def audit_job(job: Job) -> None:
     scenario) (mlrepro/inference/audit_tests.py), entered here so that this module's warm parent serves them too."""
     try:
         served, checkpoint, device = load_served(job)
-        cpus = _pin_timed(job, device)
+        cpus = _pin_timed(device)
         if job.params.get("runs_into"):  # a later try of the test, in this process of its own (fresh_try)
             audit_tests.run_test(job, served, test_settings, Path(job.params["runs_into"]))
         else:
@@ -156,13 +156,12 @@ def fresh_try(job: Job, dest: Path) -> None:
                                          f"{proc.returncode}; its output is in the job's log")
 
 
-def _pin_timed(job: Job, device: Any) -> list[int] | None:
-    """A timed job (a performance run, an audit test) that holds the machine (params exclusive: a full-length run)
-    and is served on CPU computes on CPUs of its own (sut.pin), as many as the model's threads; a shortened one runs
-    beside other jobs, and two pinned alike would share a CPU; an accuracy run times nothing. The CPUs, if pinned."""
+def _pin_timed(device: Any) -> list[int] | None:
+    """A timed job (a performance run, an audit test) served on CPU computes on CPUs of its own (sut.pin), as many
+    as the model's threads; an accuracy run, which times nothing, may run beside others on any. The CPUs."""
     import torch
 
-    return sorted(pin(torch.get_num_threads())) if job.params.get("exclusive") and device.type == "cpu" else None
+    return sorted(pin(torch.get_num_threads())) if device.type == "cpu" else None
 
 
 def load_served(job: Job) -> tuple[Any, dict[str, Any], Any]:
@@ -186,7 +185,7 @@ def _serve(job: Job) -> None:
     benchmark, scenario, mode = job.wildcards["ibench"], job.wildcards["scenario"], job.wildcards["mode"]
     user_conf, out, p = job.input["conf"], job.output.first, job.params
     served, checkpoint, device = load_served(job)
-    cpus = _pin_timed(job, device) if mode == "performance" else None
+    cpus = _pin_timed(device) if mode == "performance" else None
     rnd = rounds.get(p["round"])
     model = rnd.loadgen_model(benchmark)
     ts = test_settings(user_conf, model, scenario, mode, rnd)
