@@ -37,10 +37,6 @@ rule inference_run:
         runs=lambda w: PLAN.inference_runs(w.ibench),
         manifest=PLAN.generated_manifest("{ibench}"),
         conf=rules.inference_conf.output[0],
-        # a performance run comes after its accuracy run, so that its audit tests (which need both, and outrank
-        # it: rules/inference_audit_tests.smk) run right after it, as NVIDIA's flow runs them
-        accuracy=lambda w: [PLAN.out.inference_run(w.ibench, w.scenario, "accuracy")] if w.mode == "performance"
-        else [],
     output:
         directory(PLAN.out.inference_run("{ibench}", "{scenario}", "{mode}")),
     params:
@@ -50,10 +46,7 @@ rule inference_run:
         device=PLAN.config["device"],
         hz=PLAN.telemetry_hz,
         round=INF_ROUND,
-        compute_threads=PLAN.config["threads_per_run"],
-    # a performance run has the machine to itself (its audit tests compare their timing with it); the model
-    # computes on compute_threads all the same, as its audits do
-    threads: lambda w: workflow.cores if w.mode == "performance" else PLAN.config["threads_per_run"]
+    threads: PLAN.config["threads_per_run"]
     log:
         PLAN.out.log("inference_{ibench}_{scenario}_{mode}"),
     benchmark:
@@ -104,7 +97,6 @@ rule inference_report:
     input:
         check=rules.inference_check.output[0],
         runs=rules.inference_package.input.runs,
-        audits=rules.inference_package.input.audits,  # each test's tries, in the report
     output:
         html=PLAN.out.inference / "report.html",
         table=PLAN.out.inference / "table.csv",

@@ -4,10 +4,6 @@
 # each in a working folder of its own with its audit.config, at the submission run's settings, then the round's
 # verification (mlrepro/inference/audit_tests.py): the official files of a checkout of mlcommons/inference named
 # by inference.mlcommons_inference, else ours. inference_package puts what they write where the checker looks.
-# As in NVIDIA's flow (audits on the node to itself, right after the performance run they are compared with): each
-# test has the machine to itself (all the workflow's cores; the model computes on threads_per_run, as the run did)
-# and outranks the runs, so that once a performance run is done (after its accuracy run: rules/inference.smk) its
-# tests run next; a test failing on performance alone is tried again up to NVIDIA's count (audit_tests.TRIES).
 from mlrepro.inference import rounds as inf_rounds
 
 INF_AUDIT_ROUND = inf_rounds.get(PLAN.config["inference"]["round"])
@@ -37,9 +33,7 @@ rule inference_audit_test:
         device=PLAN.config["device"],
         round=INF_AUDIT_ROUND.name,
         mlcommons=PLAN.config["inference"].get("mlcommons_inference", ""),
-        compute_threads=PLAN.config["threads_per_run"],
-    threads: workflow.cores
-    priority: 10
+    threads: PLAN.config["threads_per_run"]
     log:
         PLAN.out.log("inference_audit_test_{ibench}_{scenario}_{test}"),
     benchmark:

@@ -12,17 +12,11 @@ its user.conf, the round's seeds and the statement its calibration made.
 - Without it, ours: the round's ``audit.config`` written from rounds.py, named as ours, and the verification of
   mlrepro/inference/audit_verify.py.
 
-A test whose verification fails on performance alone runs again, TRIES[test] times in all: NVIDIA's flow
-(closed/NVIDIA/Makefile: run_audit_test01, _test04, _test05) tries TEST01 and TEST05 twice and TEST04 three times,
-the test's runs and verification again, never the submission's. An accuracy failure (TEST01's responses) is never
-tried again: the rules' fallback judges it. A caching SUT fails TEST04 on every try (it is no timing accident). Each
-failed try's runs and verification are kept under ``attempts/<try>/``, its verdicts and scores in ``result.json``
-(``attempts``) and the job's log; the package gets the last try's.
-
-A TEST01 whose logged responses differ from the accuracy run's (non-determinism the rules allow) takes the
-rules' fallback: the accuracy script's result on the accuracy run's responses to the same samples
-(``baseline_accuracy.txt``) and on the audit run's (``compliance_accuracy.txt``) must be within the model's
-accuracy margin (1% for the 99% models). The output folder holds ``runs/<run>/`` (audit.config and
+A test whose performance check fails runs again, TRIES times in all (NVIDIA's flow retries TEST01 and TEST05
+twice, TEST04 three times). A TEST01 whose logged responses differ from the accuracy run's (non-determinism the
+rules allow) takes the rules' fallback: the accuracy script's result on the accuracy run's responses to the same
+samples (``baseline_accuracy.txt``) and on the audit run's (``compliance_accuracy.txt``) must be within the
+model's accuracy margin (1% for the 99% models). The output folder holds ``runs/<run>/`` (audit.config and
 LoadGen's files), ``compliance/`` (what run_verification.py writes: the folders the checker reads), and
 ``result.json``. A failed test fails the job, unless the runs are shortened (not submittable: the package then
 carries the failure, for the checker to report).
@@ -40,18 +34,19 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from mlrepro.core import atomic
 from mlrepro.core.errors import MlreproError
 from mlrepro.core.job import Job
-from mlrepro.inference import audit_verify, calibrate, rounds, summary
-from mlrepro.inference.sut import query_sizes, start_test, warm_batches
+from mlrepro.inference import audit_verify, calibrate, rounds
+from mlrepro.inference.sut import BATCH, start_test
 
-# NVIDIA's v4.1 Makefile: "TEST01 is sometimes unstable. Try up to two times", "TEST04 is so short that it is
-# sometimes unstable. Try up to three times", TEST05 twice; a test it does not name runs once
-TRIES = {"TEST01": 2, "TEST04": 3, "TEST05": 2}
+TRIES = 3
 RESULT = "result.json"
 LOGS = ("mlperf_log_summary.txt", "mlperf_log_detail.txt")
 OFFICIAL_TIMEOUT_S = 600
+WARM_UP_CALLS = 5
 
 
 class AuditTestError(MlreproError, RuntimeError):
@@ -229,84 +224,32 @@ def set_seeds(ts: Any, audit_text: str, model: str, scenario: str, seeds: dict[s
         setattr(ts, key, int(calibrate.stated(audit_text, model, scenario, key) or seed))
 
 
-def same_index(configs: list[str], model: str, scenario: str, count: int) -> int:
-    """The sample TEST04 repeats: the performance_issue_same_index its audit.config files state (LoadGen's default
-    0 where none does), within the QSL."""
-    stated = [int(v) for text in configs
-              if (v := calibrate.stated(text, model, scenario, "performance_issue_same_index")) is not None]
-    return (stated[0] if stated else 0) % count
-
-
-def tries_allowed(test: str) -> int:
-    return TRIES.get(test, 1)
-
-
-def retry(test: str, tries: list[dict[str, bool]]) -> bool:
-    """Whether ``test`` runs again after ``tries``: its last verification failed on performance alone (an
-    accuracy failure is the fallback's to judge, never tried away) and NVIDIA's flow allows another try."""
-    last = tries[-1]
-    return not last["performance"] and last.get("accuracy", True) and len(tries) < tries_allowed(test)
-
-
-def _verification_text(path: Path) -> str:
-    """What a verification wrote of the performance check (its scores and verdict) on one line, for the log and
-    the record."""
-    if path.is_symlink() or not path.is_file():
-        return "(no verify_performance.txt)"
-    return "; ".join(line.strip() for line in path.read_text(errors="replace").splitlines() if line.strip())[:500]
+def warm_up(served: Any) -> None:
+    """A few model calls before a test, as the submission run had its calibration before it: a cold first call
+    (allocations, lazy initialisation) would otherwise weigh on a short test, most on TEST04-A's one Offline query
+    of the performance sample count."""
+    batch = np.arange(min(BATCH, served.count), dtype=np.int64)
+    for _ in range(WARM_UP_CALLS):
+        served.predict(batch)
 
 
 def _settings(job: Job, rnd: rounds.Round, benchmark: str, scenario: str, test_settings: Callable[..., Any]) -> Any:
-    """The submission run's settings: its user.conf, the round's seeds, what its calibration stated (after any
-    rerun) and the query count it ran with: a Server run that fell short of early stopping ran again with more
-    queries (calibrate.more_queries), and a Server schedule's rate depends on its query count (the same seeds
-    scheduled 6.8% above the target rate at 662 queries, 8.6% at 1,200: LoadGen, an instant SUT)."""
+    """The submission run's settings: its user.conf, the round's seeds and what its calibration stated."""
     ts = test_settings(job.input["conf"], rnd.loadgen_model(benchmark), scenario, "performance", rnd)
     stated = json.loads((job.input["performance"] / RESULT).read_text()).get("calibration")
     if stated:
         names = {f.name for f in dataclasses.fields(calibrate.Calibration)}
         calibrate.Calibration(**{k: v for k, v in stated.items() if k in names}).apply(ts)
-    ran = summary.detail(job.input["performance"] / "mlperf_log_detail.txt").get("effective_min_query_count")
-    if ran is not None:
-        ts.min_query_count = int(ran)
     return ts
 
 
-def run_test(job: Job, served: Any, test_settings: Callable[..., Any], dest: Path) -> None:
-    """One try of the job's test: its LoadGen runs, each in ``dest/<run>/`` with its audit.config, at the
-    submission run's settings."""
-    benchmark, scenario, test = job.wildcards["ibench"], job.wildcards["scenario"], job.wildcards["test"]
-    rnd = rounds.get(job.params["round"])
-    checkout = Path(job.params["mlcommons"]).resolve() if job.params.get("mlcommons") else None
-    model = rnd.loadgen_model(benchmark)
-    ts = _settings(job, rnd, benchmark, scenario, test_settings)
-    configs = {}
-    for name in _audits(rnd).runs[test]:
-        work = dest / name
-        work.mkdir(parents=True)
-        if checkout:
-            shutil.copyfile(official_file(checkout, rnd, name, benchmark), work / "audit.config")
-        else:
-            atomic.write_text(work / "audit.config", audit_config(rnd, name, benchmark))
-        configs[name] = (work / "audit.config").read_text(errors="replace")
-    same = same_index(list(configs.values()), model, scenario, served.count) if test == "TEST04" else None
-    for name, text in configs.items():
-        set_seeds(ts, text, model, scenario, rnd.seeds())
-        start_test(served.predict, served.count, ts, dest / name, audit_config=dest / name / "audit.config",
-                   warm=warm_batches(served.count, query_sizes(scenario, ts), same))
-
-
 def audit(job: Job, served: Any, checkpoint: dict[str, Any], test_settings: Callable[..., Any],
-          responses: Callable[[Path], dict[int, bytes]], fresh: Callable[[Path], None],
-          cpus: list[int] | None = None) -> None:
+          responses: Callable[[Path], dict[int, bytes]]) -> None:
     """rules/inference_audit_tests.smk inference_audit_test (entered by mlrepro/inference/run.py audit_job, whose
     warm parent serves it): wildcards ibench, scenario, test; input runs (the training runs' records), conf
     (user.conf), performance and accuracy (the submission's runs); params data, spec, device, round, shortened,
     mlcommons (a checkout of mlcommons/inference, or empty: ours). ``served`` and ``checkpoint``: the model;
-    ``test_settings`` and ``responses``: run.py's, which read the settings and an accuracy log. ``fresh(dest)``:
-    :func:`run_test` into ``dest`` in a process of its own, for a try after the first: as NVIDIA's make runs each
-    trial, so that nothing an earlier try left in the SUT (answers it cached) carries over. ``cpus``: those the
-    test was served on (sut.pin), recorded."""
+    ``test_settings`` and ``responses``: run.py's, which read the settings and an accuracy log."""
     benchmark, scenario, test = job.wildcards["ibench"], job.wildcards["scenario"], job.wildcards["test"]
     p = job.params
     rnd = rounds.get(p["round"])
@@ -314,45 +257,40 @@ def audit(job: Job, served: Any, checkpoint: dict[str, Any], test_settings: Call
     if test not in audits.tests(rnd.model(benchmark)):
         raise AuditTestError(f"{rnd.name} requires no {test} of {rnd.model(benchmark)}")
     checkout = Path(p["mlcommons"]).resolve() if p.get("mlcommons") else None
+    ts = _settings(job, rnd, benchmark, scenario, test_settings)
     with atomic.atomic_dir(job.output.first) as tmp:
         results = stage_results(job.input["performance"], job.input["accuracy"], tmp / "verification" / "results")
         script = stage_official(checkout, rnd, test, tmp / "mlcommons") if checkout else None
         tries: list[dict[str, bool]] = []
-        attempts: list[dict[str, Any]] = []
         while True:
-            if tries:
-                fresh(tmp / "runs")
-            else:  # this job's own process is as fresh as NVIDIA's first trial
-                run_test(job, served, test_settings, tmp / "runs")
+            for name in audits.runs[test]:
+                work = tmp / "runs" / name
+                shutil.rmtree(work, ignore_errors=True)
+                work.mkdir(parents=True)
+                if checkout:
+                    shutil.copyfile(official_file(checkout, rnd, name, benchmark), work / "audit.config")
+                else:
+                    atomic.write_text(work / "audit.config", audit_config(rnd, name, benchmark))
+                set_seeds(ts, (work / "audit.config").read_text(errors="replace"), rnd.loadgen_model(benchmark),
+                          scenario, rnd.seeds())
+                warm_up(served)
+                start_test(served.predict, served.count, ts, work, audit_config=work / "audit.config")
             out = tmp / "compliance"
+            shutil.rmtree(out, ignore_errors=True)
             if script is not None:
-                written = tmp / "verification" / f"try_{len(tries) + 1}"  # where the verdicts are written
-                verdicts = verify_official(script, test, benchmark, written, results, tmp / "runs", out)
+                work = tmp / "verification" / f"try_{len(tries) + 1}"
+                verdicts = verify_official(script, test, benchmark, work, results, tmp / "runs", out)
             else:
-                written = out / audits.runs[test][0]
                 verdicts = verify_ours(rnd, test, benchmark, results, tmp / "runs", out)
             tries.append(verdicts)
-            attempt = {"try": len(tries), "verdicts": verdicts,
-                       "performance": _verification_text(written / "verify_performance.txt")}
-            attempts.append(attempt)
-            print(f"{rnd.model(benchmark)} {scenario} {test}, try {len(tries)} of {tries_allowed(test)}: "
-                  f"{json.dumps(verdicts)}; performance check: {attempt['performance']}", flush=True)
-            if not retry(test, tries):
+            print(f"{rnd.model(benchmark)} {scenario} {test}, try {len(tries)}: {json.dumps(verdicts)}", flush=True)
+            if verdicts["performance"] or len(tries) == TRIES:
                 break
-            kept = tmp / "attempts" / str(len(tries))
-            kept.mkdir(parents=True)
-            for name in ("runs", "compliance"):
-                (tmp / name).rename(kept / name)
-            attempt["kept"] = str(kept.relative_to(tmp))
-            print(f"{rnd.model(benchmark)} {scenario} {test}: the performance check failed, the accuracy held; "
-                  f"running the test again in a process of its own, as NVIDIA's flow does (try {len(tries)} kept in "
-                  f"{attempt['kept']})", flush=True)
         record: dict[str, Any] = {
             "benchmark": benchmark, "model": rnd.model(benchmark), "scenario": scenario, "test": test,
             "round": rnd.name, "runs": list(audits.runs[test]), "checkpoint": checkpoint,
             "shortened": bool(p["shortened"]), "files": f"official: {checkout}" if checkout else "ours (mlrepro)",
-            "cpus": cpus,
-            "tries": tries, "attempts": attempts, "verdicts": tries[-1]}
+            "tries": tries, "verdicts": tries[-1]}
         if test == "TEST01" and not tries[-1]["accuracy"]:
             record["accuracy_fallback"] = accuracy_fallback(
                 served, rnd, benchmark, responses(job.input["accuracy"] / "mlperf_log_accuracy.json"),

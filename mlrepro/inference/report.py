@@ -103,21 +103,7 @@ def build(check: dict[str, Any], runs_dir: Path) -> dict[str, Any]:
                            "energy_j": rec["telemetry"]["accelerator_energy_j"]})
     stated.sort(key=lambda c: (c["benchmark"], SCENARIOS.index(c["scenario"])))
     return {"rows": rows, "plots": latency_plots(check["results"]), "energy": energy, "stated": stated,
-            "accelerators": n_acc, "audits": audit_rows(runs_dir.parent / "audit_tests")}
-
-
-def audit_rows(audits_dir: Path) -> list[dict[str, Any]]:
-    """Each audit test (mlrepro/inference/audit_tests.py result.json): its verdict, and every try that was run
-    again with why (its performance check's scores)."""
-    rows = []
-    for path in sorted(audits_dir.glob("*/*/*/result.json")):
-        rec = json.loads(path.read_text())
-        attempts = rec.get("attempts") or [{"try": 1, "verdicts": rec.get("verdicts", {}), "performance": ""}]
-        rows.append({"model": rec.get("model"), "scenario": rec.get("scenario"), "test": rec.get("test"),
-                     "passed": bool(rec.get("passed")), "tries": len(attempts),
-                     "retried": [f"try {a['try']}: {a['performance']}" for a in attempts[:-1]],
-                     "fallback": rec.get("accuracy_fallback")})
-    return rows
+            "accelerators": n_acc}
 
 
 def table_csv(table: dict[str, Any]) -> str:

@@ -9,11 +9,9 @@ and fails with one line when LoadGen still judges it INVALID.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -24,7 +22,7 @@ from mlrepro.core.errors import MlreproError
 from mlrepro.core.hashing import sha256_file
 from mlrepro.core.job import Job
 from mlrepro.inference import audit_tests, calibrate, rounds, summary
-from mlrepro.inference.sut import pin, query_sizes, start_test, warm_batches
+from mlrepro.inference.sut import start_test
 
 RESULT = "result.json"
 # An accuracy run issues every sample once and times nothing, but LoadGen still spaces Server queries by the
@@ -134,34 +132,10 @@ def audit_job(job: Job) -> None:
     """rules/inference_audit_tests.smk inference_audit_test: the round's audit tests of a served (benchmark,
     scenario) (mlrepro/inference/audit_tests.py), entered here so that this module's warm parent serves them too."""
     try:
-        served, checkpoint, device = load_served(job)
-        cpus = _pin_timed(device)
-        if job.params.get("runs_into"):  # a later try of the test, in this process of its own (fresh_try)
-            audit_tests.run_test(job, served, test_settings, Path(job.params["runs_into"]))
-        else:
-            audit_tests.audit(job, served, checkpoint, test_settings, accuracy_responses, lambda d: fresh_try(job, d),
-                              cpus)
+        served, checkpoint, _ = load_served(job)
+        audit_tests.audit(job, served, checkpoint, test_settings, accuracy_responses)
     except (ValueError, OSError) as e:  # the project's own errors are one line already (MlreproError)
         sys.exit(f"error: {e}")
-
-
-def fresh_try(job: Job, dest: Path) -> None:
-    """A try of ``job``'s audit test (its LoadGen runs into ``dest``) in a process of its own, which loads the model
-    afresh; its output goes to the job's log."""
-    child = dataclasses.replace(job, params={**job.params, "runs_into": str(dest)})
-    proc = subprocess.run([sys.executable, "-P", "-m", "mlrepro.jobs"], input=child.to_json(), text=True,
-                          timeout=audit_tests.OFFICIAL_TIMEOUT_S)
-    if proc.returncode != 0:
-        raise audit_tests.AuditTestError(f"{job.wildcards['test']}: its try in a process of its own exited "
-                                         f"{proc.returncode}; its output is in the job's log")
-
-
-def _pin_timed(device: Any) -> list[int] | None:
-    """A timed job (a performance run, an audit test) served on CPU computes on CPUs of its own (sut.pin), as many
-    as the model's threads; an accuracy run, which times nothing, may run beside others on any. The CPUs."""
-    import torch
-
-    return sorted(pin(torch.get_num_threads())) if device.type == "cpu" else None
 
 
 def load_served(job: Job) -> tuple[Any, dict[str, Any], Any]:
@@ -172,8 +146,7 @@ def load_served(job: Job) -> tuple[Any, dict[str, Any], Any]:
     from mlrepro.inference import serve
 
     p = job.params
-    # compute_threads: what the model computes on where the job holds more cores (the machine, for its timing)
-    torch.set_num_threads(min(int(p.get("compute_threads") or job.threads), job.threads))
+    torch.set_num_threads(job.threads)
     checkpoint = pick_checkpoint(job.input.many("runs"))
     device = torch.device("cuda" if p["device"] == "auto" and torch.cuda.is_available() else
                           ("cpu" if p["device"] == "auto" else p["device"]))
@@ -185,7 +158,6 @@ def _serve(job: Job) -> None:
     benchmark, scenario, mode = job.wildcards["ibench"], job.wildcards["scenario"], job.wildcards["mode"]
     user_conf, out, p = job.input["conf"], job.output.first, job.params
     served, checkpoint, device = load_served(job)
-    cpus = _pin_timed(device) if mode == "performance" else None
     rnd = rounds.get(p["round"])
     model = rnd.loadgen_model(benchmark)
     ts = test_settings(user_conf, model, scenario, mode, rnd)
@@ -202,11 +174,9 @@ def _serve(job: Job) -> None:
         while True:
             shutil.rmtree(tmp / "telemetry", ignore_errors=True)  # a rerun's telemetry is its own
             sampler = _telemetry_start(tmp, float(p["hz"])) if mode == "performance" else None
-            # warmed as its audit tests are, which compare their timing with it
-            warm = warm_batches(served.count, query_sizes(scenario, ts)) if mode == "performance" else None
             start_ms = int(time.time() * 1000)
             try:
-                start_test(served.predict, served.count, ts, tmp, warm=warm)
+                start_test(served.predict, served.count, ts, tmp)
             finally:
                 if sampler is not None:
                     sampler.stop()
@@ -225,7 +195,7 @@ def _serve(job: Job) -> None:
         record: dict[str, Any] = {
             "benchmark": benchmark, "round": rnd.name, "loadgen_model": model, "scenario": scenario, "mode": mode,
             "checkpoint": checkpoint, "shortened": bool(p["shortened"]), "device": str(device),
-            "wall_ms": stop_ms - start_ms, "samples": served.count, "cpus": cpus,
+            "wall_ms": stop_ms - start_ms, "samples": served.count,
         }
         if stated is not None:
             verdict = summary.read(tmp / "mlperf_log_summary.txt")

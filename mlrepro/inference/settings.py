@@ -20,16 +20,9 @@ MODES = ("performance", "accuracy")
 # Shortened settings: a second instead of ten minutes, and the queries early stopping needs however fast
 # the machine is (LoadGen 6.0.17 names them when a run has fewer): SingleStream's p90 estimate needs 64;
 # a p99 needs 459 with no query over its bound and 662 with one (MultiStream's conf minimum), which
-# Server is given so that one late query does not make a shortened run INVALID. MultiStream's score (the early-stopping
-# p99 estimate, which the audit tests compare) is its worst query below about 1,000 queries (a second of them here:
-# one stall decided it, 4.8 ms against 2.2 ms); over 2,048 it is about the tenth worst.
+# Server is given so that one late query does not make a shortened run INVALID.
 SHORT_MIN_DURATION_MS = 1000
-SHORT_MIN_QUERIES = {"SingleStream": 64, "MultiStream": 2048, "Server": 662}
-# Server: no minimum duration, so that its query count alone sets a shortened run, on every machine. The seeds fix
-# a Server schedule, and its rate depends on the query count: a second's worth of queries at the calibrated rate
-# made the audit tests' comparisons (v2.0 TEST05: other seeds, within 5%) a matter of the machine's speed (LoadGen,
-# an instant SUT: TEST05's seeds scheduled 1.5% below the round's at 662 queries, 7.6% at 1,200, 10.6% at 1,600).
-SHORT_MIN_DURATION_MS_SERVER = 0
+SHORT_MIN_QUERIES = {"SingleStream": 64, "MultiStream": 662, "Server": 662}
 
 
 class SettingsError(MlreproError, ValueError):
@@ -62,8 +55,7 @@ def user_conf(benchmark: str, sample_count: int, shortened: bool, round_name: st
             values["target_latency"] = bound  # the round's latency bound, not a statement about the SUT
         if shortened:
             values.update(performance_sample_count_override=str(min(official, sample_count)),
-                          min_duration=str(SHORT_MIN_DURATION_MS_SERVER if scenario == "Server"
-                                           else SHORT_MIN_DURATION_MS),
+                          min_duration=str(SHORT_MIN_DURATION_MS),
                           min_query_count=str(SHORT_MIN_QUERIES.get(scenario, sample_count)))
         lines += [f"{model}.{scenario}.{key} = {value}" for key, value in values.items()]
     return "\n".join(lines) + "\n"
