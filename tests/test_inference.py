@@ -3,15 +3,20 @@ every scenario in performance and accuracy mode, the package and its checks, the
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import hashlib
 import json
 import math
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -21,6 +26,7 @@ import pytest
 from mlrepro.core.job import Job
 from mlrepro.inference import calibrate, check, package, report, rounds, run, settings, summary, sut
 from mlrepro.planning import PlanningError
+from mlrepro.runs import warm
 from tests.conftest import REPO, make_job, mini_launch, plan_config, snakemake
 from tests.rounds import DATA, extract
 
@@ -61,22 +67,44 @@ def _run_job(t: dict[str, Any], benchmark: str, scenario: str, mode: str, conf: 
                     wildcards={"ibench": benchmark, "scenario": scenario, "mode": mode})
 
 
-JOB_ARGV = [sys.executable, "-P", "-m", "mlrepro.jobs"]  # a job (its JSON on stdin) in a process of its own
+# A job (its JSON on stdin) in a process of its own (LoadGen reads its settings once per process), forked from the
+# module's warm parent as the pipeline's are (tests/loadgen_warm_job.py): torch imported once, not once per job
+JOB_ARGV = [sys.executable, "-P", str(REPO / "tests" / "loadgen_warm_job.py")]
+JOB_ENV: dict[str, str] = {}  # ENV and the warm parent's owner and folder (warm_parent)
 
 
-def _start(job: Job) -> subprocess.Popen[str]:
-    """``job`` started in a process of its own (LoadGen reads its settings once per process), its output piped."""
+@pytest.fixture(scope="module", autouse=True)
+def warm_parent() -> Iterator[None]:
+    """The warm parent of this module's LoadGen jobs, owned by this pytest process, in a folder of its own (short,
+    under the temporary folder: a Unix socket's path is short); stopped at the module's end."""
+    base = Path(tempfile.mkdtemp(prefix="mlw-"))
+    JOB_ENV.update(ENV, **{warm.OWNER_ENV: warm.owner_here(), warm.DIR_ENV: str(base)})
+    try:
+        yield
+    finally:
+        JOB_ENV.clear()
+        for pid_file in base.glob("warm/*/parent.pid"):
+            with contextlib.suppress(OSError, ValueError):
+                os.kill(int(pid_file.read_text()), signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        while any(base.glob("warm/*/parent.pid")) and time.monotonic() < deadline:  # it removes its folder
+            time.sleep(0.05)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _start(job: Job, *entry: str) -> subprocess.Popen[str]:
+    """``job`` started in a process of its own, its output piped; ``entry``: another function than its rule's."""
     with tempfile.TemporaryFile("w+") as stdin:  # read by the child as a whole before it starts the job
         stdin.write(job.to_json())
         stdin.seek(0)
-        return subprocess.Popen(JOB_ARGV, cwd=REPO, env=ENV, stdin=stdin, stdout=subprocess.PIPE,
+        return subprocess.Popen([*JOB_ARGV, *entry], cwd=REPO, env=JOB_ENV, stdin=stdin, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True)
 
 
-def _run(job: Job, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    """``job`` in a process of its own, to its end."""
-    return subprocess.run(JOB_ARGV, input=job.to_json(), cwd=REPO, env=ENV, capture_output=True, text=True,
-                          timeout=timeout)
+def _run(job: Job, *entry: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    """``job`` in a process of its own, to its end; ``entry``: another function than its rule's."""
+    return subprocess.run([*JOB_ARGV, *entry], input=job.to_json(), cwd=REPO, env=JOB_ENV, capture_output=True,
+                          text=True, timeout=timeout)
 
 
 @pytest.fixture(scope="module")
@@ -590,24 +618,9 @@ def test_an_official_offline_resnet50_run_is_accepted_by_the_official_v2_0_check
                                        "samples; the v2.0 dataset has 50000: not submittable"], ours["expected_errors"]
 
 
-# A SUT changed under the served model, run through the real inference run module in its own process (LoadGen
-# reads its settings once per process): "noop" answers at once, a number sleeps that many seconds per model call
-# (a call answers one query, or Server's queued queries together, or one of Offline's batches).
-CHANGED_SUT = """
-import sys, time
-import numpy as np
-from mlrepro.inference import calibrate, run, serve
-kind = sys.argv[1]
-class Changed(serve.ADAPTERS["resnet"]):
-    def predict(self, indices):
-        if kind == "noop":
-            return np.zeros((len(indices), 1), dtype=np.int32)
-        time.sleep(float(kind))
-        return super().predict(indices)
-serve.ADAPTERS["resnet"] = Changed
-from mlrepro.core.job import Job, call
-sys.exit(call("mlrepro.inference.run:job", Job.from_json(sys.argv[2])))
-"""
+# A SUT changed under the served model, run through the real inference run module in its own process
+# (tests/loadgen_changed_sut.py): "noop" answers at once, a number sleeps that many seconds per model call.
+CHANGED_SUT = "tests.loadgen_changed_sut:job"
 # The fixed statements this calibration replaced were tuned on one machine: SingleStream 2.0 ms, Offline
 # 20,000 samples/s, Server 40 queries/s (the issue they caused: a faster machine ran out of queries).
 OLD_LATENCY_MS, OLD_OFFLINE_QPS = 2.0, 20_000.0
@@ -623,8 +636,7 @@ def _performance_ran(proc: subprocess.CompletedProcess[str], scenario: str) -> N
 def _changed_run(trained: dict[str, Path], kind: str, scenario: str, conf: Path, out: Path,
                  ) -> subprocess.CompletedProcess[str]:
     job = _run_job(trained, "resnet", scenario, "performance", conf, out)
-    return subprocess.run([sys.executable, "-c", CHANGED_SUT, kind, job.to_json()], cwd=REPO, env=ENV,
-                          capture_output=True, text=True, timeout=600)
+    return _run(dataclasses.replace(job, params={**job.params, "changed": kind}), CHANGED_SUT)
 
 
 @pytest.mark.integration
@@ -774,17 +786,14 @@ def test_report_shows_the_settings_each_run_stated_and_what_was_measured(tmp_pat
 
 
 @pytest.mark.integration
-def test_dlrm_served_offline_auc_from_the_accuracy_log(tmp_path: Path) -> None:
-    """The second served model: float32 click scores logged by LoadGen, ROC AUC read back from its log."""
-    t = _train("dlrm", _defaults("dlrm"), tmp_path)
-    conf = tmp_path / "dlrm.user.conf"
-    conf.write_text(settings.user_conf("dlrm", t["samples"], shortened=True))
-    for mode in settings.MODES:
-        proc = _run(_run_job(t, "dlrm", "Offline", mode, conf, tmp_path / "inf" / mode), timeout=300)
-        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
-    perf = json.loads((tmp_path / "inf" / "performance" / "result.json").read_text())
+def test_dlrm_served_offline_auc_from_the_accuracy_log(others_served: Any) -> None:
+    """The second served model: float32 click scores logged by LoadGen, ROC AUC read back from its log (dlrm's
+    shortened Offline runs of both modes at v2.0, as others_served made them)."""
+    runs_dir, _ = others_served("v2.0")
+    inf = runs_dir / "dlrm" / "Offline"
+    perf = json.loads((inf / "performance" / "result.json").read_text())
     assert perf["loadgen_model"] == "dlrm" and perf["summary"]["valid"] is True, perf["summary"]  # v2.0's name
-    acc = json.loads((tmp_path / "inf" / "accuracy" / "result.json").read_text())
+    acc = json.loads((inf / "accuracy" / "result.json").read_text())
     assert acc["accuracy"]["metric"] == "ROC AUC (%)" and 0 < acc["accuracy"]["value"] <= 100
     assert acc["accuracy"]["value"] == pytest.approx(acc["accuracy"]["reference"], abs=1e-6)
 
